@@ -1,0 +1,87 @@
+# A menu of recipes. `make help` lists them. Build outputs go to build/ (and ./train_gpt, ./test_gpt).
+#   make data        fetch the GPT-2 BPE files and the starter corpus, write data/starter/*.bin
+#   make test        build everything, run every CPU test, and the GPU tests when a GPU is present
+#   make dev         build every kernel playground in dev/cuda/ into build/dev/
+#   make clean       remove build outputs (keeps fetched data; `make clean-data` removes that)
+
+CC      ?= gcc
+NVCC    ?= nvcc
+CFLAGS  ?= -O2 -g -Wall -Wextra -Wno-unused-function -std=gnu11
+NVFLAGS ?= -O3 -g -lineinfo -std=c++17 --use_fast_math -Xcompiler -Wall,-Wno-unused-function
+PCRE2   := $(shell pcre2-config --libs8 2>/dev/null)
+
+# --- GPU architecture: detected with nvidia-smi, else sm_90; override with GPU_ARCH=80 etc. --------
+ifeq ($(GPU_ARCH),)
+  DETECTED_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+  ifneq ($(DETECTED_ARCH),)
+    GPU_ARCH := $(DETECTED_ARCH)
+    $(info GPU found by nvidia-smi: compute capability $(GPU_ARCH), building for sm_$(GPU_ARCH))
+  else
+    GPU_ARCH := 90
+    $(info no GPU found by nvidia-smi: building for sm_90 (override with GPU_ARCH=80 etc.))
+  endif
+endif
+# Hopper gets the arch-specific target so that wgmma/TMA paths (guarded in the code) can be compiled.
+ifeq ($(GPU_ARCH),90)
+  NVARCH := -gencode arch=compute_90a,code=sm_90a
+else
+  NVARCH := -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
+endif
+CUDA_LIBS := -lcublasLt -lcublas
+
+.PHONY: help data test dev clean clean-data test-deps
+help:
+	@sed -n '2,6p' Makefile | sed 's/^# *//'
+
+need_pcre2:
+	@test -n "$(PCRE2)" || { echo "error: PCRE2 not found (pcre2-config). Install it: apt-get install -y libpcre2-dev"; exit 1; }
+.PHONY: need_pcre2
+
+build build/dev:
+	mkdir -p $@
+
+# --- data tools --------------------------------------------------------------------------------
+DATA_TOOLS := build/tokenize build/make_shards build/brown_detok
+build/tokenize: data/tokenize.c llmc/tokenizer.h llmc/tokenizer_encode.h llmc/check.h | build need_pcre2
+	$(CC) $(CFLAGS) -o $@ $< $(PCRE2)
+build/make_shards: data/make_shards.c llmc/tokenizer.h llmc/tokenizer_encode.h llmc/shard.h llmc/check.h | build need_pcre2
+	$(CC) $(CFLAGS) -o $@ $< $(PCRE2)
+build/brown_detok: data/brown_detok.c llmc/check.h | build
+	$(CC) $(CFLAGS) -o $@ $<
+
+# the GPT-2 BPE files and the starter shards (idempotent; see data/fetch_starter.sh)
+data: data/starter/.complete
+data/gpt2/vocab.bpe:
+	bash data/fetch_gpt2_bpe.sh
+data/starter/.complete: data/gpt2/vocab.bpe $(DATA_TOOLS) data/fetch_starter.sh
+	bash data/fetch_starter.sh
+
+# --- dev playgrounds: dev/cuda/<name>.cu -> build/dev/<name> -------------------------------------
+DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
+dev: $(DEV_KERNELS)
+build/dev/%: dev/cuda/%.cu $(wildcard llmc/*.cuh llmc/*.h dev/cuda/*.h) | build/dev
+	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
+
+# --- tests -------------------------------------------------------------------------------------
+# CPU tests: dev/test/test_<name>.c; GPU tests: dev/test/test_<name>.cu (run only where a GPU exists)
+CPU_TESTS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
+GPU_TESTS := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
+build/test_%: dev/test/test_%.c $(wildcard llmc/*.h dev/test/*.h dev/cuda/*.h) | build need_pcre2
+	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm
+build/test_%: dev/test/test_%.cu $(wildcard llmc/*.cuh llmc/*.h dev/test/*.h dev/cuda/*.h) | build
+	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
+
+# the npm oracle for the tokenizer tests (tiktoken, WASM build of the reference implementation)
+TIKTOKEN := build/node/node_modules/tiktoken/package.json
+test-deps: $(TIKTOKEN)
+$(TIKTOKEN):
+	mkdir -p build/node && npm install --silent --no-audit --no-fund --prefix build/node tiktoken@1.0.22
+
+# builds every CUDA target too, so that a compile error in any .cu fails the test run
+test: data test-deps $(CPU_TESTS) $(GPU_TESTS) $(DEV_KERNELS)
+	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) --gpu $(GPU_TESTS)
+
+clean:
+	rm -rf build train_gpt test_gpt
+clean-data:
+	rm -rf data/gpt2 data/starter data/.cache

@@ -1,0 +1,133 @@
+// check.h: the one place that defines error checking.
+// Every failing call prints what failed, where (file:line) and a hint for the likely user error,
+// then exits non-zero. Host-only code includes this file as it is; CUDA, cuBLAS(Lt) and NCCL checks
+// appear only when their headers are available (nvcc, and USE_NCCL for NCCL).
+#pragma once
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+
+#define check_fail(what, hint) do { \
+    fprintf(stderr, "error: %s\n  at %s:%d\n  hint: %s\n", (what), __FILE__, __LINE__, (hint)); \
+    exit(EXIT_FAILURE); } while (0)
+
+// --- host: files and memory ------------------------------------------------------------------
+
+static inline FILE* fopen_check_(const char* path, const char* mode, const char* file, int line) {
+    FILE* f = fopen(path, mode);
+    if (!f) {
+        fprintf(stderr, "error: fopen(\"%s\", \"%s\") failed: %s\n  at %s:%d\n", path, mode, strerror(errno), file, line);
+        fprintf(stderr, "  hint: check the path; data files are made by `make data` (see README, Data)\n");
+        exit(EXIT_FAILURE);
+    }
+    return f;
+}
+#define fopen_check(path, mode) fopen_check_((path), (mode), __FILE__, __LINE__)
+
+static inline void fread_check_(void* ptr, size_t size, size_t n, FILE* f, const char* file, int line) {
+    size_t got = fread(ptr, size, n, f);
+    if (got != n) {
+        fprintf(stderr, "error: fread read %zu of %zu items of %zu bytes (%s)\n  at %s:%d\n",
+                got, n, size, feof(f) ? "unexpected end of file" : strerror(errno), file, line);
+        fprintf(stderr, "  hint: the file is truncated or not of the expected format; regenerate it\n");
+        exit(EXIT_FAILURE);
+    }
+}
+#define fread_check(ptr, size, n, f) fread_check_((ptr), (size), (n), (f), __FILE__, __LINE__)
+
+static inline void fwrite_check_(const void* ptr, size_t size, size_t n, FILE* f, const char* file, int line) {
+    if (fwrite(ptr, size, n, f) != n) {
+        fprintf(stderr, "error: fwrite of %zu items of %zu bytes failed: %s\n  at %s:%d\n", n, size, strerror(errno), file, line);
+        fprintf(stderr, "  hint: is the disk full or the output directory read-only?\n");
+        exit(EXIT_FAILURE);
+    }
+}
+#define fwrite_check(ptr, size, n, f) fwrite_check_((ptr), (size), (n), (f), __FILE__, __LINE__)
+
+static inline void fclose_check_(FILE* f, const char* file, int line) {
+    if (fclose(f) != 0) {
+        fprintf(stderr, "error: fclose failed: %s\n  at %s:%d\n", strerror(errno), file, line);
+        fprintf(stderr, "  hint: a buffered write did not reach the disk; is it full?\n");
+        exit(EXIT_FAILURE);
+    }
+}
+#define fclose_check(f) fclose_check_((f), __FILE__, __LINE__)
+
+static inline void* malloc_check_(size_t size, const char* file, int line) {
+    void* p = malloc(size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "error: malloc of %zu bytes failed\n  at %s:%d\n", size, file, line);
+        fprintf(stderr, "  hint: host memory is exhausted; use a smaller batch or model\n");
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+#define malloc_check(size) malloc_check_((size), __FILE__, __LINE__)
+
+static inline void* calloc_check_(size_t n, size_t size, const char* file, int line) {
+    void* p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "error: calloc of %zu x %zu bytes failed\n  at %s:%d\n", n, size, file, line);
+        fprintf(stderr, "  hint: host memory is exhausted; use a smaller batch or model\n");
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+#define calloc_check(n, size) calloc_check_((n), (size), __FILE__, __LINE__)
+
+static inline void* realloc_check_(void* old, size_t size, const char* file, int line) {
+    void* p = realloc(old, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "error: realloc to %zu bytes failed\n  at %s:%d\n", size, file, line);
+        fprintf(stderr, "  hint: host memory is exhausted\n");
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+#define realloc_check(old, size) realloc_check_((old), (size), __FILE__, __LINE__)
+
+// --- device: CUDA, cuBLASLt, NCCL ------------------------------------------------------------
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#include <cublasLt.h>
+
+static inline void cuda_check_(cudaError_t err, const char* call, const char* file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: CUDA %s: %s\n  in %s\n  at %s:%d\n", cudaGetErrorName(err), cudaGetErrorString(err), call, file, line);
+        const char* hint = "see the CUDA error above";
+        if (err == cudaErrorMemoryAllocation) hint = "out of device memory: lower the batch size (-b) or use activation recompute";
+        else if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) hint = "no usable GPU: check nvidia-smi and the driver";
+        else if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorUnsupportedPtxVersion)
+            hint = "built for another GPU architecture: rebuild with GPU_ARCH=<your sm>, e.g. make clean && make GPU_ARCH=80";
+        fprintf(stderr, "  hint: %s\n", hint);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cuda_check(call) cuda_check_((call), #call, __FILE__, __LINE__)
+// after every kernel launch: catches bad launch configurations at the launch site
+#define cuda_check_launch() cuda_check_(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+static inline void cublas_check_(cublasStatus_t st, const char* call, const char* file, int line) {
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLAS(Lt) status %d (%s)\n  in %s\n  at %s:%d\n", (int)st, cublasLtGetStatusString(st), call, file, line);
+        fprintf(stderr, "  hint: %s\n", st == CUBLAS_STATUS_NOT_SUPPORTED
+                ? "no cuBLASLt algorithm for this shape/layout: check that sizes are multiples of 8 and pointers 16-byte aligned"
+                : "check the matrix sizes and leading dimensions passed to cuBLASLt");
+        exit(EXIT_FAILURE);
+    }
+}
+#define cublas_check(call) cublas_check_((call), #call, __FILE__, __LINE__)
+#endif
+
+#ifdef USE_NCCL
+#include <nccl.h>
+static inline void nccl_check_(ncclResult_t r, const char* call, const char* file, int line) {
+    if (r != ncclSuccess) {
+        fprintf(stderr, "error: NCCL %s\n  in %s\n  at %s:%d\n", ncclGetErrorString(r), call, file, line);
+        fprintf(stderr, "  hint: check that every process sees the same world size and that the GPUs can reach each other (NCCL_DEBUG=INFO tells more)\n");
+        exit(EXIT_FAILURE);
+    }
+}
+#define nccl_check(call) nccl_check_((call), #call, __FILE__, __LINE__)
+#endif

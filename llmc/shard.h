@@ -1,0 +1,121 @@
+// shard.h: the token shard format, byte-compatible with llm.c's.
+// A shard is int32 header[256] = {magic 20240520, version 1, token count, 0...}, then `count` uint16
+// GPT-2 token ids. Writers go through a temporary file renamed into place at close, so a shard that
+// exists under its final name is always complete. Readers check magic, version, size and (optionally)
+// that every id is below the vocabulary size, and say which file is wrong and how to remake it.
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include "check.h"
+
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define SHARD_HEADER_INTS 256
+#define SHARD_HEADER_BYTES (SHARD_HEADER_INTS * (int)sizeof(int32_t))
+#define SHARD_MAX_TOKENS 0x7fffffffLL   // the count is an int32
+#define GPT2_EOT 50256                  // <|endoftext|>, written before every document
+#define GPT2_VOCAB 50257
+
+// --- writing -----------------------------------------------------------------------------------
+
+typedef struct {
+    FILE* f;
+    char path[4096];      // final name
+    char tmp_path[4096];  // written here, renamed to `path` by shard_writer_close
+    int64_t ntok;
+} ShardWriter;
+
+static inline void shard_writer_open(ShardWriter* w, const char* path) {
+    if (snprintf(w->path, sizeof(w->path), "%s", path) >= (int)sizeof(w->path) ||
+        snprintf(w->tmp_path, sizeof(w->tmp_path), "%s.tmp", path) >= (int)sizeof(w->tmp_path)) {
+        fprintf(stderr, "error: shard path too long: %s\n", path);
+        exit(EXIT_FAILURE);
+    }
+    w->f = fopen_check(w->tmp_path, "wb");
+    int32_t header[SHARD_HEADER_INTS] = {0};  // rewritten with the count at close
+    fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f);
+    w->ntok = 0;
+}
+
+static inline void shard_writer_append(ShardWriter* w, const uint16_t* tokens, size_t n) {
+    if (w->ntok + (int64_t)n > SHARD_MAX_TOKENS) {
+        fprintf(stderr, "error: shard %s would exceed %lld tokens (the header count is int32)\n  hint: use a smaller shard size\n",
+                w->path, SHARD_MAX_TOKENS);
+        exit(EXIT_FAILURE);
+    }
+    fwrite_check(tokens, sizeof(uint16_t), n, w->f);
+    w->ntok += (int64_t)n;
+}
+
+// Writes the real header, flushes to disk and renames the temporary file into place.
+static inline void shard_writer_close(ShardWriter* w) {
+    int32_t header[SHARD_HEADER_INTS] = {0};
+    header[0] = SHARD_MAGIC;
+    header[1] = SHARD_VERSION;
+    header[2] = (int32_t)w->ntok;
+    if (fseek(w->f, 0, SEEK_SET) != 0) { perror(w->tmp_path); exit(EXIT_FAILURE); }
+    fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f);
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) { perror(w->tmp_path); exit(EXIT_FAILURE); }
+    fclose_check(w->f);
+    w->f = NULL;
+    if (rename(w->tmp_path, w->path) != 0) { perror(w->path); exit(EXIT_FAILURE); }
+}
+
+// --- reading -----------------------------------------------------------------------------------
+
+// Checks the header of `path` against the file size. On success returns the token count; on failure
+// returns -1 with a message naming the file and the fix in `err`. Never exits: the loader decides.
+static inline int64_t shard_check_header(const char* path, char* err, size_t errlen) {
+    const char* fix = "regenerate it with `make data` (or the data/ tool that wrote it)";
+    FILE* f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
+    int32_t header[SHARD_HEADER_INTS];
+    size_t got = fread(header, sizeof(int32_t), SHARD_HEADER_INTS, f);
+    struct stat st;
+    int stat_ok = fstat(fileno(f), &st) == 0;
+    fclose(f);
+    if (got != SHARD_HEADER_INTS) {
+        snprintf(err, errlen, "%s: only %zu bytes, shorter than the %d-byte shard header; %s", path,
+                 got * sizeof(int32_t), SHARD_HEADER_BYTES, fix);
+        return -1;
+    }
+    if (header[0] != SHARD_MAGIC) {
+        snprintf(err, errlen, "%s: magic %d, expected %d: not a token shard; %s", path, header[0], SHARD_MAGIC, fix);
+        return -1;
+    }
+    if (header[1] != SHARD_VERSION) {
+        snprintf(err, errlen, "%s: shard version %d, this program reads version %d (uint16 GPT-2 tokens); %s",
+                 path, header[1], SHARD_VERSION, fix);
+        return -1;
+    }
+    int64_t ntok = header[2];
+    int64_t want = SHARD_HEADER_BYTES + 2 * ntok;
+    if (ntok < 0 || !stat_ok || st.st_size != want) {
+        snprintf(err, errlen, "%s: header says %lld tokens (%lld bytes) but the file has %lld bytes: %s; %s", path,
+                 (long long)ntok, (long long)want, stat_ok ? (long long)st.st_size : -1LL,
+                 (stat_ok && st.st_size < want) ? "truncated" : "size mismatch", fix);
+        return -1;
+    }
+    return ntok;
+}
+
+// Reads all tokens of a checked shard into `out` (ntok uint16) and verifies every id < vocab_size.
+// Returns 0, or -1 with a message in `err`.
+static inline int shard_read_tokens(const char* path, int64_t ntok, int vocab_size, uint16_t* out, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
+    int ok = fseek(f, SHARD_HEADER_BYTES, SEEK_SET) == 0 && fread(out, sizeof(uint16_t), (size_t)ntok, f) == (size_t)ntok;
+    fclose(f);
+    if (!ok) { snprintf(err, errlen, "%s: could not read %lld tokens; the file changed or is truncated", path, (long long)ntok); return -1; }
+    for (int64_t i = 0; i < ntok; i++) {
+        if (out[i] >= vocab_size) {
+            snprintf(err, errlen, "%s: token %lld has id %d, not below the vocabulary size %d: not a GPT-2 shard, or corrupt",
+                     path, (long long)i, out[i], vocab_size);
+            return -1;
+        }
+    }
+    return 0;
+}
