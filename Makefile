@@ -1,5 +1,6 @@
 # A menu of recipes. `make help` lists them. Build outputs go to build/ (and ./train_gpt, ./test_gpt).
 #   make data        fetch the GPT-2 BPE files and the starter corpus, write data/starter/*.bin
+#   make data-debian a larger optional set from Debian packages into data/debian/*.bin
 #   make test        build everything, run every CPU test, and the GPU tests when a GPU is present
 #   make dev         build every kernel playground in dev/cuda/ into build/dev/
 #   make clean       remove build outputs (keeps fetched data; `make clean-data` removes that)
@@ -29,9 +30,9 @@ else
 endif
 CUDA_LIBS := -lcublasLt -lcublas
 
-.PHONY: help data test dev clean clean-data test-deps
+.PHONY: help data data-debian test dev clean clean-data test-deps
 help:
-	@sed -n '2,6p' Makefile | sed 's/^# *//'
+	@sed -n '2,7p' Makefile | sed 's/^# *//'
 
 need_pcre2:
 	@test -n "$(PCRE2)" || { echo "error: PCRE2 not found (pcre2-config). Install it: apt-get install -y libpcre2-dev"; exit 1; }
@@ -53,8 +54,11 @@ build/brown_detok: data/brown_detok.c llmc/check.h | build
 data: data/starter/.complete
 data/gpt2/vocab.bpe:
 	bash data/fetch_gpt2_bpe.sh
-data/starter/.complete: data/gpt2/vocab.bpe $(DATA_TOOLS) data/fetch_starter.sh
+data/starter/.complete: | data/gpt2/vocab.bpe $(DATA_TOOLS)
 	bash data/fetch_starter.sh
+# optional, larger (~30M tokens): Debian documentation packages, downloaded without installing
+data-debian: | data/gpt2/vocab.bpe $(DATA_TOOLS)
+	bash data/fetch_debian.sh
 
 # --- dev playgrounds: dev/cuda/<name>.cu -> build/dev/<name> -------------------------------------
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
@@ -84,4 +88,4 @@ test: data test-deps $(CPU_TESTS) $(GPU_TESTS) $(DEV_KERNELS)
 clean:
 	rm -rf build train_gpt test_gpt
 clean-data:
-	rm -rf data/gpt2 data/starter data/.cache
+	rm -rf data/gpt2 data/starter data/debian data/.cache

