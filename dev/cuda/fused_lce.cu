@@ -1,0 +1,199 @@
+// dev/cuda/fused_lce.cu: the playground of LM-head loss variants. Each variant is checked against the
+// CPU fp64 reference (dev/cuda/fused_lce_ref.h) at awkward sizes, then timed on the issue's shapes
+// next to the three plain cuBLASLt GEMMs of the same shape (the floor: logits, dx, dW).
+//
+//   build/dev/fused_lce                 check every variant, then benchmark every variant and shape
+//   build/dev/fused_lce 2               only variant 2
+//   build/dev/fused_lce --check-only    correctness only      (--bench-only: timing only)
+//   build/dev/fused_lce --small         only the N=1024 shapes
+//
+// Variants (all live in llmc/: one copy of every kernel):
+//   1 unfused: bf16 logits for all N rows (cuBLASLt), fp32 softmax/CE/gradient in place, 2 GEMMs
+//   2 token-chunked, gradient in the forward pass: fp32 logits of a chunk in a 64 MiB buffer (llmc/fused_lce.cuh)
+//   3 fully fused forward: mma.sync logit tiles folded into an online softmax in registers, only lse
+//     leaves the chip (llmc/fused_lce_mma.cuh); its fused backward is not written yet
+// Columns: fwd = loss only; bwd = the recomputing backward with per-row upstream gradients; fwd+bwd =
+// the training path (gradients with the forward); TF/s = 3F / (fwd+bwd time), F = 2·N·C·V; x GEMMs =
+// fwd+bwd time over the three cuBLASLt GEMMs; scratch = device memory beyond inputs and gradients.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <algorithm>
+#include <vector>
+#include "../../llmc/fused_lce.cuh"
+#include "../../llmc/fused_lce_mma.cuh"
+#include "fused_lce_check.cuh"
+
+typedef struct { int id; const char* name; int logits_fp32, mma_forward, has_backward; } Variant;
+static const Variant VARIANTS[] = {
+    {1, "unfused (bf16 logits, all rows)", 0, 0, 1},
+    {2, "chunked fp32 logits, 64 MiB", 1, 0, 1},
+    {3, "fused mma.sync fwd (lse only)", 1, 1, 0},
+};
+#define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
+
+typedef struct { int N, C, V, Vp; } Shape;
+static const Shape BENCH_SHAPES[] = {
+    {1024, 768, 50257, 50304}, {1024, 4096, 128256, 128256},
+    {65536, 768, 50257, 50304}, {16384, 1600, 50257, 50304},
+    {8192, 4096, 128256, 128256}, {16384, 4096, 128256, 128256},
+};
+
+static void build_variant(FusedLce* h, const Variant* v, int max_n, int C, int V, int Vp, FlceOptions opt) {
+    fused_lce_build(h, max_n, C, V, Vp, opt, v->logits_fp32, FLCE_DEFAULT_SCRATCH);
+    h->mma_forward = h->mma_forward && v->mma_forward;
+}
+
+// --- inputs ------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) {  // in [-1, 1)
+    uint64_t z = seed + i * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+__global__ void fill_uniform_kernel(bf16* p, size_t n, float scale, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = __float2bfloat16(scale * hash_uniform(seed, i));
+}
+__global__ void fill_targets_kernel(int* t, int n, int V, uint64_t seed) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        t[i] = (int)((hash_uniform(seed, i) * 0.5f + 0.5f) * V) % V;
+}
+
+// --- correctness -------------------------------------------------------------------------------
+
+static int check_variant(const Variant* v, const GpuContext* ctx) {
+    FlceOptions plain = flce_options_default();
+    FlceOptions all = plain;
+    all.z_loss = 1e-4f; all.softcap = 15.0f; all.label_smoothing = 0.1f;
+    const FlceCase cases[] = {
+        {300, 256, 5000, 5120, plain, 0, "N=300 C=256 V=5000 Vp=5120"},
+        {1, 128, 1000, 1024, plain, 0, "N=1 C=128 V=1000"},
+        {64, 64, 777, 784, plain, 1, "all rows ignored, V=777"},
+        {200, 192, 3001, 3008, plain, 5, "every 5th row ignored, V=3001"},
+        {257, 256, 4093, 4096, all, 7, "z-loss + softcap + smoothing, V=4093"},
+    };
+    int ok = 1;
+    printf("variant %d (%s): checks against the fp64 reference\n", v->id, v->name);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const FlceCase* cs = &cases[i];
+        FlceInputs in = flce_inputs_make(cs, 1234 + i);
+        FlceDevice d = flce_device_make(cs, &in);
+        FusedLce h;
+        build_variant(&h, v, cs->N, cs->C, cs->V, cs->Vp, cs->opt);
+        ok &= flce_check_mode(&h, v->has_backward ? FLCE_MODE_TRAIN : FLCE_MODE_FORWARD, cs, &in, &d, ctx);
+        fused_lce_free(&h);
+        flce_device_free(&d);
+        flce_inputs_free(&in);
+    }
+    return ok;
+}
+
+// --- timing ------------------------------------------------------------------------------------
+
+template <typename F>
+static float time_ms(F fn, const GpuContext* ctx, int reps) {
+    cudaEvent_t a, b;
+    cuda_check(cudaEventCreate(&a)); cuda_check(cudaEventCreate(&b));
+    fn(); fn();  // warm-up: handles, heuristics, clocks
+    float times[64];
+    reps = reps > 64 ? 64 : reps;
+    for (int r = 0; r < reps; r++) {
+        cuda_check(cudaEventRecord(a, ctx->stream));
+        fn();
+        cuda_check(cudaEventRecord(b, ctx->stream));
+        cuda_check(cudaEventSynchronize(b));
+        cuda_check(cudaEventElapsedTime(&times[r], a, b));
+    }
+    cuda_check(cudaEventDestroy(a)); cuda_check(cudaEventDestroy(b));
+    std::sort(times, times + reps);
+    return times[reps / 2];
+}
+
+static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx) {
+    int N = s->N, C = s->C, V = s->V, Vp = s->Vp;
+    bf16 *x, *W, *dx, *logits; float *dW, *dloss_rows; int* t;
+    cuda_check(cudaMalloc(&x, (size_t)N * C * sizeof(bf16)));
+    cuda_check(cudaMalloc(&W, (size_t)Vp * C * sizeof(bf16)));
+    cuda_check(cudaMalloc(&dx, (size_t)N * C * sizeof(bf16)));
+    cuda_check(cudaMalloc(&dW, (size_t)Vp * C * sizeof(float)));
+    cuda_check(cudaMalloc(&t, (size_t)N * sizeof(int)));
+    cuda_check(cudaMalloc(&dloss_rows, (size_t)N * sizeof(float)));
+    fill_uniform_kernel<<<1024, 256, 0, ctx->stream>>>(x, (size_t)N * C, 1.7320508f, 1);
+    fill_uniform_kernel<<<1024, 256, 0, ctx->stream>>>(W, (size_t)Vp * C, 3.0f * 1.7320508f / sqrtf((float)C), 2);
+    fill_targets_kernel<<<256, 256, 0, ctx->stream>>>(t, N, V, 3);
+    cuda_check_launch();
+    cuda_check(cudaMemsetAsync(dW, 0, (size_t)Vp * C * sizeof(float), ctx->stream));
+    std::vector<float> ones(N, 1.0f / N);
+    cuda_check(cudaMemcpy(dloss_rows, ones.data(), (size_t)N * sizeof(float), cudaMemcpyHostToDevice));
+    double F = 2.0 * N * C * (double)V;
+    int reps = F > 5e12 ? 5 : 15;
+
+    // the floor: three plain cuBLASLt GEMMs of the same shape, bf16 outputs
+    cuda_check(cudaMalloc(&logits, (size_t)N * Vp * sizeof(bf16)));
+    bf16* dWb;
+    cuda_check(cudaMalloc(&dWb, (size_t)Vp * C * sizeof(bf16)));
+    float t_gemm = time_ms([&] {
+        matmul(ctx, logits, CUDA_R_16BF, Vp, x, C, 0, W, C, 1, N, Vp, C, 1.0f, 0.0f);
+        matmul(ctx, dx, CUDA_R_16BF, C, logits, Vp, 0, W, C, 0, N, C, Vp, 1.0f, 0.0f);
+        matmul(ctx, dWb, CUDA_R_16BF, C, logits, Vp, 1, x, C, 0, Vp, C, N, 1.0f, 0.0f);
+    }, ctx, reps);
+    cuda_check(cudaFree(logits)); cuda_check(cudaFree(dWb));
+    printf("%6d x %4d x %6d | %-34s |          |          | %8.2f | %6.0f |  1.00x |\n", N, C, V,
+           "0 three cuBLASLt GEMMs", t_gemm, 3 * F / t_gemm * 1e-9);
+
+    for (int vi = 0; vi < NUM_VARIANTS; vi++) {
+        const Variant* v = &VARIANTS[vi];
+        if (only_variant && v->id != only_variant) continue;
+        size_t free_b, total_b;
+        cuda_check(cudaMemGetInfo(&free_b, &total_b));
+        if (!v->logits_fp32 && (size_t)N * Vp * sizeof(bf16) > free_b / 2) { printf("  variant %d: skipped, logits do not fit\n", v->id); continue; }
+        FusedLce h;
+        build_variant(&h, v, N, C, V, Vp, flce_options_default());
+        float t_fwd = time_ms([&] { fused_lce_forward(&h, x, W, t, N, ctx); }, ctx, reps);
+        double scratch = (double)(h.scratch_bytes + 2 * (size_t)N * sizeof(float)) / (1 << 20);
+        if (!v->has_backward) {
+            printf("%6d x %4d x %6d | %d %-32s | %8.2f |        - |        - |      - |      - | %9.1f MiB  (fwd %.0f TF/s, %.2fx one GEMM)\n",
+                   N, C, V, v->id, v->name, t_fwd, scratch, F / t_fwd * 1e-9, t_fwd / (t_gemm / 3));
+            fused_lce_free(&h);
+            continue;
+        }
+        float t_bwd = time_ms([&] { fused_lce_backward(&h, dx, dW, dloss_rows, x, W, t, N, ctx); }, ctx, reps);
+        float t_fb = time_ms([&] { fused_lce_forward_backward(&h, dx, dW, 1.0f, x, W, t, N, ctx); }, ctx, reps);
+        printf("%6d x %4d x %6d | %d %-32s | %8.2f | %8.2f | %8.2f | %6.0f | %5.2fx | %9.1f MiB\n", N, C, V, v->id, v->name,
+               t_fwd, t_bwd, t_fb, 3 * F / t_fb * 1e-9, t_fb / t_gemm, scratch);
+        fused_lce_check(&h, ctx);
+        fused_lce_free(&h);
+    }
+    cuda_check(cudaFree(x)); cuda_check(cudaFree(W)); cuda_check(cudaFree(dx));
+    cuda_check(cudaFree(dW)); cuda_check(cudaFree(t)); cuda_check(cudaFree(dloss_rows));
+}
+
+int main(int argc, char** argv) {
+    int only = 0, check = 1, bench = 1, small = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--check-only")) bench = 0;
+        else if (!strcmp(argv[i], "--bench-only")) check = 0;
+        else if (!strcmp(argv[i], "--small")) small = 1;
+        else if (atoi(argv[i]) >= 1 && atoi(argv[i]) <= NUM_VARIANTS) only = atoi(argv[i]);
+        else { fprintf(stderr, "usage: %s [variant 1..%d] [--check-only | --bench-only] [--small]\n", argv[0], NUM_VARIANTS); return 2; }
+    }
+    GpuContext ctx;
+    gpu_context_build(&ctx, 0);
+    int ok = 1;
+    if (check)
+        for (int vi = 0; vi < NUM_VARIANTS; vi++)
+            if (!only || VARIANTS[vi].id == only) ok &= check_variant(&VARIANTS[vi], &ctx);
+    if (bench) {
+        printf("\n%-22s | %-34s | %8s | %8s | %8s | %6s | %6s | %s\n", "N x C x V", "variant", "fwd ms", "bwd ms",
+               "f+b ms", "TF/s", "xGEMMs", "scratch");
+        for (size_t i = 0; i < sizeof(BENCH_SHAPES) / sizeof(BENCH_SHAPES[0]); i++)
+            if (!small || BENCH_SHAPES[i].N == 1024) bench_shape(&BENCH_SHAPES[i], only, &ctx);
+    }
+    gpu_context_free(&ctx);
+    if (!ok) { printf("CHECK FAILED\n"); return 1; }
+    return 0;
+}

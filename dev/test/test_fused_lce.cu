@@ -1,0 +1,132 @@
+// test_fused_lce.cu: GPU test of the LM head API (llmc/fused_lce.cuh) against the CPU fp64 reference:
+// every entry point (training, loss only, recomputing backward with per-row upstream gradients), each
+// feature (ignore_index, z-loss, soft-capping, label smoothing), the unfused baseline, several chunks
+// per call, bitwise determinism, bad targets flagged, and bad sizes refused with an error exit.
+#include <sys/wait.h>
+#include <unistd.h>
+#include "../../llmc/fused_lce.cuh"
+#include "../cuda/fused_lce_check.cuh"
+#include "testing.h"
+
+static FlceOptions options(float z_loss, float softcap, float smoothing) {
+    FlceOptions o = flce_options_default();
+    o.z_loss = z_loss; o.softcap = softcap; o.label_smoothing = smoothing;
+    return o;
+}
+
+// Builds the head (fused unless logits_fp32 == 0; `budget` bounds its logits buffer) and checks one mode.
+static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, const GpuContext* ctx) {
+    FlceInputs in = flce_inputs_make(cs, 42 + cs->N + cs->V);
+    FlceDevice d = flce_device_make(cs, &in);
+    FusedLce h;
+    fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, logits_fp32, budget);
+    int ok = flce_check_mode(&h, mode, cs, &in, &d, ctx);
+    EXPECT(ok, "%s (mode %d, %s head, %d-row chunks) differs from the reference beyond tolerance", cs->what, mode,
+           logits_fp32 ? "fused" : "unfused", h.chunk);
+    EXPECT(fused_lce_bad_target_row(&h, ctx) < 0, "%s: a bad target was flagged, but all are valid", cs->what);
+    fused_lce_free(&h);
+    flce_device_free(&d);
+    flce_inputs_free(&in);
+}
+
+// Two training calls on the same inputs give bit-identical loss, dx and dW.
+static void check_determinism(const GpuContext* ctx) {
+    FlceCase cs = {333, 256, 5000, 5120, options(1e-4f, 0.0f, 0.0f), 9, "determinism"};
+    FlceInputs in = flce_inputs_make(&cs, 7);
+    FlceDevice d = flce_device_make(&cs, &in);
+    FusedLce h;
+    fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, (size_t)100 * cs.Vp * sizeof(float));
+    FlceOutputs run[2];
+    for (int r = 0; r < 2; r++) {
+        flce_device_reset(&d, &cs, &in);
+        fused_lce_forward_backward(&h, d.dx, d.dW, 1.0f, d.x, d.W, d.t, cs.N, ctx);
+        run[r] = flce_outputs_download(&h, &d, &cs, 1);
+    }
+    EXPECT(memcmp(&run[0].loss, &run[1].loss, sizeof(float)) == 0, "determinism: loss differs between runs");
+    EXPECT(memcmp(run[0].dx, run[1].dx, (size_t)cs.N * cs.C * sizeof(float)) == 0, "determinism: dx differs between runs");
+    EXPECT(memcmp(run[0].dW, run[1].dW, (size_t)cs.Vp * cs.C * sizeof(float)) == 0, "determinism: dW differs between runs");
+    printf("determinism: two runs of %d rows in %d-row chunks: loss, dx, dW bitwise %s\n", cs.N, h.chunk,
+           test_failed ? "DIFFERENT" : "identical");
+    for (int r = 0; r < 2; r++) flce_outputs_free(&run[r]);
+    fused_lce_free(&h);
+    flce_device_free(&d);
+    flce_inputs_free(&in);
+}
+
+// A target >= V (not ignore_index) is flagged with its row, and that row counts as ignored.
+static void check_bad_target(const GpuContext* ctx) {
+    FlceCase cs = {50, 64, 500, 512, flce_options_default(), 0, "bad target"};
+    FlceInputs in = flce_inputs_make(&cs, 9);
+    in.t[17] = 500;  // == V
+    FlceDevice d = flce_device_make(&cs, &in);
+    FusedLce h;
+    fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, FLCE_DEFAULT_SCRATCH);
+    flce_device_reset(&d, &cs, &in);
+    fused_lce_forward_backward(&h, d.dx, d.dW, 1.0f, d.x, d.W, d.t, cs.N, ctx);
+    int row = fused_lce_bad_target_row(&h, ctx);
+    EXPECT(row == 17, "bad target: flagged row %d, expected 17", row);
+    FlceOutputs o = flce_outputs_download(&h, &d, &cs, 1);
+    EXPECT(o.loss_rows[17] == 0.0f, "bad target: its row has loss %g, expected 0 (treated as ignored)", o.loss_rows[17]);
+    int zero = 1;
+    for (int c = 0; c < cs.C; c++) zero &= o.dx[17 * cs.C + c] == 0.0f;
+    EXPECT(zero, "bad target: its row has a non-zero dx");
+    printf("bad target: row %d flagged, loss 0, no gradient\n", row);
+    flce_outputs_free(&o);
+    fused_lce_free(&h);
+    flce_device_free(&d);
+    flce_inputs_free(&in);
+}
+
+// Bad sizes end the process with an error before any device work: run each in a child and expect exit 1.
+static void expect_exit(const char* what, int which) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FusedLce h;
+        FlceOptions o = flce_options_default();
+        if (which == 0) fused_lce_build(&h, 16, 12, 100, 128, o, 1, FLCE_DEFAULT_SCRATCH);       // C % 8 != 0
+        if (which == 1) fused_lce_build(&h, 16, 64, 200, 128, o, 1, FLCE_DEFAULT_SCRATCH);       // V > Vp
+        if (which == 2) fused_lce_build(&h, 0, 64, 100, 128, o, 1, FLCE_DEFAULT_SCRATCH);        // no rows
+        if (which == 3) { o.label_smoothing = 1.0f; fused_lce_build(&h, 16, 64, 100, 128, o, 1, FLCE_DEFAULT_SCRATCH); }
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == EXIT_FAILURE, "%s: expected an error exit, got status %d", what, status);
+    printf("bad arguments: %s -> error exit\n", what);
+}
+
+int main(void) {
+    expect_exit("C = 12 (not a multiple of 8)", 0);
+    expect_exit("V = 200 > Vp = 128", 1);
+    expect_exit("max_n = 0", 2);
+    expect_exit("label_smoothing = 1", 3);
+
+    GpuContext ctx;
+    gpu_context_build(&ctx, 0);
+    const FlceCase cases[] = {
+        {300, 256, 5000, 5120, options(0, 0, 0), 0, "plain N=300 C=256 V=5000"},
+        {1, 128, 1000, 1024, options(0, 0, 0), 0, "N=1"},
+        {64, 64, 777, 784, options(0, 0, 0), 1, "all rows ignored"},
+        {200, 192, 3001, 3008, options(0, 0, 0), 4, "ignore_index every 4th row"},
+        {160, 128, 2000, 2048, options(1e-3f, 0, 0), 0, "z-loss"},
+        {160, 128, 2000, 2048, options(0, 5.0f, 0), 0, "soft-capping at 5"},
+        {160, 128, 2000, 2048, options(0, 0, 0.1f), 0, "label smoothing 0.1"},
+        {257, 256, 4093, 4096, options(1e-4f, 15.0f, 0.1f), 7, "all features, V=4093"},
+        {96, 200, 1000, 1024, options(0, 0, 0), 0, "C=200 (not a multiple of 32: chunked forward)"},
+    };
+    int ncases = (int)(sizeof(cases) / sizeof(cases[0]));
+    for (int i = 0; i < ncases; i++) {
+        const FlceCase* cs = &cases[i];
+        size_t small = (size_t)64 * cs->Vp * sizeof(float);  // 64-row chunks: several per call
+        check(cs, 1, FLCE_DEFAULT_SCRATCH, FLCE_MODE_TRAIN, &ctx);
+        check(cs, 1, small, FLCE_MODE_TRAIN, &ctx);
+        check(cs, 1, FLCE_DEFAULT_SCRATCH, FLCE_MODE_FORWARD, &ctx);
+        check(cs, 1, small, FLCE_MODE_BACKWARD, &ctx);
+        check(cs, 0, 0, FLCE_MODE_TRAIN, &ctx);
+    }
+    check_determinism(&ctx);
+    check_bad_target(&ctx);
+    gpu_context_free(&ctx);
+    return test_summary("test_fused_lce");
+}
