@@ -1,6 +1,7 @@
 # A menu of recipes. `make help` lists them. Build outputs go to build/ (and ./train_gpt, ./test_gpt).
 #   make data        fetch the GPT-2 BPE files and the starter corpus, write data/starter/*.bin
 #   make data-debian a larger optional set from Debian packages into data/debian/*.bin
+#   make train_gpt   the trainer (fetches the starter data first if needed); ./train_gpt -h lists its flags
 #   make test        build everything, run every CPU test, and the GPU tests when a GPU is present
 #   make dev         build every kernel playground in dev/cuda/ into build/dev/
 #   make clean       remove build outputs (keeps fetched data; `make clean-data` removes that)
@@ -32,7 +33,7 @@ CUDA_LIBS := -lcublasLt -lcublas
 
 .PHONY: help data data-debian test dev clean clean-data test-deps
 help:
-	@sed -n '2,7p' Makefile | sed 's/^# *//'
+	@sed -n '2,8p' Makefile | sed 's/^# *//'
 
 need_pcre2:
 	@test -n "$(PCRE2)" || { echo "error: PCRE2 not found (pcre2-config). Install it: apt-get install -y libpcre2-dev"; exit 1; }
@@ -60,6 +61,15 @@ data/starter/.complete: | data/gpt2/vocab.bpe $(DATA_TOOLS)
 data-debian: | data/gpt2/vocab.bpe $(DATA_TOOLS)
 	bash data/fetch_debian.sh
 
+# --- the trainer and its GPU test ---------------------------------------------------------------
+# train_gpt needs the starter shards: when data/starter/ is not complete it runs `make data` first
+# (which needs PCRE2 and npm, and says so when they are missing).
+train_gpt: train_gpt.cu $(wildcard llmc/*.cuh llmc/*.h)
+	@test -f data/starter/.complete || $(MAKE) --no-print-directory data
+	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
+test_gpt: test_gpt.cu $(wildcard llmc/*.cuh llmc/*.h dev/test/*.h)
+	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
+
 # --- dev playgrounds: dev/cuda/<name>.cu -> build/dev/<name> -------------------------------------
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 dev: $(DEV_KERNELS)
@@ -82,8 +92,8 @@ $(TIKTOKEN):
 	mkdir -p build/node && npm install --silent --no-audit --no-fund --prefix build/node tiktoken@1.0.22
 
 # builds every CUDA target too, so that a compile error in any .cu fails the test run
-test: data test-deps $(CPU_TESTS) $(GPU_TESTS) $(DEV_KERNELS)
-	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) --gpu $(GPU_TESTS)
+test: data test-deps $(CPU_TESTS) $(GPU_TESTS) $(DEV_KERNELS) train_gpt test_gpt
+	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) --gpu $(GPU_TESTS) ./test_gpt
 
 clean:
 	rm -rf build train_gpt test_gpt

@@ -93,6 +93,7 @@ __global__ void __launch_bounds__(FLCE_MMA_THREADS, 2) flce_mma_forward_kernel(c
     float cap = a.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
 
     float rm[8], rs[8], rsum[8];  // running state of the thread's 8 rows: (mi, half) -> mi*2+half
+    #pragma unroll
     for (int i = 0; i < 8; i++) { rm[i] = -INFINITY; rs[i] = 0.0f; rsum[i] = 0.0f; }
     float acc[4][4][4];
     for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) for (int k = 0; k < 4; k++) acc[i][j][k] = 0.0f;
@@ -119,6 +120,7 @@ __global__ void __launch_bounds__(FLCE_MMA_THREADS, 2) flce_mma_forward_kernel(c
         cp_async_commit();
         const bf16* tA = sA + (it % FLCE_MMA_STAGES) * FLCE_MMA_BM * FLCE_MMA_LD;
         const bf16* tB = sB + (it % FLCE_MMA_STAGES) * FLCE_MMA_BN * FLCE_MMA_LD;
+        #pragma unroll
         for (int kk = 0; kk < FLCE_MMA_BK; kk += 16) {
             unsigned af[4][4], bfr[4][2];
             for (int mi = 0; mi < 4; mi++) {
@@ -139,10 +141,14 @@ __global__ void __launch_bounds__(FLCE_MMA_THREADS, 2) flce_mma_forward_kernel(c
 
         // epilogue of a vocab tile: fold the fp32 accumulators into the rows' running state
         int col_base = (split + (it / KT) * a.splits) * FLCE_MMA_BN + wn * 32 + c4 * 2;
+        #pragma unroll
         for (int mi = 0; mi < 4; mi++) {
+            #pragma unroll
             for (int h = 0; h < 2; h++) {
                 float v[8], mx = -INFINITY, sum = 0.0f;
+                #pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
+                    #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         float z = acc[mi][ni][h * 2 + e];
                         if (cap > 0.0f) z = cap * flce_tanh(z * inv_cap);
@@ -158,6 +164,7 @@ __global__ void __launch_bounds__(FLCE_MMA_THREADS, 2) flce_mma_forward_kernel(c
                 if (mx == -INFINITY) continue;  // every column of this thread is padding
                 if (mx > rm[i]) { rs[i] *= __expf(rm[i] - mx); rm[i] = mx; }
                 float s = 0.0f;
+                #pragma unroll
                 for (int e = 0; e < 8; e++) s += __expf(v[e] - rm[i]);
                 rs[i] += s;
                 rsum[i] += sum;
@@ -167,7 +174,9 @@ __global__ void __launch_bounds__(FLCE_MMA_THREADS, 2) flce_mma_forward_kernel(c
     cp_async_wait<0>();
 
     // merge the 4 lanes that share a row, then the 4 column warps, and write the block's partial
+    #pragma unroll
     for (int i = 0; i < 8; i++) {
+        #pragma unroll
         for (int o = 1; o <= 2; o <<= 1) {
             float m2 = __shfl_xor_sync(0xffffffffu, rm[i], o), s2 = __shfl_xor_sync(0xffffffffu, rs[i], o);
             rsum[i] += __shfl_xor_sync(0xffffffffu, rsum[i], o);
@@ -177,6 +186,7 @@ __global__ void __launch_bounds__(FLCE_MMA_THREADS, 2) flce_mma_forward_kernel(c
     __syncthreads();  // pipeline smem is reused below
     float* red = (float*)smem_raw;  // (4 column warps, BM rows, 3)
     if (c4 == 0) {
+        #pragma unroll
         for (int i = 0; i < 8; i++) {
             int r = wm * 64 + (i >> 1) * 16 + g + (i & 1) * 8;
             float* p = red + (wn * FLCE_MMA_BM + r) * 3;

@@ -1,0 +1,245 @@
+// test_gpt.cu: the CUDA model (llmc/gpt.cuh) against the CPU reference (dev/test/gpt_ref.h, float
+// build), on a small GPT with the real vocabulary: L=2, C=128, NH=4, V=50257 padded to 50304, B=4, T=64.
+//   ./test_gpt          (needs a GPU; ~1 minute, mostly the CPU reference)
+// Checks, each printed with its numbers:
+//   1. the model's init equals the reference's init for the same seed, bitwise (same RNG and recipe)
+//   2. loss and every parameter gradient vs the reference (targets include ignored positions)
+//   3. the unfused head agrees with the fused one; recompute gives bitwise the same gradients;
+//      the eval loss equals the training loss; accumulating a batch twice at dloss 1/2 equals once at 1
+//   4. the losses of 10 AdamW steps (with clipping and weight decay) vs the reference
+//   5. two runs with the same seed are bitwise identical (losses and final master weights)
+// Both sides evaluate the same model: the reference's parameters are rounded to bf16 first, since the
+// GPU computes with bf16 parameters. Tolerances are stated where they are checked.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "llmc/gpt.cuh"
+#include "dev/test/gpt_ref.h"
+#include "dev/test/testing.h"
+
+#define L_ 2
+#define C_ 128
+#define NH_ 4
+#define B_ 4
+#define T_ 64
+
+static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+static GptConfig small_config(void) {
+    GptConfig c;
+    c.max_seq_len = T_; c.vocab_size = 50257; c.padded_vocab_size = 50304;
+    c.num_layers = L_; c.num_heads = NH_; c.channels = C_;
+    return c;
+}
+
+static float model_loss(GptModel* m, const GpuContext* ctx) {
+    float loss;
+    cuda_check(cudaMemcpyAsync(&loss, m->acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
+    cuda_check(cudaStreamSynchronize(ctx->stream));
+    return loss;
+}
+
+static void copy_to_host(float* dst, const float* src, size_t n) {
+    cuda_check(cudaDeviceSynchronize());
+    cuda_check(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+// One optimizer step's gradients of the batch, accumulated `times` times at dloss 1/times.
+static void grads_of(GptModel* m, const int* in, const int* tg, int times, const GpuContext* ctx) {
+    gpt_zero_grad(m, ctx);
+    for (int k = 0; k < times; k++) {
+        gpt_forward(m, in, B_, T_, ctx);
+        gpt_backward(m, tg, 1.0f / times, ctx);
+    }
+    cuda_check(cudaStreamSynchronize(ctx->stream));
+}
+
+// Compares tensor by tensor: relative L2 error ‖a − b‖/‖b‖ and max |a − b| (with where and the
+// reference's max |b|). Returns the largest relative L2 error.
+static double compare_tensors(const char* what, const float* got, const float* ref, const GptModel* m, double tol) {
+    double worst = 0.0;
+    for (int i = 0; i < GPT_NUM_TENSORS; i++) {
+        const float* a = got + m->tensor_offset[i];
+        const float* b = ref + m->tensor_offset[i];
+        double d2 = 0.0, b2 = 0.0, maxd = 0.0, maxb = 0.0;
+        size_t where = 0;
+        for (size_t j = 0; j < m->tensor_size[i]; j++) {
+            double d = fabs((double)a[j] - b[j]);
+            d2 += d * d;
+            b2 += (double)b[j] * b[j];
+            if (d > maxd || d != d) { maxd = d; where = j; }
+            if (fabs(b[j]) > maxb) maxb = fabs(b[j]);
+        }
+        double rel = b2 > 0 ? sqrt(d2 / b2) : sqrt(d2);
+        if (!(rel <= worst)) worst = rel;
+        printf("  %-10s %-9s rel L2 %.2e (tol %.0e) | max |diff| %.2e at %zu (max |ref| %.2e)\n", what,
+               gpt_tensor_name(i), rel, tol, maxd, where, maxb);
+        EXPECT(rel <= tol, "%s %s: relative L2 error %.3e > %.0e", what, gpt_tensor_name(i), rel, tol);
+    }
+    return worst;
+}
+
+static int bitwise_equal(const float* a, const float* b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+// Trains `steps` steps on batches derived from seed; returns losses and the final master weights.
+static void train_run(float* losses, float* master, const GptConfig* c, uint64_t seed, int steps, const GpuContext* ctx) {
+    GptModel m;
+    gpt_build(&m, c, B_, T_, 0, 1);
+    gpt_init_params(&m, seed, ctx);
+    int in[B_ * T_], tg[B_ * T_];
+    uint64_t rng = seed * 31 + 7;
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < B_ * T_; i++) {
+            in[i] = (int)(rand_next(&rng) % 50257);
+            tg[i] = (int)(rand_next(&rng) % 50257);
+        }
+        grads_of(&m, in, tg, 1, ctx);
+        gpt_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s + 1, ctx);
+        losses[s] = model_loss(&m, ctx);
+    }
+    copy_to_host(master, m.master_memory, m.num_params);
+    gpt_free(&m);
+}
+
+int main(void) {
+    GpuContext ctx;
+    gpu_context_build(&ctx, 0);
+    GptConfig c = small_config();
+    gpt_ref_config rc;
+    rc.max_seq_len = c.max_seq_len; rc.vocab_size = c.vocab_size; rc.padded_vocab_size = c.padded_vocab_size;
+    rc.num_layers = c.num_layers; rc.num_heads = c.num_heads; rc.channels = c.channels;
+    const uint64_t seed = 1234;
+
+    gpt_ref_model ref;
+    gpt_ref_build(&ref, &rc, B_, T_);
+    gpt_ref_init_params(&ref, seed);
+    GptModel m;
+    gpt_build(&m, &c, B_, T_, 0, 1);
+    EXPECT(m.num_params == ref.num_params, "parameter count %zu vs reference %zu", m.num_params, ref.num_params);
+    size_t n = m.num_params;
+    float* host = (float*)malloc_check(n * sizeof(float));
+    float* host2 = (float*)malloc_check(n * sizeof(float));
+
+    // 1. init
+    gpt_init_params(&m, seed, &ctx);
+    copy_to_host(host, m.master_memory, n);
+    int init_same = bitwise_equal(host, ref.params_memory, n);
+    printf("init: %zu parameters, bitwise equal to the reference's init: %s\n", n, init_same ? "yes" : "no");
+    EXPECT(init_same, "gpt_init_params(seed %llu) differs from gpt_ref_init_params", (unsigned long long)seed);
+
+    // the same bf16-representable parameters on both sides
+    for (size_t i = 0; i < n; i++) ref.params_memory[i] = bf16_round(ref.params_memory[i]);
+    gpt_set_params(&m, ref.params_memory, &ctx);
+
+    // a batch with ignored targets (every 9th position) to exercise ignore_index
+    int in[B_ * T_], tg[B_ * T_];
+    uint64_t rng = 99;
+    for (int i = 0; i < B_ * T_; i++) {
+        in[i] = (int)(rand_next(&rng) % 50257);
+        tg[i] = i % 9 == 4 ? -1 : (int)(rand_next(&rng) % 50257);
+    }
+
+    // 2. loss and gradients. Tolerances: bf16 rounds every activation and the residual-stream gradient
+    // to 2^-9 relative; a dozen roundings in series give ~1% relative error per gradient tensor, so
+    // 5% relative L2 passes bf16 and catches a wrong formula (errors of order 1). The loss is a mean
+    // over 230 rows of fp32 softmax math from bf16 activations: 2e-3 relative.
+    grads_of(&m, in, tg, 1, &ctx);
+    float loss = model_loss(&m, &ctx);
+    double ref_loss = gpt_ref_forward(&ref, in, tg, B_, T_);
+    gpt_ref_backward(&ref);
+    printf("loss: gpu %.6f, reference %.6f (rel diff %.2e, tol 2e-3)\n", loss, ref_loss, fabs(loss - ref_loss) / ref_loss);
+    EXPECT(fabs(loss - ref_loss) <= 2e-3 * ref_loss, "loss %.6f vs reference %.6f", loss, ref_loss);
+    float* grads = (float*)malloc_check(n * sizeof(float));
+    copy_to_host(grads, m.grads_memory, n);
+    printf("gradients vs reference:\n");
+    compare_tensors("grad", grads, ref.grads_memory, &m, 5e-2);
+
+    // 3a. eval loss of the same batch: the same head forward, bitwise the same loss
+    gpt_forward(&m, in, B_, T_, &ctx);
+    gpt_eval_loss(&m, tg, &ctx);
+    float eval_loss;
+    cuda_check(cudaMemcpy(&eval_loss, m.head.loss, sizeof(float), cudaMemcpyDeviceToHost));
+    printf("eval loss %.6f vs training loss %.6f: %s\n", eval_loss, loss, eval_loss == loss ? "equal" : "DIFFERENT");
+    EXPECT(eval_loss == loss, "gpt_eval_loss %.7f differs from the training loss %.7f", eval_loss, loss);
+
+    // 3b. the same batch accumulated twice at dloss 1/2: every gradient is exactly halved twice and summed,
+    // so the result equals one pass (power-of-two scaling commutes with rounding); tolerance 1e-6 for safety
+    grads_of(&m, in, tg, 2, &ctx);
+    copy_to_host(host, m.grads_memory, n);
+    float acc_loss = model_loss(&m, &ctx);
+    printf("gradient accumulation (2 x dloss 1/2 vs 1 x dloss 1): loss %.6f vs %.6f\n", acc_loss, loss);
+    EXPECT(fabs(acc_loss - loss) <= 1e-6f * loss, "accumulated loss %.7f vs %.7f", acc_loss, loss);
+    compare_tensors("accum", host, grads, &m, 1e-6);
+
+    // 3c. recompute: the GELU rerun in the backward is the same kernel on the same input: bitwise
+    {
+        GptModel r;
+        gpt_build(&r, &c, B_, T_, 1, 1);
+        gpt_set_params(&r, ref.params_memory, &ctx);
+        grads_of(&r, in, tg, 1, &ctx);
+        copy_to_host(host, r.grads_memory, n);
+        float rl = model_loss(&r, &ctx);
+        int same = bitwise_equal(host, grads, n) && rl == loss;
+        printf("recompute: loss %.6f, gradients bitwise equal to no recompute: %s\n", rl, same ? "yes" : "no");
+        EXPECT(same, "recompute changes the loss or the gradients");
+        gpt_free(&r);
+    }
+
+    // 3d. unfused head (bf16 logits, rounded before the softmax) vs fused (fp32 logits): logits near 0
+    // at init round to ~1e-3 absolute, so the loss agrees to 1e-3 relative and gradients to 3e-2 rel L2
+    {
+        GptModel u;
+        gpt_build(&u, &c, B_, T_, 0, 0);
+        gpt_set_params(&u, ref.params_memory, &ctx);
+        grads_of(&u, in, tg, 1, &ctx);
+        copy_to_host(host, u.grads_memory, n);
+        float ul = model_loss(&u, &ctx);
+        printf("unfused head: loss %.6f vs fused %.6f (rel diff %.2e, tol 1e-3)\n", ul, loss, fabs(ul - loss) / loss);
+        EXPECT(fabs(ul - loss) <= 1e-3 * loss, "unfused loss %.6f vs fused %.6f", ul, loss);
+        compare_tensors("unfused", host, grads, &m, 3e-2);
+        gpt_free(&u);
+    }
+
+    // 4. ten AdamW steps on the same batch, both sides from the same parameters. The GPU updates fp32
+    // master weights but computes with their bf16 rounding; the losses drift apart by the bf16 error
+    // of the model (~1e-3 relative per step): tolerance 0.05 absolute (llm.c's bf16 tolerance), and
+    // the loss must fall (so that a broken update cannot pass).
+    gpt_set_params(&m, ref.params_memory, &ctx);
+    float first = 0.0f, last = 0.0f;
+    for (int s = 1; s <= 10; s++) {
+        grads_of(&m, in, tg, 1, &ctx);
+        gpt_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s, &ctx);
+        float gl = model_loss(&m, &ctx);
+        float gnorm;
+        cuda_check(cudaMemcpy(&gnorm, m.acts.norm, sizeof(float), cudaMemcpyDeviceToHost));
+        double rl = gpt_ref_forward(&ref, in, tg, B_, T_);
+        gpt_ref_backward(&ref);
+        double rnorm = gpt_ref_clip_grad_norm(&ref, 1.0);
+        gpt_ref_adamw_step(&ref, 1e-3, 0.9, 0.95, 1e-8, 0.1, s);
+        printf("step %2d: loss gpu %.6f ref %.6f (diff %.1e, tol 5e-2) | grad norm gpu %.4f ref %.4f\n", s, gl, rl,
+               fabs(gl - rl), gnorm, rnorm);
+        EXPECT(fabs(gl - rl) <= 5e-2, "step %d: loss %.6f vs reference %.6f", s, gl, rl);
+        EXPECT(fabs(gnorm - rnorm) <= 5e-2 * rnorm, "step %d: grad norm %.5f vs reference %.5f", s, gnorm, rnorm);
+        if (s == 1) first = gl;
+        last = gl;
+    }
+    EXPECT(last < first - 0.5f, "the loss did not fall over 10 steps on one batch: %.4f -> %.4f", first, last);
+
+    // 5. determinism: two runs from the same seed, 3 steps on fresh batches
+    float l1[3], l2[3];
+    train_run(l1, host, &c, 7, 3, &ctx);
+    train_run(l2, host2, &c, 7, 3, &ctx);
+    int same = memcmp(l1, l2, sizeof(l1)) == 0 && bitwise_equal(host, host2, n);
+    printf("determinism: losses %.6f %.6f %.6f vs %.6f %.6f %.6f, master weights bitwise equal: %s\n",
+           l1[0], l1[1], l1[2], l2[0], l2[1], l2[2], bitwise_equal(host, host2, n) ? "yes" : "no");
+    EXPECT(same, "two runs with the same seed differ");
+
+    free(grads);
+    free(host2);
+    free(host);
+    gpt_free(&m);
+    gpt_ref_free(&ref);
+    gpu_context_free(&ctx);
+    return test_summary("test_gpt");
+}

@@ -1,0 +1,414 @@
+// train_gpt.cu: pretrains a GPT-2 (d6 ... d48) from scratch on token shards, in bf16, on one GPU.
+//   make train_gpt && ./train_gpt            (d6 on the starter shards: a few minutes, visibly learns)
+//   ./train_gpt -h                           (every flag with its default)
+// The model and its layers are in llmc/ (gpt.cuh wires them); this file is the program around it:
+// flags, the learning-rate schedule, the loop with gradient accumulation, validation, and sampling.
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "llmc/gpt.cuh"        // GptModel, gpt_build / forward / backward / update / free, and the layers
+#include "llmc/dataloader.h"   // DataLoader: (B, T) batches from shards
+#include "llmc/tokenizer.h"    // GPT-2 decoding, for samples
+#include "llmc/rand.h"         // rand_next, for sampling
+
+// --- flags ---------------------------------------------------------------------------------------
+
+typedef struct {
+    const char* train_pattern;  // -train
+    const char* val_pattern;    // -val
+    const char* vocab_path;     // -vocab
+    int depth;                  // -depth
+    int B, T;                   // -b, -t
+    int total_batch;            // -total_batch: tokens per optimizer step
+    int steps;                  // -steps
+    float lr;                   // -lr
+    int warmup;                 // -warmup
+    const char* schedule;       // -schedule
+    float final_lr_frac;        // -final_lr_frac
+    float weight_decay;         // -wd
+    float beta1, beta2, eps;    // -beta1, -beta2, -eps
+    float clip;                 // -clip
+    const char* head;           // -head
+    int recompute;              // -recompute
+    int val_every;              // -val_every
+    int val_batches;            // -val_batches
+    int sample_tokens;          // -sample_tokens
+    int seed;                   // -seed
+    int device;                 // -device
+} TrainConfig;
+
+typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_STR } FlagType;
+typedef struct {
+    const char* name;
+    FlagType type;
+    void* value;
+    const char* def;    // the default, parsed like a command-line value
+    const char* group;  // usage() prints the flags grouped by this
+    const char* help;
+} Flag;
+
+// The one declaration of every flag: name, destination, default, help.
+static int train_flags(TrainConfig* c, Flag* f) {
+    const Flag table[] = {
+        {"-train", FLAG_STR, &c->train_pattern, "data/starter/starter_train_*.bin", "data", "train shards (glob pattern)"},
+        {"-val", FLAG_STR, &c->val_pattern, "data/starter/starter_val_*.bin", "data", "validation shards (glob pattern)"},
+        {"-vocab", FLAG_STR, &c->vocab_path, "data/gpt2/vocab.bpe", "data", "GPT-2 BPE merges, to decode samples"},
+        {"-depth", FLAG_INT, &c->depth, "6", "model", "GPT-2 size: 6 (30M), 12 (124M), 24, 36, 48 (1.5B)"},
+        {"-t", FLAG_INT, &c->T, "256", "batch", "sequence length T (at most 1024)"},
+        {"-b", FLAG_INT, &c->B, "32", "batch", "micro-batch size B (sequences per forward)"},
+        {"-total_batch", FLAG_INT, &c->total_batch, "0", "batch", "tokens per optimizer step, a multiple of B*T (0: B*T)"},
+        {"-steps", FLAG_INT, &c->steps, "300", "optimizer", "optimizer steps"},
+        {"-lr", FLAG_FLOAT, &c->lr, "1e-3", "optimizer", "peak learning rate"},
+        {"-warmup", FLAG_INT, &c->warmup, "30", "optimizer", "linear warmup steps"},
+        {"-schedule", FLAG_STR, &c->schedule, "cosine", "optimizer", "decay after warmup: cosine | linear"},
+        {"-final_lr_frac", FLAG_FLOAT, &c->final_lr_frac, "0.1", "optimizer", "final learning rate as a fraction of -lr"},
+        {"-wd", FLAG_FLOAT, &c->weight_decay, "0.1", "optimizer", "AdamW weight decay (2-D weights only)"},
+        {"-beta1", FLAG_FLOAT, &c->beta1, "0.9", "optimizer", "AdamW beta1"},
+        {"-beta2", FLAG_FLOAT, &c->beta2, "0.95", "optimizer", "AdamW beta2"},
+        {"-eps", FLAG_FLOAT, &c->eps, "1e-8", "optimizer", "AdamW epsilon"},
+        {"-clip", FLAG_FLOAT, &c->clip, "1.0", "optimizer", "clip gradients to this global norm (0: off)"},
+        {"-head", FLAG_STR, &c->head, "fused", "memory", "LM head: fused (no logits stored) | unfused"},
+        {"-recompute", FLAG_INT, &c->recompute, "0", "memory", "1: recompute GELU outputs in the backward"},
+        {"-val_every", FLAG_INT, &c->val_every, "50", "eval", "validation loss every N steps (0: only at the end)"},
+        {"-val_batches", FLAG_INT, &c->val_batches, "20", "eval", "batches per validation (-1: the whole split)"},
+        {"-sample_tokens", FLAG_INT, &c->sample_tokens, "64", "eval", "tokens sampled at the end (0: none)"},
+        {"-seed", FLAG_INT, &c->seed, "42", "run", "seed of the init, the data order and the sampler"},
+        {"-device", FLAG_INT, &c->device, "0", "run", "CUDA device"},
+    };
+    int n = (int)(sizeof(table) / sizeof(table[0]));
+    memcpy(f, table, sizeof(table));
+    return n;
+}
+#define MAX_FLAGS 64
+
+static void usage(const Flag* f, int n) {
+    printf("usage: ./train_gpt [flag value]...\n");
+    const char* groups[] = {"data", "model", "batch", "optimizer", "memory", "eval", "run"};
+    for (int g = 0; g < (int)(sizeof(groups) / sizeof(groups[0])); g++) {
+        printf("%s:\n", groups[g]);
+        for (int i = 0; i < n; i++)
+            if (strcmp(f[i].group, groups[g]) == 0) printf("  %-15s %-56s (default %s)\n", f[i].name, f[i].help, f[i].def);
+    }
+}
+
+// Returns 0, or -1 with a message when `text` is not a valid value of flag f.
+static int flag_set(const Flag* f, const char* text) {
+    char* end = NULL;
+    if (f->type == FLAG_INT) {
+        long v = strtol(text, &end, 10);
+        if (end == text || *end != '\0' || v < -2147483647L || v > 2147483647L) {
+            fprintf(stderr, "error: flag %s expects an integer, got \"%s\"\n", f->name, text);
+            return -1;
+        }
+        *(int*)f->value = (int)v;
+    } else if (f->type == FLAG_FLOAT) {
+        float v = strtof(text, &end);
+        if (end == text || *end != '\0' || !isfinite(v)) {
+            fprintf(stderr, "error: flag %s expects a number, got \"%s\"\n", f->name, text);
+            return -1;
+        }
+        *(float*)f->value = v;
+    } else {
+        *(const char**)f->value = text;
+    }
+    return 0;
+}
+
+static void parse_flags(TrainConfig* c, int argc, char** argv) {
+    Flag f[MAX_FLAGS];
+    int n = train_flags(c, f);
+    for (int i = 0; i < n; i++)
+        if (flag_set(&f[i], f[i].def) != 0) exit(EXIT_FAILURE);  // a bad default is a bug: caught at once
+    for (int a = 1; a < argc; a += 2) {
+        if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) { usage(f, n); exit(EXIT_SUCCESS); }
+        int k = -1;
+        for (int i = 0; i < n; i++)
+            if (strcmp(argv[a], f[i].name) == 0) k = i;
+        if (k < 0) {
+            fprintf(stderr, "error: unknown flag \"%s\" (./train_gpt -h lists them)\n", argv[a]);
+            exit(EXIT_FAILURE);
+        }
+        if (a + 1 >= argc) {
+            fprintf(stderr, "error: flag %s needs a value (%s)\n", argv[a], f[k].help);
+            exit(EXIT_FAILURE);
+        }
+        if (flag_set(&f[k], argv[a + 1]) != 0) exit(EXIT_FAILURE);
+    }
+}
+
+// GPT-2's sizes by depth: channels and heads (head size 64 throughout).
+static int gpt2_size(int depth, int* channels, int* heads) {
+    const int table[][3] = {{6, 384, 6}, {12, 768, 12}, {24, 1024, 16}, {36, 1280, 20}, {48, 1600, 25}};
+    for (int i = 0; i < 5; i++)
+        if (table[i][0] == depth) { *channels = table[i][1]; *heads = table[i][2]; return 0; }
+    return -1;
+}
+
+#define MAX_SEQ_LEN 1024
+#define VOCAB 50257
+#define PADDED_VOCAB 50304
+
+static void validate_or_exit(const TrainConfig* c) {
+    char msg[512] = "";
+    int ch, nh;
+    if (gpt2_size(c->depth, &ch, &nh) != 0)
+        snprintf(msg, sizeof(msg), "-depth %d: GPT-2 sizes are 6, 12, 24, 36, 48", c->depth);
+    else if (c->T < 1 || c->T > MAX_SEQ_LEN)
+        snprintf(msg, sizeof(msg), "-t %d: the sequence length must be in [1, %d] (the model's context)", c->T, MAX_SEQ_LEN);
+    else if (c->B < 1)
+        snprintf(msg, sizeof(msg), "-b %d: the batch size must be at least 1", c->B);
+    else if ((long long)c->B * c->T > (1LL << 24))
+        snprintf(msg, sizeof(msg), "-b %d -t %d: B*T = %lld tokens per micro-batch is more than 16M", c->B, c->T,
+                 (long long)c->B * c->T);
+    else if (c->total_batch < 0 || (c->total_batch > 0 && c->total_batch % (c->B * c->T) != 0))
+        snprintf(msg, sizeof(msg), "-total_batch %d must be a positive multiple of B*T = %d (or 0 for B*T)",
+                 c->total_batch, c->B * c->T);
+    else if (c->steps < 1)
+        snprintf(msg, sizeof(msg), "-steps %d: at least one step", c->steps);
+    else if (!(c->lr > 0.0f) || c->warmup < 0 || c->final_lr_frac < 0.0f || c->final_lr_frac > 1.0f)
+        snprintf(msg, sizeof(msg), "-lr %g -warmup %d -final_lr_frac %g: need lr > 0, warmup >= 0, frac in [0, 1]",
+                 c->lr, c->warmup, c->final_lr_frac);
+    else if (strcmp(c->schedule, "cosine") != 0 && strcmp(c->schedule, "linear") != 0)
+        snprintf(msg, sizeof(msg), "-schedule %s: choose cosine or linear", c->schedule);
+    else if (c->weight_decay < 0.0f || c->clip < 0.0f || c->eps <= 0.0f || c->beta1 < 0.0f || c->beta1 >= 1.0f ||
+             c->beta2 < 0.0f || c->beta2 >= 1.0f)
+        snprintf(msg, sizeof(msg), "optimizer: need wd >= 0, clip >= 0, eps > 0, beta1 and beta2 in [0, 1)");
+    else if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "unfused") != 0)
+        snprintf(msg, sizeof(msg), "-head %s: choose fused or unfused", c->head);
+    else if (c->recompute != 0 && c->recompute != 1)
+        snprintf(msg, sizeof(msg), "-recompute %d: choose 0 or 1", c->recompute);
+    else if (c->val_every < 0 || c->val_batches < -1 || c->val_batches == 0 || c->sample_tokens < 0)
+        snprintf(msg, sizeof(msg), "eval: need -val_every >= 0, -val_batches >= 1 or -1, -sample_tokens >= 0");
+    if (msg[0]) {
+        fprintf(stderr, "error: %s\n", msg);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// --- schedule, throughput ------------------------------------------------------------------------
+
+// Linear warmup over `warmup` steps, then cosine or linear decay to lr · final_lr_frac at the last step.
+static float lr_at(const TrainConfig* c, int step) {
+    if (step < c->warmup) return c->lr * (float)(step + 1) / (float)c->warmup;
+    float lr_min = c->lr * c->final_lr_frac;
+    int span = c->steps - c->warmup;
+    float frac = span > 1 ? (float)(step - c->warmup) / (float)(span - 1) : 1.0f;
+    if (strcmp(c->schedule, "linear") == 0) return c->lr - (c->lr - lr_min) * frac;
+    return lr_min + (c->lr - lr_min) * 0.5f * (1.0f + cosf(3.14159265f * frac));
+}
+
+// Peak dense bf16 tensor FLOP/s from the device's properties: SMs x clock x FLOP per clock per SM of
+// its architecture, where we know it (A100-class 8.0: 2048, Hopper 9.0: 4096); 0 when unknown.
+// At the maximum clock the driver reports; NVIDIA's published peaks use a lower clock (H100 SXM: 989 TF).
+static double gpu_peak_bf16_flops(int device) {
+    int major = 0, minor = 0, sms = 0, khz = 0;
+    cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cuda_check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    cuda_check(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+    double per_clock = (major == 8 && minor == 0) ? 2048.0 : (major == 9 && minor == 0) ? 4096.0 : 0.0;
+    return per_clock * sms * (double)khz * 1e3;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double mib(size_t bytes) { return bytes / 1048576.0; }
+
+// One row of the config table: the value is formatted, then padded to the column.
+static void table_row(const char* name, const char* fmt, ...) {
+    char value[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof(value), fmt, ap);
+    va_end(ap);
+    printf("| %-20s | %-48s |\n", name, value);
+}
+
+// --- eval and sampling ---------------------------------------------------------------------------
+
+// Mean loss over `batches` batches from the start of the val split.
+static float evaluate(GptModel* m, DataLoader* val, int batches, const GpuContext* ctx) {
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        dataloader_check(val, dataloader_next_batch(val));
+        gpt_forward(m, val->inputs, val->cfg.B, val->cfg.T, ctx);
+        gpt_eval_loss(m, val->targets, ctx);
+        float loss;
+        cuda_check(cudaMemcpyAsync(&loss, m->head.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
+        cuda_check(cudaStreamSynchronize(ctx->stream));
+        sum += loss;
+    }
+    fused_lce_check(&m->head, ctx);
+    return (float)(sum / batches);
+}
+
+// Samples n tokens after <|endoftext|> at temperature 1 (no KV cache: one forward of the whole prefix
+// per token, B = 1), and prints them decoded.
+static void sample(GptModel* m, const Tokenizer* tok, int n, uint64_t seed, const GpuContext* ctx) {
+    int V = m->config.vocab_size, maxT = m->max_T;
+    int* ids = (int*)malloc_check((size_t)maxT * sizeof(int));
+    float* logits = (float*)malloc_check((size_t)V * sizeof(float));
+    uint64_t rng = seed;
+    int len = 1;
+    ids[0] = TOKENIZER_GPT2_EOT;
+    printf("sample: ");
+    for (int i = 0; i < n; i++) {
+        int window = len < maxT ? len : maxT;  // past T tokens the context slides
+        gpt_forward(m, ids + len - window, 1, window, ctx);
+        gpt_logits_row(m, window - 1, ctx);
+        cuda_check(cudaMemcpyAsync(logits, m->acts.logits_row, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
+        cuda_check(cudaStreamSynchronize(ctx->stream));
+        float mx = logits[0];
+        for (int j = 1; j < V; j++) mx = fmaxf(mx, logits[j]);
+        double total = 0.0;
+        for (int j = 0; j < V; j++) total += exp((double)logits[j] - mx);
+        double u = ((double)(rand_next(&rng) >> 11) + 0.5) / 9007199254740992.0 * total, acc = 0.0;
+        int next = V - 1;
+        for (int j = 0; j < V; j++) {
+            acc += exp((double)logits[j] - mx);
+            if (acc >= u) { next = j; break; }
+        }
+        size_t blen;
+        const unsigned char* s = tokenizer_decode(tok, next, &blen);
+        if (s) fwrite(s, 1, blen, stdout);
+        fflush(stdout);
+        if (len == maxT) memmove(ids, ids + 1, (size_t)(maxT - 1) * sizeof(int)); else len++;
+        ids[len - 1] = next;
+    }
+    printf("\n");
+    free(logits);
+    free(ids);
+}
+
+// --- main ----------------------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    TrainConfig cfg;
+    parse_flags(&cfg, argc, argv);
+    validate_or_exit(&cfg);
+    int total_batch = cfg.total_batch ? cfg.total_batch : cfg.B * cfg.T;
+    int accum = total_batch / (cfg.B * cfg.T);
+
+    // data first: a bad pattern or too little data fails before the GPU is touched
+    DataLoader train, val;
+    DataLoaderConfig dc;
+    memset(&dc, 0, sizeof(dc));
+    dc.pattern = cfg.train_pattern; dc.B = cfg.B; dc.T = cfg.T; dc.shuffle = 1; dc.seed = (uint64_t)cfg.seed;
+    dc.vocab_size = VOCAB;
+    dataloader_check(&train, dataloader_init(&train, &dc));
+    dc.pattern = cfg.val_pattern; dc.shuffle = 0;
+    dataloader_check(&val, dataloader_init(&val, &dc));
+    int64_t val_avail = dataloader_batches_per_epoch(&val);
+    int val_batches = cfg.val_batches < 0 ? (int)val_avail : cfg.val_batches;
+    if (val_avail < 1 || val_batches > val_avail) {
+        fprintf(stderr, "error: -val_batches %d: the val split %s holds %lld batches of B*T = %d tokens\n"
+                "  hint: use -val_batches %lld or fewer (or -1 for all), or a smaller -b / -t\n", cfg.val_batches,
+                cfg.val_pattern, (long long)val_avail, cfg.B * cfg.T, (long long)val_avail);
+        exit(EXIT_FAILURE);
+    }
+    Tokenizer tok;
+    if (cfg.sample_tokens > 0) tokenizer_init(&tok, cfg.vocab_path);
+
+    GpuContext ctx;
+    gpu_context_build(&ctx, cfg.device);
+    cudaDeviceProp prop;
+    cuda_check(cudaGetDeviceProperties(&prop, cfg.device));
+    double peak = gpu_peak_bf16_flops(cfg.device);
+
+    GptConfig mc;
+    mc.max_seq_len = MAX_SEQ_LEN; mc.vocab_size = VOCAB; mc.padded_vocab_size = PADDED_VOCAB;
+    mc.num_layers = cfg.depth;
+    gpt2_size(cfg.depth, &mc.channels, &mc.num_heads);
+    GptModel model;
+    gpt_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, strcmp(cfg.head, "fused") == 0);
+    gpt_init_params(&model, (uint64_t)cfg.seed, &ctx);
+
+    // FLOPs per token: 6 per parameter (forward + backward) plus attention's 6·L·C·T (llm.c's count)
+    double flops_per_token = 6.0 * model.num_params + 6.0 * mc.num_layers * mc.channels * cfg.T;
+
+    const char* rule = "+----------------------+--------------------------------------------------+\n";
+    printf("%s", rule);
+    table_row("train shards", "%s (%lld tokens)", cfg.train_pattern, (long long)train.total_windows * cfg.T);
+    table_row("val shards", "%s", cfg.val_pattern);
+    table_row("model", "d%d: %d layers, %d channels, %d heads", cfg.depth, mc.num_layers, mc.channels, mc.num_heads);
+    table_row("vocab", "%d (padded to %d)", mc.vocab_size, mc.padded_vocab_size);
+    table_row("parameters", "%zu", model.num_params);
+    table_row("batch", "B %d x T %d, %d tokens per step", cfg.B, cfg.T, total_batch);
+    table_row("grad accumulation", "%d micro-steps", accum);
+    table_row("steps", "%d", cfg.steps);
+    table_row("lr schedule", "peak %g, warmup %d, %s to %g x peak", cfg.lr, cfg.warmup, cfg.schedule, cfg.final_lr_frac);
+    table_row("AdamW", "beta1 %g, beta2 %g, eps %g, wd %g", cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
+    table_row("grad clip", "%g", cfg.clip);
+    table_row("LM head", "%s", cfg.head);
+    table_row("recompute", "%s", cfg.recompute ? "GELU" : "none");
+    table_row("validation", "every %d steps, %d batches", cfg.val_every, val_batches);
+    table_row("seed", "%d", cfg.seed);
+    table_row("GPU", "%s", prop.name);
+    if (peak > 0) table_row("peak bf16", "%.1f TFLOP/s (SMs x clock x FLOP/clock)", peak / 1e12);
+    else table_row("peak bf16", "unknown for this architecture: no MFU");
+    printf("%s", rule);
+    size_t n = model.num_params;
+    printf("memory: parameters %.1f MiB | gradients %.1f MiB | optimizer (master, m, v) %.1f MiB | "
+           "activations %.1f MiB | head scratch %.1f MiB\n", mib(n * sizeof(bf16)), mib(n * sizeof(float)),
+           mib(3 * n * sizeof(float)), mib(model.acts_bytes),
+           mib(model.head.scratch_bytes + 2 * (size_t)model.head.max_n * sizeof(float)));
+
+    double tokens_per_step = (double)total_batch, train_time = 0.0;
+    int timed_steps = 0;
+    for (int step = 0; step < cfg.steps; step++) {
+        double t0 = now_seconds();
+        gpt_zero_grad(&model, &ctx);
+        for (int k = 0; k < accum; k++) {
+            dataloader_check(&train, dataloader_next_batch(&train));
+            gpt_forward(&model, train.inputs, cfg.B, cfg.T, &ctx);
+            gpt_backward(&model, train.targets, 1.0f / accum, &ctx);
+        }
+        float lr = lr_at(&cfg, step);
+        gpt_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, &ctx);
+        float loss, norm;
+        cuda_check(cudaMemcpyAsync(&loss, model.acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+        cuda_check(cudaMemcpyAsync(&norm, model.acts.norm, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+        cuda_check(cudaStreamSynchronize(ctx.stream));
+        fused_lce_check(&model.head, &ctx);
+        double dt = now_seconds() - t0;
+        if (step > 0) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
+        double tps = tokens_per_step / dt;
+        printf("step %5d/%d | loss %.4f | norm %6.3f | lr %.2e | %7.1f ms | %8.0f tok/s", step + 1, cfg.steps, loss,
+               norm, lr, dt * 1e3, tps);
+        if (peak > 0) printf(" | MFU %5.1f%%", 100.0 * tps * flops_per_token / peak);
+        printf("\n");
+        if (!isfinite(loss)) {
+            fprintf(stderr, "error: the loss is %f at step %d\n  hint: lower -lr or raise -warmup\n", loss, step + 1);
+            exit(EXIT_FAILURE);
+        }
+        if (step == 0) {
+            size_t free_b, total_b;
+            cuda_check(cudaMemGetInfo(&free_b, &total_b));
+            printf("memory: %.1f MiB of %.1f MiB in use on the GPU after the first step\n", mib(total_b - free_b),
+                   mib(total_b));
+        }
+        int last = step == cfg.steps - 1;
+        if (last || (cfg.val_every > 0 && (step + 1) % cfg.val_every == 0))
+            printf("val loss %.4f (step %d)\n", evaluate(&model, &val, val_batches, &ctx), step + 1);
+    }
+    if (timed_steps > 0)
+        printf("average step %.1f ms, %.0f tok/s (steps 2..%d)\n", 1e3 * train_time / timed_steps,
+               tokens_per_step * timed_steps / train_time, cfg.steps);
+    if (cfg.sample_tokens > 0) {
+        sample(&model, &tok, cfg.sample_tokens, (uint64_t)cfg.seed + 1, &ctx);
+        tokenizer_free(&tok);
+    }
+    gpt_free(&model);
+    gpu_context_free(&ctx);
+    dataloader_free(&val);
+    dataloader_free(&train);
+    return 0;
+}
