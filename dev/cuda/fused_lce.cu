@@ -6,6 +6,7 @@
 //   build/dev/fused_lce 2               only variant 2
 //   build/dev/fused_lce --check-only    correctness only      (--bench-only: timing only)
 //   build/dev/fused_lce --small         only the N=1024 shapes
+//   build/dev/fused_lce 2 --scratch 1024   variant 2 with a 1 GiB logits budget (speed against memory)
 //
 // Variants (all live in llmc/: one copy of every kernel):
 //   1 unfused: bf16 logits for all N rows (cuBLASLt), fp32 softmax/CE/gradient in place, 2 GEMMs
@@ -28,7 +29,7 @@
 typedef struct { int id; const char* name; int logits_fp32, mma_forward, has_backward; } Variant;
 static const Variant VARIANTS[] = {
     {1, "unfused (bf16 logits, all rows)", 0, 0, 1},
-    {2, "chunked fp32 logits, 64 MiB", 1, 0, 1},
+    {2, "chunked fp32 logits (--scratch)", 1, 0, 1},
     {3, "fused mma.sync fwd (lse only)", 1, 1, 0},
 };
 #define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
@@ -40,8 +41,10 @@ static const Shape BENCH_SHAPES[] = {
     {8192, 4096, 128256, 128256}, {16384, 4096, 128256, 128256},
 };
 
+static size_t g_scratch = FLCE_DEFAULT_SCRATCH;  // --scratch MiB: the chunked variants' logits budget
+
 static void build_variant(FusedLce* h, const Variant* v, int max_n, int C, int V, int Vp, FlceOptions opt) {
-    fused_lce_build(h, max_n, C, V, Vp, opt, v->logits_fp32, FLCE_DEFAULT_SCRATCH);
+    fused_lce_build(h, max_n, C, V, Vp, opt, v->logits_fp32, g_scratch);
     h->mma_forward = h->mma_forward && v->mma_forward;
 }
 
@@ -178,8 +181,9 @@ int main(int argc, char** argv) {
         if (!strcmp(argv[i], "--check-only")) bench = 0;
         else if (!strcmp(argv[i], "--bench-only")) check = 0;
         else if (!strcmp(argv[i], "--small")) small = 1;
+        else if (!strcmp(argv[i], "--scratch") && i + 1 < argc && atoi(argv[i + 1]) > 0) g_scratch = (size_t)atoi(argv[++i]) << 20;
         else if (atoi(argv[i]) >= 1 && atoi(argv[i]) <= NUM_VARIANTS) only = atoi(argv[i]);
-        else { fprintf(stderr, "usage: %s [variant 1..%d] [--check-only | --bench-only] [--small]\n", argv[0], NUM_VARIANTS); return 2; }
+        else { fprintf(stderr, "usage: %s [variant 1..%d] [--check-only | --bench-only] [--small] [--scratch MiB]\n", argv[0], NUM_VARIANTS); return 2; }
     }
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
