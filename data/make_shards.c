@@ -1,0 +1,269 @@
+// make_shards.c: text files -> GPT-2 token shards (llmc/shard.h, byte-compatible with llm.c's).
+// usage: see usage() below, e.g.
+//   build/make_shards --vocab data/gpt2/vocab.bpe --out data/starter --name starter data/.cache/starter/docs/*.txt
+//
+// Each input file is one document. Its ids are preceded by <|endoftext|> (50256), as in llm.c, so
+// a shard is EOT doc EOT doc ... and the number of EOTs is the number of documents. Document i
+// (0-based, in command-line order, a --list expanded in place) goes to the val split when
+// i % val_every == 0, else to train. Each split is one stream of tokens cut into shards of at most
+// --shard-tokens tokens: DIR/NAME_val_000000.bin, ..., DIR/NAME_train_000000.bin, ...; a document may
+// span two shards (llm.c does the same; the loader reads windows, not documents).
+//
+// Failure: an unreadable file or invalid UTF-8 stops the run with a message naming the file (and
+// the byte offset), exit status 1. Shards are written through ShardWriter's temporary files, and an
+// exit handler (plus SIGINT/SIGTERM) removes the temporary file of every shard still open, so no
+// partial shard is ever left under a final name. Shards already completed in the failed run stay.
+// After a successful run, higher-numbered shards of the same NAME left by an earlier, larger run are
+// removed, so that a glob over DIR/NAME_train_*.bin sees exactly this run's shards.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "../llmc/check.h"
+#include "../llmc/shard.h"
+#include "../llmc/tokenizer.h"
+#include "../llmc/tokenizer_encode.h"
+
+typedef struct {
+    const char* vocab;      // GPT-2 vocab.bpe
+    const char* out_dir;    // shards go here (created if missing)
+    const char* name;       // shard names start with this
+    long long val_every;    // document i goes to val when i % val_every == 0; 0 = no val split
+    long long shard_tokens; // at most this many tokens per shard
+    const char** files;     // (n_files,) documents, in order
+    size_t n_files, cap_files;
+    char* lists[64];        // (n_lists,) the --list files' text, which `files` points into
+    int n_lists;
+} Config;
+
+// One output stream (train or val) and the shard it is writing.
+typedef struct {
+    const char* split;      // "train" or "val"
+    ShardWriter w;
+    int open;               // w holds an open temporary file
+    int n_shards;           // shards completed; also the index of the next one
+    int64_t tokens, docs;   // totals written to this split
+} Split;
+
+static Split splits[2];     // train, val: global only so that the exit and signal handlers find them
+
+static void usage(FILE* f) {
+    fprintf(f,
+            "usage: build/make_shards --out DIR --name NAME [options] FILE...\n"
+            "Tokenizes each FILE (one document each, UTF-8) with GPT-2's BPE and writes token shards\n"
+            "DIR/NAME_val_NNNNNN.bin and DIR/NAME_train_NNNNNN.bin (llm.c's format). Every document is\n"
+            "preceded by <|endoftext|> (50256).\n"
+            "  --vocab PATH        GPT-2 vocab.bpe (default data/gpt2/vocab.bpe; `make data` fetches it)\n"
+            "  --out DIR           output directory, created if missing (required)\n"
+            "  --name NAME         shard name prefix (required)\n"
+            "  --val-every N       documents 0, N, 2N, ... go to val, the others to train (default 20;\n"
+            "                      0 = no val split)\n"
+            "  --shard-tokens N    at most N tokens per shard (default 100000000)\n"
+            "  --list FILE         also read document paths from FILE, one per line (may repeat; the paths\n"
+            "                      take the place of the option in the document order)\n");
+}
+
+// Removes the temporary file of every shard still open. Runs at exit (so also after the exit()
+// of a failed check in check.h) and on SIGINT/SIGTERM; a normal run has closed them all.
+static void splits_remove_temporaries(void) {
+    for (int s = 0; s < 2; s++)
+        if (splits[s].open) {
+            unlink(splits[s].w.tmp_path);
+            splits[s].open = 0;
+        }
+}
+
+static void on_signal(int sig) {
+    splits_remove_temporaries();  // unlink is async-signal-safe
+    _exit(128 + sig);
+}
+
+static void config_add_file(Config* c, const char* path) {
+    if (c->n_files == c->cap_files) {
+        c->cap_files = c->cap_files ? 2 * c->cap_files : 64;
+        c->files = (const char**)realloc_check(c->files, c->cap_files * sizeof(char*));
+    }
+    c->files[c->n_files++] = path;
+}
+
+// Adds the paths of a --list file (one per line, blank lines skipped).
+static void config_add_list(Config* c, const char* list_path) {
+    char err[TOKENIZER_ERR_LEN];
+    size_t len;
+    if (c->n_lists == (int)(sizeof(c->lists) / sizeof(c->lists[0]))) {
+        fprintf(stderr, "error: more than %d --list options\n", c->n_lists);
+        exit(EXIT_FAILURE);
+    }
+    char* text = (char*)tokenizer_read_file(list_path, &len, err, sizeof(err));
+    if (!text) { fprintf(stderr, "error: --list %s\n", err); exit(EXIT_FAILURE); }
+    c->lists[c->n_lists++] = text;
+    for (char *line = text, *eol; line < text + len; line = eol + 1) {
+        eol = memchr(line, '\n', (size_t)(text + len - line));
+        if (!eol) eol = text + len;
+        *eol = 0;
+        if (eol > line && eol[-1] == '\r') eol[-1] = 0;
+        if (*line) config_add_file(c, line);
+    }
+}
+
+static long long parse_count(const char* flag, const char* s, long long lo, long long hi) {
+    char* end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "error: %s %s: expected an integer in [%lld, %lld]\n", flag, s, lo, hi);
+        exit(EXIT_FAILURE);
+    }
+    return v;
+}
+
+static void config_parse(Config* c, int argc, char** argv) {
+    *c = (Config){.vocab = "data/gpt2/vocab.bpe", .val_every = 20, .shard_tokens = 100000000};
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); exit(0); }
+        if (a[0] != '-' || a[1] == 0) { config_add_file(c, a); continue; }
+        if (i + 1 >= argc) { fprintf(stderr, "error: %s needs a value\n", a); usage(stderr); exit(EXIT_FAILURE); }
+        const char* v = argv[++i];
+        if (strcmp(a, "--vocab") == 0) c->vocab = v;
+        else if (strcmp(a, "--out") == 0) c->out_dir = v;
+        else if (strcmp(a, "--name") == 0) c->name = v;
+        else if (strcmp(a, "--val-every") == 0) c->val_every = parse_count(a, v, 0, 1LL << 40);
+        else if (strcmp(a, "--shard-tokens") == 0) c->shard_tokens = parse_count(a, v, 1, SHARD_MAX_TOKENS);
+        else if (strcmp(a, "--list") == 0) config_add_list(c, v);
+        else { fprintf(stderr, "error: unknown option %s\n", a); usage(stderr); exit(EXIT_FAILURE); }
+    }
+    const char* missing = !c->out_dir ? "--out DIR" : !c->name ? "--name NAME" : c->n_files == 0 ? "input FILEs" : NULL;
+    if (missing) { fprintf(stderr, "error: missing %s\n", missing); usage(stderr); exit(EXIT_FAILURE); }
+    if (!*c->name || strchr(c->name, '/')) {
+        fprintf(stderr, "error: --name %s: must be a non-empty file name prefix without '/'\n", c->name);
+        exit(EXIT_FAILURE);
+    }
+}
+
+static void shard_path(char* out, size_t cap, const Config* c, const char* split, int index) {
+    if (snprintf(out, cap, "%s/%s_%s_%06d.bin", c->out_dir, c->name, split, index) >= (int)cap) {
+        fprintf(stderr, "error: --out %s: path too long\n", c->out_dir);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// Appends tokens to the split's stream, opening and completing shards of at most shard_tokens.
+static void split_append(Split* s, const Config* c, const uint16_t* tokens, size_t n) {
+    while (n > 0) {
+        if (!s->open) {
+            char path[4096];
+            shard_path(path, sizeof(path), c, s->split, s->n_shards);
+            shard_writer_open(&s->w, path);
+            s->open = 1;
+        }
+        size_t room = (size_t)(c->shard_tokens - s->w.ntok);
+        size_t k = n < room ? n : room;
+        shard_writer_append(&s->w, tokens, k);
+        s->tokens += (int64_t)k;
+        tokens += k;
+        n -= k;
+        if (s->w.ntok == c->shard_tokens) {  // full: complete it now, so no shard is ever empty
+            shard_writer_close(&s->w);
+            s->open = 0;
+            s->n_shards++;
+        }
+    }
+}
+
+static void split_finish(Split* s, const Config* c) {
+    if (s->open) {
+        shard_writer_close(&s->w);
+        s->open = 0;
+        s->n_shards++;
+    }
+    for (int i = s->n_shards;; i++) {  // shards of an earlier, larger run would join this run's
+        char path[4096];
+        shard_path(path, sizeof(path), c, s->split, i);
+        if (unlink(path) != 0) break;
+        fprintf(stderr, "make_shards: removed %s, left by an earlier run\n", path);
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void progress(size_t done, size_t total, double bytes, double t0, int final) {
+    double dt = now_s() - t0, tok = (double)(splits[0].tokens + splits[1].tokens);
+    fprintf(stderr, "%smake_shards: %zu/%zu files, %.1f MB, %.2fM tokens, %.1f MB/s%s", isatty(2) ? "\r" : "",
+            done, total, bytes / 1e6, tok / 1e6, dt > 0 ? bytes / 1e6 / dt : 0.0, final || !isatty(2) ? "\n" : "");
+}
+
+int main(int argc, char** argv) {
+    Config c;
+    config_parse(&c, argc, argv);
+    if (mkdir(c.out_dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "error: --out %s: cannot create the directory: %s\n", c.out_dir, strerror(errno));
+        return EXIT_FAILURE;
+    }
+    splits[0].split = "train";
+    splits[1].split = "val";
+    atexit(splits_remove_temporaries);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    Tokenizer t;
+    tokenizer_init(&t, c.vocab);
+    Encoder e;
+    encoder_init(&e, &t);
+    TokenBuf ids = {0};
+    uint16_t* u16 = NULL;
+    size_t u16_cap = 0;
+    double t0 = now_s(), last = t0, bytes = 0;
+    for (size_t i = 0; i < c.n_files; i++) {
+        char err[TOKENIZER_ERR_LEN];
+        size_t len, bad;
+        unsigned char* text = tokenizer_read_file(c.files[i], &len, err, sizeof(err));
+        if (!text) { fprintf(stderr, "%serror: %s\n", isatty(2) ? "\n" : "", err); exit(EXIT_FAILURE); }
+        ids.len = 0;
+        token_buf_push(&ids, GPT2_EOT);
+        if (encoder_encode(&e, text, len, &ids, &bad) != 0) {
+            fprintf(stderr, "%serror: %s: %s\n  hint: shards are made from UTF-8 text; fix or convert the file"
+                    " (e.g. iconv -t UTF-8), or leave it out\n", isatty(2) ? "\n" : "", c.files[i], e.err);
+            exit(EXIT_FAILURE);
+        }
+        free(text);
+        if (ids.len > u16_cap) u16 = (uint16_t*)realloc_check(u16, (u16_cap = ids.len) * sizeof(uint16_t));
+        for (size_t k = 0; k < ids.len; k++) u16[k] = (uint16_t)ids.ids[k];  // ids < 50257 < 65536
+        Split* s = &splits[c.val_every > 0 && i % (size_t)c.val_every == 0 ? 1 : 0];
+        split_append(s, &c, u16, ids.len);
+        s->docs++;
+        bytes += (double)len;
+        double now = now_s();
+        if (now - last >= (isatty(2) ? 0.5 : 10.0)) { progress(i + 1, c.n_files, bytes, t0, 0); last = now; }
+    }
+    split_finish(&splits[0], &c);
+    split_finish(&splits[1], &c);
+    progress(c.n_files, c.n_files, bytes, t0, 1);
+    for (int k = 0; k < 2; k++) {
+        Split* s = &splits[k];
+        fprintf(stderr, "  %-5s %lld documents, %lld tokens in %d shard(s)", s->split, (long long)s->docs,
+                (long long)s->tokens, s->n_shards);
+        if (s->n_shards) fprintf(stderr, ": %s/%s_%s_%06d.bin", c.out_dir, c.name, s->split, 0);
+        if (s->n_shards > 1) fprintf(stderr, " ... _%06d.bin", s->n_shards - 1);
+        fprintf(stderr, "\n");
+        if (s->docs == 0 && !(k == 1 && c.val_every == 0))
+            fprintf(stderr, "warning: the %s split is empty (%zu documents, --val-every %lld)\n", s->split, c.n_files,
+                    c.val_every);
+    }
+    free(u16);
+    token_buf_free(&ids);
+    encoder_free(&e);
+    tokenizer_free(&t);
+    free(c.files);
+    for (int k = 0; k < c.n_lists; k++) free(c.lists[k]);
+    return 0;
+}

@@ -1,0 +1,228 @@
+// test_make_shards.c: build/make_shards end to end, on small documents written here.
+// Run from the repository root after `make build/make_shards` (`make test` builds it through `make data`):
+//   - the shards read back (shard_check_header, shard_read_tokens) are exactly EOT + the encoder's ids
+//     of each document, in order, split into val (i % val_every == 0) and train;
+//   - every shard has at most --shard-tokens tokens and only the last of a split fewer;
+//   - --list expands in place; --val-every 0 writes no val split; a rerun removes stale shards;
+//   - bad input (invalid UTF-8, a missing file, bad flags) fails naming the file (and byte offset),
+//     and leaves no temporary file behind.
+#define _GNU_SOURCE
+#include <glob.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "../../llmc/shard.h"
+#include "../../llmc/tokenizer.h"
+#include "../../llmc/tokenizer_encode.h"
+#include "testing.h"
+
+#define MAKE_SHARDS "build/make_shards"
+#define VOCAB "data/gpt2/vocab.bpe"
+
+static char dir[] = "/tmp/test_make_shards.XXXXXX";
+
+static const char* const docs[] = {
+    "Hello world",
+    "The quick brown fox jumps over the lazy dog.\n",
+    "",  // an empty document still gets its EOT
+    "Caf\xc3\xa9 <|endoftext|> is text, not a special token.",
+    "A longer document, so that it spans several tiny shards: one two three four five six seven eight nine ten.",
+    "x",
+    "Hello, I'm a language model,",
+};
+#define N_DOCS ((int)(sizeof(docs) / sizeof(docs[0])))
+
+static char* path_in_dir(const char* name) {
+    static char buf[16][512];
+    static int k = 0;
+    char* p = buf[k++ % 16];
+    snprintf(p, sizeof(buf[0]), "%s/%s", dir, name);
+    return p;
+}
+
+static void write_text(const char* path, const char* s, size_t n) {
+    FILE* f = fopen_check(path, "wb");
+    fwrite_check(s, 1, n, f);
+    fclose_check(f);
+}
+
+// Runs build/make_shards with `args`; returns its exit status, its stderr in err (cap bytes).
+static int run(const char* args, char* err, size_t cap) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "%s %s 2> %s", MAKE_SHARDS, args, path_in_dir("stderr.txt"));
+    int status = system(cmd);
+    FILE* f = fopen(path_in_dir("stderr.txt"), "rb");
+    size_t n = f ? fread(err, 1, cap - 1, f) : 0;
+    if (f) fclose(f);
+    err[n] = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static int count_files(const char* pattern) {
+    glob_t g;
+    int n = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+    globfree(&g);
+    return n;
+}
+
+// Reads DIR/NAME_SPLIT_*.bin in order into out; checks headers, ids and shard sizes. Returns the
+// number of shards.
+static int read_split(const char* name, const char* split, int64_t shard_tokens, TokenBuf* out) {
+    char pattern[600], err[1024];
+    snprintf(pattern, sizeof(pattern), "%s/%s_%s_*.bin", dir, name, split);
+    glob_t g;
+    out->len = 0;
+    int n = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+    for (int s = 0; s < n; s++) {
+        int64_t ntok = shard_check_header(g.gl_pathv[s], err, sizeof(err));
+        EXPECT(ntok >= 0, "%s", err);
+        if (ntok < 0) break;
+        int full = s == n - 1 ? ntok >= 1 && ntok <= shard_tokens : ntok == shard_tokens;
+        EXPECT(full, "%s: %lld tokens; shards hold %lld, only the last fewer", g.gl_pathv[s], (long long)ntok,
+               (long long)shard_tokens);
+        uint16_t* tok = (uint16_t*)malloc_check((size_t)ntok * sizeof(uint16_t) + 1);
+        int rc = shard_read_tokens(g.gl_pathv[s], ntok, GPT2_VOCAB, tok, err, sizeof(err));
+        EXPECT(rc == 0, "%s", err);
+        for (int64_t i = 0; rc == 0 && i < ntok; i++) token_buf_push(out, tok[i]);
+        free(tok);
+    }
+    globfree(&g);
+    return n;
+}
+
+// The expected stream of a split: EOT + ids of each document i with in_split(i), in order.
+static void expected_split(Encoder* e, const int* order, int n, int val_every, int want_val, TokenBuf* out) {
+    out->len = 0;
+    for (int i = 0; i < n; i++) {
+        int is_val = val_every > 0 && i % val_every == 0;
+        if (is_val != want_val) continue;
+        size_t bad;
+        token_buf_push(out, GPT2_EOT);
+        EXPECT(encoder_encode(e, (const unsigned char*)docs[order[i]], strlen(docs[order[i]]), out, &bad) == 0,
+               "doc %d", order[i]);
+    }
+}
+
+static void expect_same(const TokenBuf* got, const TokenBuf* want, const char* what) {
+    size_t i = 0;
+    while (i < got->len && i < want->len && got->ids[i] == want->ids[i]) i++;
+    EXPECT(i == got->len && i == want->len, "%s: shards hold %zu tokens, expected %zu; first difference at %zu", what,
+           got->len, want->len, i);
+}
+
+static int count_eot(const TokenBuf* b) {
+    int n = 0;
+    for (size_t i = 0; i < b->len; i++) n += b->ids[i] == GPT2_EOT;
+    return n;
+}
+
+// Docs 0..6 with --val-every 3 and 7-token shards: val = docs 0, 3, 6 and train = 1, 2, 4, 5,
+// each split over several shards, documents crossing shard boundaries.
+static void test_split_and_shards(Encoder* e) {
+    char args[4096], err[8192];
+    int o = snprintf(args, sizeof(args), "--vocab %s --out %s --name t --val-every 3 --shard-tokens 7", VOCAB, dir);
+    for (int i = 0; i < N_DOCS; i++) o += snprintf(args + o, sizeof(args) - (size_t)o, " %s/doc%d.txt", dir, i);
+    int rc = run(args, err, sizeof(err));
+    EXPECT(rc == 0, "make_shards exit %d: %s", rc, err);
+    EXPECT(strstr(err, "train") && strstr(err, "val"), "no summary on stderr: %s", err);
+    int order[N_DOCS];
+    for (int i = 0; i < N_DOCS; i++) order[i] = i;
+    TokenBuf got = {0}, want = {0};
+    for (int v = 0; v < 2; v++) {
+        int n_shards = read_split("t", v ? "val" : "train", 7, &got);
+        expected_split(e, order, N_DOCS, 3, v, &want);
+        expect_same(&got, &want, v ? "val" : "train");
+        EXPECT(n_shards == (int)((want.len + 6) / 7), "%s: %d shards for %zu tokens", v ? "val" : "train", n_shards,
+               want.len);
+        EXPECT(count_eot(&got) == (v ? 3 : 4) && got.len && got.ids[0] == GPT2_EOT,
+               "%s: %d EOTs, first token %d", v ? "val" : "train", count_eot(&got), got.len ? got.ids[0] : -1);
+    }
+    EXPECT(count_files(path_in_dir("*.tmp")) == 0, "temporary files left in %s", dir);
+    // a rerun with --list (in place, before doc0), no val split and one big shard removes the stale shards
+    char list_text[1200];  // a blank line and a CRLF line end, both allowed
+    snprintf(list_text, sizeof(list_text), "%s/doc2.txt\n\n%s/doc1.txt\r\n", dir, dir);
+    write_text(path_in_dir("list.txt"), list_text, strlen(list_text));
+    snprintf(args, sizeof(args), "--vocab %s --out %s --name t --val-every 0 --list %s %s/doc0.txt", VOCAB, dir,
+             path_in_dir("list.txt"), dir);
+    rc = run(args, err, sizeof(err));
+    EXPECT(rc == 0, "make_shards --list: exit %d: %s", rc, err);
+    int order2[3] = {2, 1, 0};
+    read_split("t", "train", 100000000, &got);
+    expected_split(e, order2, 3, 0, 0, &want);
+    expect_same(&got, &want, "--list, --val-every 0");
+    EXPECT(count_files(path_in_dir("t_train_*.bin")) == 1 && count_files(path_in_dir("t_val_*.bin")) == 0,
+           "stale shards: %d train, %d val files after the rerun", count_files(path_in_dir("t_train_*.bin")),
+           count_files(path_in_dir("t_val_*.bin")));
+    // the default --val-every 20: doc 0 is val, the others train
+    snprintf(args, sizeof(args), "--vocab %s --out %s --name d %s/doc0.txt %s/doc1.txt %s/doc6.txt", VOCAB, dir, dir,
+             dir, dir);
+    rc = run(args, err, sizeof(err));
+    int order3[3] = {0, 1, 6};
+    read_split("d", "val", 100000000, &got);
+    expected_split(e, order3, 3, 20, 1, &want);
+    expect_same(&got, &want, "default --val-every: val");
+    read_split("d", "train", 100000000, &got);
+    expected_split(e, order3, 3, 20, 0, &want);
+    expect_same(&got, &want, "default --val-every: train");
+    token_buf_free(&got);
+    token_buf_free(&want);
+}
+
+static void test_errors(void) {
+    char args[4096], err[8192];
+    write_text(path_in_dir("bad.txt"), "ok so \xff far", 11);
+    snprintf(args, sizeof(args), "--vocab %s --out %s/e --name e --shard-tokens 5 %s/doc4.txt %s/doc1.txt %s/bad.txt",
+             VOCAB, dir, dir, dir, dir);
+    int rc = run(args, err, sizeof(err));
+    EXPECT(rc != 0 && strstr(err, path_in_dir("bad.txt")) && strstr(err, "byte offset 6"),
+           "invalid UTF-8: exit %d, stderr: %s", rc, err);
+    EXPECT(count_files(path_in_dir("e/*.tmp")) == 0, "temporary shard files left after an error");
+    glob_t g;
+    char e_err[1024];
+    if (glob(path_in_dir("e/*.bin"), 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++)
+            EXPECT(shard_check_header(g.gl_pathv[i], e_err, sizeof(e_err)) > 0, "%s", e_err);
+        globfree(&g);
+    }
+    snprintf(args, sizeof(args), "--out %s --name m %s/no_such_file.txt", dir, dir);
+    rc = run(args, err, sizeof(err));
+    EXPECT(rc != 0 && strstr(err, "no_such_file.txt"), "a missing file: exit %d, stderr: %s", rc, err);
+    static const char* const bad_flags[] = {"--shard-tokens 0", "--shard-tokens 3000000000", "--val-every -1",
+                                            "--val-every x", "--bogus 1", "--name", "--vocab /nonexistent"};
+    for (size_t i = 0; i < sizeof(bad_flags) / sizeof(bad_flags[0]); i++) {
+        snprintf(args, sizeof(args), "--out %s --name f %s %s/doc0.txt", dir, bad_flags[i], dir);
+        rc = run(args, err, sizeof(err));
+        EXPECT(rc != 0 && strstr(err, "error"), "flags \"%s\": exit %d, stderr: %s", bad_flags[i], rc, err);
+    }
+    snprintf(args, sizeof(args), "--name f %s/doc0.txt", dir);
+    rc = run(args, err, sizeof(err));
+    EXPECT(rc != 0 && strstr(err, "--out"), "no --out: exit %d, stderr: %s", rc, err);
+}
+
+int main(void) {
+    if (access(MAKE_SHARDS, X_OK) != 0) {
+        EXPECT(0, "%s is missing: run `make %s` (make test builds it)", MAKE_SHARDS, MAKE_SHARDS);
+        return test_summary("test_make_shards");
+    }
+    if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+    for (int i = 0; i < N_DOCS; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "doc%d.txt", i);
+        write_text(path_in_dir(name), docs[i], strlen(docs[i]));
+    }
+    Tokenizer t;
+    tokenizer_init(&t, VOCAB);
+    Encoder e;
+    encoder_init(&e, &t);
+    test_split_and_shards(&e);
+    test_errors();
+    encoder_free(&e);
+    tokenizer_free(&t);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    return test_summary("test_make_shards");
+}
