@@ -2,8 +2,10 @@
 //   make train_gpt && ./train_gpt            (d6 on the starter shards: a few minutes, visibly learns)
 //   ./train_gpt -h                           (every flag with its default)
 // The model and its layers are in llmc/ (gpt.cuh wires them); this file is the program around it:
-// flags, the learning-rate schedule, the loop with gradient accumulation, validation, and sampling.
+// flags, the learning-rate schedule, the loop with gradient accumulation, validation, sampling, the log,
+// and checkpoints with bitwise-identical resume (Ctrl-C writes one and exits cleanly).
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "llmc/dataloader.h"   // DataLoader: (B, T) batches from shards
 #include "llmc/tokenizer.h"    // GPT-2 decoding, for samples
 #include "llmc/rand.h"         // rand_next, for sampling
+#include "llmc/gpt_checkpoint.cuh"  // checkpoint files (llmc/checkpoint.h) to and from the model
 
 // --- flags ---------------------------------------------------------------------------------------
 
@@ -36,6 +39,13 @@ typedef struct {
     int val_every;              // -val_every
     int val_batches;            // -val_batches
     int sample_tokens;          // -sample_tokens
+    int sample_every;           // -sample_every
+    float temperature;          // -temperature
+    int top_k;                  // -top_k
+    const char* out_dir;        // -out
+    int ckpt_every;             // -ckpt_every
+    int keep;                   // -keep
+    const char* resume;         // -resume
     int seed;                   // -seed
     int device;                 // -device
 } TrainConfig;
@@ -60,7 +70,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-t", FLAG_INT, &c->T, "256", "batch", "sequence length T (at most 1024)"},
         {"-b", FLAG_INT, &c->B, "32", "batch", "micro-batch size B (sequences per forward)"},
         {"-total_batch", FLAG_INT, &c->total_batch, "0", "batch", "tokens per optimizer step, a multiple of B*T (0: B*T)"},
-        {"-steps", FLAG_INT, &c->steps, "300", "optimizer", "optimizer steps"},
+        {"-steps", FLAG_INT, &c->steps, "300", "optimizer", "optimizer steps in all (0 with -resume: only evaluate and sample)"},
         {"-lr", FLAG_FLOAT, &c->lr, "1e-3", "optimizer", "peak learning rate"},
         {"-warmup", FLAG_INT, &c->warmup, "30", "optimizer", "linear warmup steps"},
         {"-schedule", FLAG_STR, &c->schedule, "cosine", "optimizer", "decay after warmup: cosine | linear"},
@@ -74,7 +84,14 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-recompute", FLAG_INT, &c->recompute, "0", "memory", "1: recompute GELU outputs in the backward"},
         {"-val_every", FLAG_INT, &c->val_every, "50", "eval", "validation loss every N steps (0: only at the end)"},
         {"-val_batches", FLAG_INT, &c->val_batches, "20", "eval", "batches per validation (-1: the whole split)"},
-        {"-sample_tokens", FLAG_INT, &c->sample_tokens, "64", "eval", "tokens sampled at the end (0: none)"},
+        {"-sample_tokens", FLAG_INT, &c->sample_tokens, "64", "sample", "tokens per sample, one at the end (0: none)"},
+        {"-sample_every", FLAG_INT, &c->sample_every, "0", "sample", "also sample every N steps (0: only at the end)"},
+        {"-temperature", FLAG_FLOAT, &c->temperature, "1.0", "sample", "softmax temperature (0: greedy)"},
+        {"-top_k", FLAG_INT, &c->top_k, "0", "sample", "sample among the k most likely tokens (0: all)"},
+        {"-out", FLAG_STR, &c->out_dir, "out", "checkpoint", "output directory: log.txt, ckpt_<step>.bin, latest"},
+        {"-ckpt_every", FLAG_INT, &c->ckpt_every, "0", "checkpoint", "checkpoint every N steps (0: only at the end and on Ctrl-C)"},
+        {"-keep", FLAG_INT, &c->keep, "2", "checkpoint", "keep the last K checkpoints (0: write none)"},
+        {"-resume", FLAG_STR, &c->resume, "", "checkpoint", "continue from: latest (of -out), a directory, or a ckpt file"},
         {"-seed", FLAG_INT, &c->seed, "42", "run", "seed of the init, the data order and the sampler"},
         {"-device", FLAG_INT, &c->device, "0", "run", "CUDA device"},
     };
@@ -86,11 +103,12 @@ static int train_flags(TrainConfig* c, Flag* f) {
 
 static void usage(const Flag* f, int n) {
     printf("usage: ./train_gpt [flag value]...\n");
-    const char* groups[] = {"data", "model", "batch", "optimizer", "memory", "eval", "run"};
+    const char* groups[] = {"data", "model", "batch", "optimizer", "memory", "eval", "sample", "checkpoint", "run"};
     for (int g = 0; g < (int)(sizeof(groups) / sizeof(groups[0])); g++) {
         printf("%s:\n", groups[g]);
         for (int i = 0; i < n; i++)
-            if (strcmp(f[i].group, groups[g]) == 0) printf("  %-15s %-56s (default %s)\n", f[i].name, f[i].help, f[i].def);
+            if (strcmp(f[i].group, groups[g]) == 0)
+                printf("  %-15s %-62s (default %s)\n", f[i].name, f[i].help, f[i].def[0] ? f[i].def : "none");
     }
 }
 
