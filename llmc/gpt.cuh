@@ -263,10 +263,7 @@ static inline void gpt_init_params(GptModel* m, uint64_t seed, const GpuContext*
         int is_ln_weight = i == GPT_LN1W || i == GPT_LN2W || i == GPT_LNFW;
         for (size_t j = 0; j < m->tensor_size[i]; j++) {
             if (j < n) {
-                double u1 = ((double)(rand_next(&rng) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-                double u2 = ((double)(rand_next(&rng) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-                double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);  // N(0, 1), then scaled
-                p[j] = (float)(std * z);
+                p[j] = (float)(std * rand_normal(&rng));
             } else {
                 p[j] = is_ln_weight ? 1.0f : 0.0f;
             }

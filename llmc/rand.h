@@ -3,6 +3,7 @@
 // rand() or on floating point. rand_mix derives independent streams from (seed, a, b), e.g.
 // (seed, epoch, shard), without keeping any state between them.
 #pragma once
+#include <math.h>
 #include <stdint.h>
 
 // One splitmix64 step: advances the state by a fixed odd constant and scrambles it. Passes BigCrush;
@@ -36,4 +37,21 @@ static inline void rand_shuffle_int32(uint64_t* state, int32_t* a, int32_t n) {
         int32_t j = (int32_t)rand_below(state, (uint32_t)i + 1);
         int32_t t = a[i]; a[i] = a[j]; a[j] = t;
     }
+}
+
+// Uniform in [0, 1) with 24 random bits: every value is exact in float (test data).
+static inline float rand_uniform(uint64_t* state) {
+    return (float)(rand_next(state) >> 40) * (1.0f / 16777216.0f);
+}
+
+// Uniform in (0, 1) with 53 bits, never 0, so that log() below stays finite.
+static inline double rand_uniform_open(uint64_t* state) {
+    return ((double)(rand_next(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+// Standard normal by Box-Muller, one value per call (two draws): simple and the same on every machine.
+// The model init (llmc/gpt.cuh) and its CPU reference both draw from it, so a seed is one model.
+static inline double rand_normal(uint64_t* state) {
+    double u1 = rand_uniform_open(state), u2 = rand_uniform_open(state);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }

@@ -30,7 +30,7 @@
 #include <string.h>
 #include "../../llmc/check.h"
 #include "../../llmc/fused_lce_options.h"  // FlceOptions, flce_options_default()
-#include "../../llmc/rand.h"               // rand_next (splitmix64)
+#include "../../llmc/rand.h"               // rand_uniform, rand_normal (splitmix64)
 
 // --- bf16 and random numbers for test data ------------------------------------------------------
 
@@ -51,17 +51,6 @@ static inline float bf16_bits_to_float(uint16_t b) {
 }
 // the nearest bf16 value, as a float: data made with it reaches GPU and reference identically
 static inline float bf16_round(float f) { return bf16_bits_to_float(bf16_bits_from_float(f)); }
-
-// uniform in [0, 1) with 24 random bits (every value exact in float)
-static inline float rand_uniform(uint64_t* state) {
-    return (float)(rand_next(state) >> 40) * (1.0f / 16777216.0f);
-}
-// standard normal by Box-Muller, in double; 1 − u keeps the log finite
-static inline float rand_normal(uint64_t* state) {
-    double u1 = 1.0 - (double)(rand_next(state) >> 11) * (1.0 / 9007199254740992.0);
-    double u2 = (double)(rand_next(state) >> 11) * (1.0 / 9007199254740992.0);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 // --- the reference ------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/check.h"
+#include "../../llmc/rand.h"
 #include "gpt_ref_layers.h" // gpt_real and the layers
 
 typedef struct {
@@ -194,25 +195,7 @@ static inline size_t gpt_ref_point_bwd(gpt_ref_bwd* g, gpt_real* base, const gpt
     return gpt_ref_carve(ptrs, sizes, 6, base);
 }
 
-// --- random numbers: splitmix64, self-contained so that a seed means the same model everywhere ----
-
-static inline uint64_t gpt_ref_rand_u64(uint64_t* state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// uniform in (0, 1): never 0, so that log() in the normal below is finite
-static inline double gpt_ref_rand_uniform(uint64_t* state) {
-    return ((double)(gpt_ref_rand_u64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-// standard normal by Box-Muller (one value per call; simple and seed-stable)
-static inline double gpt_ref_rand_normal(uint64_t* state) {
-    double u1 = gpt_ref_rand_uniform(state), u2 = gpt_ref_rand_uniform(state);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
+// Random numbers: splitmix64 and Box-Muller from llmc/rand.h, shared with the CUDA model's init.
 
 // --- the model ---------------------------------------------------------------------------------
 
@@ -276,7 +259,7 @@ static inline void gpt_ref_init_params(gpt_ref_model* m, uint64_t seed) {
         if (i == GPT_REF_WTE) n = (size_t)c->vocab_size * c->channels;
         double std = (i == GPT_REF_ATTPROJW || i == GPT_REF_FCPROJW) ? resid_std : 0.02;
         for (size_t j = 0; j < sizes[i]; j++)
-            p[j] = j < n ? (gpt_real)(std * gpt_ref_rand_normal(&rng)) : gpt_ref_tensor_is_ln_weight(i) ? 1 : 0;
+            p[j] = j < n ? (gpt_real)(std * rand_normal(&rng)) : gpt_ref_tensor_is_ln_weight(i) ? 1 : 0;
         off += sizes[i];
     }
     memset(m->m_memory, 0, m->num_params * sizeof(gpt_real));

@@ -29,7 +29,7 @@ static void fixture_build(gpt_ref_model* m, int** inputs, int** targets, int* B,
     *targets = (int*)malloc_check((size_t)n * sizeof(int));
     uint64_t rng = 99;
     for (int i = 0; i < n; i++) {
-        (*inputs)[i] = (int)(gpt_ref_rand_u64(&rng) % (uint64_t)c.vocab_size);
-        (*targets)[i] = i % 7 == 3 ? -1 : (int)(gpt_ref_rand_u64(&rng) % (uint64_t)c.vocab_size);
+        (*inputs)[i] = (int)(rand_next(&rng) % (uint64_t)c.vocab_size);
+        (*targets)[i] = i % 7 == 3 ? -1 : (int)(rand_next(&rng) % (uint64_t)c.vocab_size);
     }
 }

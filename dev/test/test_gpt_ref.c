@@ -39,7 +39,7 @@ static void randomize_params(gpt_ref_model* m, uint64_t seed) {
     uint64_t rng = seed;
     for (int i = 0; i < GPT_REF_NUM_TENSORS; i++) {
         for (size_t j = 0; j < sizes[i]; j++)
-            m->params_memory[off + j] = (gpt_ref_tensor_is_ln_weight(i) ? 1.0 : 0.0) + 0.3 * gpt_ref_rand_normal(&rng);
+            m->params_memory[off + j] = (gpt_ref_tensor_is_ln_weight(i) ? 1.0 : 0.0) + 0.3 * rand_normal(&rng);
         off += sizes[i];
     }
 }
@@ -48,8 +48,8 @@ static void randomize_params(gpt_ref_model* m, uint64_t seed) {
 static void tiny_batch(int* inputs, int* targets, int V, uint64_t seed) {
     uint64_t rng = seed;
     for (int i = 0; i < TINY_B * TINY_T; i++) {
-        inputs[i] = (int)(gpt_ref_rand_u64(&rng) % (uint64_t)V);
-        targets[i] = (int)(gpt_ref_rand_u64(&rng) % (uint64_t)V);
+        inputs[i] = (int)(rand_next(&rng) % (uint64_t)V);
+        targets[i] = (int)(rand_next(&rng) % (uint64_t)V);
     }
     targets[1] = targets[4] = targets[7] = -1;
 }
@@ -193,8 +193,8 @@ static void test_init_loss(void) {
     int* targets = (int*)malloc_check((size_t)n * sizeof(int));
     uint64_t rng = 14;
     for (int i = 0; i < n; i++) {
-        inputs[i] = (int)(gpt_ref_rand_u64(&rng) % (uint64_t)c.vocab_size);
-        targets[i] = (int)(gpt_ref_rand_u64(&rng) % (uint64_t)c.vocab_size);
+        inputs[i] = (int)(rand_next(&rng) % (uint64_t)c.vocab_size);
+        targets[i] = (int)(rand_next(&rng) % (uint64_t)c.vocab_size);
     }
     double loss = gpt_ref_forward(&m, inputs, targets, B, T), log_v = log((double)c.vocab_size);
     printf("init loss %.6f, log(V) %.6f, difference %.4f (band 0.05)\n", loss, log_v, loss - log_v);
