@@ -73,7 +73,7 @@ test_gpt: test_gpt.cu $(wildcard llmc/*.cuh llmc/*.h dev/test/*.h)
 # --- dev playgrounds: dev/cuda/<name>.cu -> build/dev/<name> -------------------------------------
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 dev: $(DEV_KERNELS)
-build/dev/%: dev/cuda/%.cu $(wildcard llmc/*.cuh llmc/*.h dev/cuda/*.h) | build/dev
+build/dev/%: dev/cuda/%.cu $(wildcard llmc/*.cuh llmc/*.h dev/cuda/*.h dev/cuda/*.cuh dev/test/*.h) | build/dev
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # --- tests -------------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ CPU_TESTS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
 GPU_TESTS := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 build/test_%: dev/test/test_%.c $(wildcard llmc/*.h dev/test/*.h dev/cuda/*.h) | build need_pcre2
 	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm
-build/test_%: dev/test/test_%.cu $(wildcard llmc/*.cuh llmc/*.h dev/test/*.h dev/cuda/*.h) | build
+build/test_%: dev/test/test_%.cu $(wildcard llmc/*.cuh llmc/*.h dev/test/*.h dev/cuda/*.h dev/cuda/*.cuh) | build
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # the npm oracle for the tokenizer tests (tiktoken, WASM build of the reference implementation)
