@@ -1,0 +1,75 @@
+"""PyTorch peer of dev/cuda/attention.cu: torch.nn.functional.scaled_dot_product_attention(is_causal=True)
+with the flash backend forced, bf16, on the same shapes and the trainer's layout (q, k, v sliced out of
+one (B, T, 3C) tensor), printing the same columns: fwd, bwd, fwd+bwd ms; TF/s as F, 2.5F, 3.5F over
+those times with F = 4·B·NH·T²·hs/2; scratch = peak memory of fwd+bwd beyond qkv, out, dout, dqkv.
+    python3 dev/cuda/attention_torch.py
+"""
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel, SDPBackend
+
+SHAPES = [(64, 1024, 12, 64), (4, 4096, 16, 128)]
+
+
+def time_ms(fn, reps):
+    fn(); fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def bench(B, T, NH, hs):
+    C = NH * hs
+    torch.manual_seed(0)
+    qkv = ((torch.rand(B, T, 3 * C, device="cuda") * 2 - 1) * 2).bfloat16().requires_grad_()
+    dout = (torch.rand(B, T, C, device="cuda") * 2 - 1).bfloat16()
+
+    def attn():
+        q, k, v = (x.view(B, T, NH, hs).transpose(1, 2) for x in qkv.split(C, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return y.transpose(1, 2).reshape(B, T, C)
+
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        out = attn()
+
+        def fwd():
+            with torch.no_grad():
+                attn()
+
+        def bwd():
+            qkv.grad = None
+            out.backward(dout, retain_graph=True)
+
+        def fwd_bwd():
+            qkv.grad = None
+            attn().backward(dout)
+
+        t_f, t_b, t_fb = time_ms(fwd, 20), time_ms(bwd, 20), time_ms(fwd_bwd, 20)
+        torch.cuda.synchronize()
+        qkv.grad = None
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fwd_bwd(); torch.cuda.synchronize()
+        # peak beyond what was allocated before (qkv, dout, the retained out), minus the new out and dqkv
+        extra = torch.cuda.max_memory_allocated() - base - (qkv.numel() + dout.numel()) * 2
+    Fl = 4.0 * B * NH * T * T * hs / 2
+    shape = f"B={B} T={T} NH={NH} hs={hs}"
+    print(f"{shape:26s} | {'torch sdpa flash (bf16)':34s} | {t_f:8.3f} | {t_b:8.3f} | {t_fb:8.3f} | "
+          f"{Fl / t_f * 1e-9:6.0f} | {2.5 * Fl / t_b * 1e-9:6.0f} | {3.5 * Fl / t_fb * 1e-9:6.0f} | "
+          f"{extra / 2**20:9.1f} MiB")
+
+
+def main():
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    print(f"{'shape':26s} | {'variant':34s} | {'fwd ms':>8s} | {'bwd ms':>8s} | {'f+b ms':>8s} | {'fwdTF':>6s} | "
+          f"{'bwdTF':>6s} | {'f+b TF':>6s} | scratch")
+    for (B, T, NH, hs) in SHAPES:
+        bench(B, T, NH, hs)
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

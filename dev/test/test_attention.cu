@@ -1,0 +1,53 @@
+// test_attention.cu: GPU test of the flash attention kernels (llmc/flash_attention{,_backward}.cuh) against the CPU
+// fp64 reference (dev/test/gpt_ref_layers.h, through dev/cuda/attention_check.cuh): forward out and lse,
+// backward dq, dk, dv, at T = 1, 63, 64, 100, 257 (and two longer ones: many tiles, T not a multiple
+// of 64), NH = 1 and 3, hs = 64 and 128, B = 2. Outputs are poisoned before each run; the backward runs
+// twice and must be bitwise identical. Tolerances (relative L2 1e-2 for out and the gradients, lse 1e-3
+// absolute) are justified in attention_check.cuh.
+#include "../../llmc/flash_attention_backward.cuh"
+#include "../cuda/attention_check.cuh"
+#include "testing.h"
+
+static void fa_fwd(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t st) {
+    flash_attention_forward(out, lse, qkv, B, T, C, NH, st);
+}
+static void fa_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
+                   int B, int T, int C, int NH, cudaStream_t st) {
+    flash_attention_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, st);
+}
+
+int main(void) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("test_attention: no GPU, skipped\n");
+        return 0;
+    }
+    GpuContext ctx;
+    gpu_context_build(&ctx, 0);
+    typedef struct { int B, T, NH, hs; } Case;
+    const Case cases[] = {
+        {2, 1, 1, 64}, {2, 63, 1, 64}, {2, 64, 3, 64}, {2, 100, 3, 64}, {2, 257, 1, 64}, {2, 257, 3, 64},
+        {2, 1, 3, 128}, {2, 63, 3, 128}, {2, 64, 1, 128}, {2, 100, 1, 128}, {2, 257, 3, 128},
+        {1, 1000, 2, 64}, {1, 1100, 1, 128},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        Case c = cases[i];
+        AttCheck r = att_check(fa_fwd, fa_bwd, NULL, c.B, c.T, c.NH, c.hs, 1000 + i, ctx.stream);
+        int ok = att_check_ok(&r, 1);
+        printf("B=%d T=%4d NH=%d hs=%3d: %s\n", c.B, c.T, c.NH, c.hs, ok ? "ok" : "FAILED");
+        att_check_print(&r, 1);
+        EXPECT(att_err_ok(r.out, ATT_TOL_OUT), "T=%d NH=%d hs=%d: out rel L2 %.2e (tol %.0e), %zu non-finite",
+               c.T, c.NH, c.hs, r.out.rel_l2, ATT_TOL_OUT, r.out.nonfinite);
+        EXPECT(att_err_ok(r.lse, ATT_TOL_LSE), "T=%d NH=%d hs=%d: lse max abs %.2e (tol %.0e), %zu non-finite",
+               c.T, c.NH, c.hs, r.lse.max_abs, ATT_TOL_LSE, r.lse.nonfinite);
+        EXPECT(att_err_ok(r.dq, ATT_TOL_GRAD), "T=%d NH=%d hs=%d: dq rel L2 %.2e (tol %.0e), %zu non-finite",
+               c.T, c.NH, c.hs, r.dq.rel_l2, ATT_TOL_GRAD, r.dq.nonfinite);
+        EXPECT(att_err_ok(r.dk, ATT_TOL_GRAD), "T=%d NH=%d hs=%d: dk rel L2 %.2e (tol %.0e), %zu non-finite",
+               c.T, c.NH, c.hs, r.dk.rel_l2, ATT_TOL_GRAD, r.dk.nonfinite);
+        EXPECT(att_err_ok(r.dv, ATT_TOL_GRAD), "T=%d NH=%d hs=%d: dv rel L2 %.2e (tol %.0e), %zu non-finite",
+               c.T, c.NH, c.hs, r.dv.rel_l2, ATT_TOL_GRAD, r.dv.nonfinite);
+        EXPECT(r.bitwise_repeatable, "T=%d NH=%d hs=%d: two backward runs differ", c.T, c.NH, c.hs);
+    }
+    gpu_context_free(&ctx);
+    return test_summary("test_attention");
+}

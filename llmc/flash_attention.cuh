@@ -1,0 +1,264 @@
+// flash_attention.cuh: causal multi-head self-attention on the tensor cores, FlashAttention-2 style
+// (mma.sync m16n8k16, bf16 in, fp32 accumulate; sm_80 and later), forward and backward, exact.
+//   qkv (B, T, 3C) bf16: head h of token t has q at channel h·hs, k at C + h·hs, v at 2C + h·hs
+//   out (B, T, C) bf16:  out[b, t, h·hs + d] = Σ_{t2 ≤ t} softmax_t2(q·k[t2] / √hs) · v[t2, d]
+// Never materialized: the (B, NH, T, T) scores, not even per head. The forward keeps a 64 x 64 score
+// tile in registers, folds it into a running (max, Σexp) per row (online softmax, fp32, base-2
+// exponent with the 1/√hs scale folded in), and saves only lse (B, NH, T) fp32. P is rounded to bf16
+// before P·V (as in FlashAttention); every sum over keys or queries is in fp32 registers.
+//
+// Backward (llmc/flash_attention_backward.cuh), three kernels, no atomics (bitwise repeatable):
+//   dot:  D = rowsum(dO ∘ O) (B, NH, T) fp32 from the forward's bf16 out
+//   dkdv: block per (b, h, 64 keys), loops over the query tiles at or below the diagonal:
+//         recompute Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ − lse); dV += Pᵀ·dO; dPᵀ = V·dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ − D); dK += dSᵀ·Q
+//   dq:   block per (b, h, 64 queries), loops over the key tiles up to the diagonal:
+//         recompute S, P, dP = dO·Vᵀ, dS; dQ += dS·K
+// The dq kernel recomputes S and dP (7 tile GEMMs in all instead of FlashAttention-2's 5 with dQ
+// atomics): ~1.4x the backward FLOPs, bought for determinism and a write-once dqkv.
+//
+// Tiling: 128 threads = 4 warps; each warp owns 16 rows (queries, or keys in dkdv) of a 64-row tile
+// and all of its columns, so softmax rows never cross warps. Tiles are [rows][hs + 8] bf16 in shared
+// memory (16-byte pad: ldmatrix conflict-free), loaded with cp.async two stages deep, zero-filled past T.
+// The S accumulator fragment is reused as the A operand of P·V without going through shared memory.
+// dkdv uses 32-query steps at hs = 128 so that dK, dV, Pᵀ, dPᵀ fit the 255 registers of a thread.
+//
+// Napkin (causal, F = 4·B·NH·T²·hs / 2 for the forward's two GEMMs; the backward counts 2.5F by
+// convention, executes 3.5F here): GPT-2 124M, B=64 T=1024 NH=12 hs=64: F = 103 GFLOP, so ~0.2 ms at
+// 500 TF/s, against ~0.4 GB of compulsory HBM traffic (qkv, out: 0.08 ms at 4.8 TB/s): compute-bound;
+// K/V tiles are re-read ~T/128 times per head, from L2 (a head's K and V are 256 KB).
+// Limits: hs ∈ {64, 128}, T ≥ 1 (any value; masked), C % 8 == 0 (16-byte rows).
+#pragma once
+#include "cuda_common.cuh"
+
+#define FA_THREADS 128  // 4 warps x 16 rows
+#define FA_BQ 64        // forward and dq: query rows per block
+#define FA_BKV 64       // forward and dq: keys per step; dkdv: keys per block
+#define FA_PAD 8        // bf16 per smem row: a row of hs + 8 is an odd number of 16-byte units
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+template <int HS> struct FaCfg {
+    static constexpr int LD = HS + FA_PAD;        // smem row stride (elements)
+    static constexpr int BQ_DKV = HS <= 64 ? 64 : 32;  // dkdv: queries per step
+    static constexpr size_t fwd_smem = (size_t)(FA_BQ + 4 * FA_BKV) * LD * 2;           // Q, 2x (K, V)
+    static constexpr size_t dq_smem = (size_t)(2 * FA_BQ + 4 * FA_BKV) * LD * 2;        // Q, dO, 2x (K, V)
+    static constexpr size_t dkdv_smem = (size_t)(2 * FA_BKV + 4 * BQ_DKV) * LD * 2 + 4 * BQ_DKV * 4;  // + 2x (lse, D)
+};
+
+typedef struct {
+    bf16* out;         // (B, T, C)
+    float* lse;        // (B, NH, T) natural-log logsumexp of the scaled scores
+    const bf16* qkv;   // (B, T, 3C)
+    int B, T, C, NH;
+} FlashFwdArgs;
+
+// --- kernels ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ void fa_cp_async16(void* smem, const void* gmem, int valid) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int n> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(n)); }
+
+// ldmatrix x4: lanes 8i..8i+7 give the row addresses of 8x8 matrix i; r[i] is that matrix's fragment
+// (row lane/4, columns 2·(lane%4) +0/1); with .trans, (rows 2·(lane%4) +0/1, column lane/4).
+__device__ __forceinline__ void fa_ldsm(unsigned* r, const bf16* p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void fa_ldsm_t(unsigned* r, const bf16* p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void fa_mma(float* d, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lower column) in the low half
+    return *(unsigned*)&v;
+}
+
+// Tile loads: rows row0.. of a (T, stride) matrix, hs columns, into [R][LD] smem; rows ≥ T are zeros.
+template <int R, int HS>
+__device__ __forceinline__ void fa_load_tile(bf16* s, const bf16* g, size_t stride, int row0, int T) {
+    constexpr int CH = HS / 8;
+    for (int c = threadIdx.x; c < R * CH; c += FA_THREADS) {
+        int r = c / CH, col = (c % CH) * 8, row = row0 + r;
+        fa_cp_async16(s + r * FaCfg<HS>::LD + col, g + (size_t)(row < T ? row : 0) * stride + col, row < T);
+    }
+}
+
+// acc (16 rows x NCOL columns per warp) += A·Bᵀ with A = 16 rows of sa, B = NCOL rows of sb
+// (both [rows][LD] in smem, contraction over HS columns): the S = Q·Kᵀ pattern.
+template <int HS, int NCOL>
+__device__ __forceinline__ void fa_gemm_abt(float (*acc)[4], const bf16* sa, const bf16* sb, int lane) {
+    constexpr int LD = FaCfg<HS>::LD;
+    #pragma unroll
+    for (int kk = 0; kk < HS; kk += 16) {
+        unsigned a[4], r[4];
+        fa_ldsm(a, sa + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk + (lane >> 4) * 8);
+        #pragma unroll
+        for (int nj = 0; nj < NCOL / 16; nj++) {
+            fa_ldsm(r, sb + (nj * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk + ((lane >> 3) & 1) * 8);
+            fa_mma(acc[2 * nj], a, r[0], r[1]);
+            fa_mma(acc[2 * nj + 1], a, r[2], r[3]);
+        }
+    }
+}
+
+// acc (16 x HS per warp) += P·V with P (16 x K) in accumulator fragments p (K/8 tiles of 16 x 8),
+// rounded to bf16 here, and V = K rows of sv ([K][LD] smem, read transposed): the O += P·V pattern.
+template <int HS, int K>
+__device__ __forceinline__ void fa_gemm_pv(float (*acc)[4], const float (*p)[4], const bf16* sv, int lane) {
+    constexpr int LD = FaCfg<HS>::LD;
+    #pragma unroll
+    for (int kk = 0; kk < K / 16; kk++) {
+        unsigned a[4] = {fa_pack(p[2 * kk][0], p[2 * kk][1]), fa_pack(p[2 * kk][2], p[2 * kk][3]),
+                         fa_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]), fa_pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+        #pragma unroll
+        for (int nd = 0; nd < HS / 16; nd++) {
+            unsigned r[4];
+            fa_ldsm_t(r, sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + nd * 16 + (lane >> 4) * 8);
+            fa_mma(acc[2 * nd], a, r[0], r[1]);
+            fa_mma(acc[2 * nd + 1], a, r[2], r[3]);
+        }
+    }
+}
+
+// Writes a warp's 16 x HS fp32 accumulator (times scale) as bf16 rows row0 + 0..15 of dst (row stride
+// `stride`), skipping rows ≥ T.
+template <int HS>
+__device__ __forceinline__ void fa_store_rows(bf16* dst, size_t stride, const float (*acc)[4], float scale,
+                                              int row0, int T, int lane) {
+    #pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        int row = row0 + (lane >> 2) + hh * 8;
+        if (row >= T) continue;
+        bf16* p = dst + (size_t)row * stride + (lane & 3) * 2;
+        #pragma unroll
+        for (int nd = 0; nd < HS / 8; nd++)
+            *(__nv_bfloat162*)(p + nd * 8) = __floats2bfloat162_rn(acc[nd][hh * 2] * scale, acc[nd][hh * 2 + 1] * scale);
+    }
+}
+
+// Block per (b·NH + h, query tile); the heaviest (last) query tiles are launched first.
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFwdArgs a) {
+    constexpr int LD = FaCfg<HS>::LD;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    bf16* sQ = (bf16*)fa_smem;       // (BQ, LD)
+    bf16* sK = sQ + FA_BQ * LD;      // (2, BKV, LD)
+    bf16* sV = sK + 2 * FA_BKV * LD; // (2, BKV, LD)
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH, T = a.T;
+    int q0 = (gridDim.y - 1 - blockIdx.y) * FA_BQ;
+    size_t C3 = 3 * (size_t)a.C;
+    const bf16* base = a.qkv + (size_t)b * T * C3 + h * HS;
+    int nkv = ceil_div(min(q0 + FA_BQ, T), FA_BKV);
+    float sl2 = rsqrtf((float)HS) * FA_LOG2E;
+
+    fa_load_tile<FA_BQ, HS>(sQ, base, C3, q0, T);
+    fa_commit();
+    fa_load_tile<FA_BKV, HS>(sK, base + a.C, C3, 0, T);
+    fa_load_tile<FA_BKV, HS>(sV, base + 2 * a.C, C3, 0, T);
+    fa_commit();
+
+    float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int i = 0; i < HS / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    for (int j = 0; j < nkv; j++) {
+        __syncthreads();  // every warp is done with the buffer that step j-1 read
+        if (j + 1 < nkv) {
+            int nb = (j + 1) & 1;
+            fa_load_tile<FA_BKV, HS>(sK + nb * FA_BKV * LD, base + a.C, C3, (j + 1) * FA_BKV, T);
+            fa_load_tile<FA_BKV, HS>(sV + nb * FA_BKV * LD, base + 2 * a.C, C3, (j + 1) * FA_BKV, T);
+        }
+        fa_commit();  // possibly empty: keeps "all but the newest group" meaning "tile j is here"
+        fa_wait<1>();
+        __syncthreads();
+        const bf16* tK = sK + (j & 1) * FA_BKV * LD;
+        const bf16* tV = sV + (j & 1) * FA_BKV * LD;
+        float s[FA_BKV / 8][4];
+        #pragma unroll
+        for (int i = 0; i < FA_BKV / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        fa_gemm_abt<HS, FA_BKV>(s, sQ + warp * 16 * LD, tK, lane);
+
+        int k0 = j * FA_BKV, diag = k0 + FA_BKV > q0;
+        #pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            int q = q0 + warp * 16 + (lane >> 2) + hh * 8;
+            float mx = -INFINITY;
+            #pragma unroll
+            for (int ni = 0; ni < FA_BKV / 8; ni++)
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float v = s[ni][hh * 2 + e] * sl2;
+                    if (diag && k0 + ni * 8 + (lane & 3) * 2 + e > q) v = -INFINITY;
+                    s[ni][hh * 2 + e] = v;
+                    mx = fmaxf(mx, v);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            // finite: key 0 (first step) or the row's own key (diagonal step) is never masked
+            float mnew = fmaxf(m[hh], mx), alpha = exp2f(m[hh] - mnew);
+            m[hh] = mnew;
+            l[hh] *= alpha;
+            #pragma unroll
+            for (int nd = 0; nd < HS / 8; nd++) { o[nd][hh * 2] *= alpha; o[nd][hh * 2 + 1] *= alpha; }
+            #pragma unroll
+            for (int ni = 0; ni < FA_BKV / 8; ni++)
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float p = exp2f(s[ni][hh * 2 + e] - mnew);
+                    s[ni][hh * 2 + e] = p;
+                    l[hh] += p;  // this lane's columns only; the quad is summed at the end
+                }
+        }
+        fa_gemm_pv<HS, FA_BKV>(o, s, tV, lane);
+    }
+
+    #pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+        l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+        int q = q0 + warp * 16 + (lane >> 2) + hh * 8;
+        float inv = 1.0f / l[hh];
+        #pragma unroll
+        for (int nd = 0; nd < HS / 8; nd++) { o[nd][hh * 2] *= inv; o[nd][hh * 2 + 1] *= inv; }
+        if ((lane & 3) == 0 && q < T) a.lse[(size_t)bh * T + q] = (m[hh] + log2f(l[hh])) * FA_LN2;
+    }
+    fa_store_rows<HS>(a.out + (size_t)b * T * a.C + h * HS, a.C, o, 1.0f, q0 + warp * 16, T, lane);
+}
+
+// --- launchers -------------------------------------------------------------------------------
+
+static inline int flash_attention_head_size(int T, int C, int NH) {
+    int hs = NH > 0 ? C / NH : 0;
+    if (T < 1 || NH < 1 || C % NH != 0 || (hs != 64 && hs != 128)) {
+        fprintf(stderr, "error: flash attention: C=%d NH=%d (head size %d) T=%d not supported\n"
+                "  hint: the head size C/NH must be 64 or 128\n", C, NH, hs, T);
+        exit(EXIT_FAILURE);
+    }
+    return hs;
+}
+
+template <int HS>
+static inline void flash_forward_launch(const FlashFwdArgs& a, cudaStream_t stream) {
+    size_t smem = FaCfg<HS>::fwd_smem;
+    cuda_check(cudaFuncSetAttribute(flash_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    flash_forward_kernel<HS><<<dim3(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, smem, stream>>>(a);
+    cuda_check_launch();
+}
+
+// out (B, T, C) bf16 and lse (B, NH, T) fp32 from qkv (B, T, 3C) bf16.
+static inline void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+                                           cudaStream_t stream) {
+    FlashFwdArgs a = {out, lse, qkv, B, T, C, NH};
+    if (flash_attention_head_size(T, C, NH) == 64) flash_forward_launch<64>(a, stream);
+    else flash_forward_launch<128>(a, stream);
+}

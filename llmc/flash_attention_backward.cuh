@@ -1,0 +1,220 @@
+// flash_attention_backward.cuh: the backward of llmc/flash_attention.cuh (whose header comment has the
+// algorithm, the tiling and the napkin math): three kernels, no atomics, bitwise repeatable.
+//   dot:  D = rowsum(dO ∘ O) (B, NH, T) fp32 from the forward's bf16 out
+//   dkdv: block per (b, h, 64 keys) over the query tiles at or below the diagonal; writes dK, dV
+//   dq:   block per (b, h, 64 queries) over the key tiles up to the diagonal; writes dQ
+// Both big kernels recompute P = exp(S − lse) from the saved lse; nothing (B, NH, T, T) exists.
+#pragma once
+#include "flash_attention.cuh"
+
+typedef struct {
+    bf16* dqkv;        // (B, T, 3C) assigned
+    float* D;          // (B, NH, T) scratch: rowsum(dO ∘ O)
+    const bf16* dout;  // (B, T, C)
+    const bf16* out;   // (B, T, C) the forward's output
+    const bf16* qkv;   // (B, T, 3C)
+    const float* lse;  // (B, NH, T) from the forward
+    int B, T, C, NH;
+} FlashBwdArgs;
+
+// --- kernels ---------------------------------------------------------------------------------
+
+// D = rowsum(dO ∘ O): HS/8 lanes per (b, t, h) row, 16-byte loads; row r sits at r·HS in both.
+template <int HS>
+__global__ void flash_backward_dot_kernel(const FlashBwdArgs a) {
+    constexpr int LPR = HS / 8;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, rows = (size_t)a.B * a.T * a.NH;
+    size_t r = i / LPR;
+    float acc = 0.0f;
+    if (r < rows) {
+        uint4 x = *(const uint4*)(a.dout + i * 8), y = *(const uint4*)(a.out + i * 8);
+        const bf16* xp = (const bf16*)&x;
+        const bf16* yp = (const bf16*)&y;
+        #pragma unroll
+        for (int k = 0; k < 8; k++) acc += __bfloat162float(xp[k]) * __bfloat162float(yp[k]);
+    }
+    #pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (r < rows && i % LPR == 0) {
+        int h = (int)(r % a.NH), t = (int)((r / a.NH) % a.T), b = (int)(r / ((size_t)a.NH * a.T));
+        a.D[((size_t)b * a.NH + h) * a.T + t] = acc;
+    }
+}
+
+// Block per (b·NH + h, key tile); key tile 0 (the most query tiles) first. Writes dK and dV.
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const FlashBwdArgs a) {
+    constexpr int LD = FaCfg<HS>::LD, BQ = FaCfg<HS>::BQ_DKV;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    bf16* sK = (bf16*)fa_smem;        // (BKV, LD)
+    bf16* sV = sK + FA_BKV * LD;      // (BKV, LD)
+    bf16* sQ = sV + FA_BKV * LD;      // (2, BQ, LD)
+    bf16* sO = sQ + 2 * BQ * LD;      // (2, BQ, LD) dO
+    float* sL = (float*)(sO + 2 * BQ * LD);  // (2, BQ) lse·log2e, +inf past T
+    float* sD = sL + 2 * BQ;                 // (2, BQ) D, 0 past T
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH, T = a.T;
+    int k0 = blockIdx.y * FA_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ);
+    size_t C3 = 3 * (size_t)a.C;
+    const bf16* base = a.qkv + (size_t)b * T * C3 + h * HS;
+    const bf16* dob = a.dout + (size_t)b * T * a.C + h * HS;
+    const float* lse = a.lse + (size_t)bh * T;
+    const float* Dr = a.D + (size_t)bh * T;
+    float sl2 = rsqrtf((float)HS) * FA_LOG2E;
+
+    fa_load_tile<FA_BKV, HS>(sK, base + a.C, C3, k0, T);
+    fa_load_tile<FA_BKV, HS>(sV, base + 2 * a.C, C3, k0, T);
+    fa_load_tile<BQ, HS>(sQ, base, C3, i0 * BQ, T);
+    fa_load_tile<BQ, HS>(sO, dob, a.C, i0 * BQ, T);
+    fa_commit();
+    for (int r = threadIdx.x; r < BQ; r += FA_THREADS) {
+        int q = i0 * BQ + r;
+        sL[r] = q < T ? lse[q] * FA_LOG2E : INFINITY;
+        sD[r] = q < T ? Dr[q] : 0.0f;
+    }
+    float dk[HS / 8][4], dv[HS / 8][4];
+    #pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    for (int i = i0; i < nq; i++) {
+        int buf = (i - i0) & 1;
+        __syncthreads();  // every warp is done with buffer buf ^ 1 (read at step i-1)
+        if (i + 1 < nq) {
+            int nb = buf ^ 1, n0 = (i + 1) * BQ;
+            fa_load_tile<BQ, HS>(sQ + nb * BQ * LD, base, C3, n0, T);
+            fa_load_tile<BQ, HS>(sO + nb * BQ * LD, dob, a.C, n0, T);
+            for (int r = threadIdx.x; r < BQ; r += FA_THREADS) {
+                int q = n0 + r;
+                sL[nb * BQ + r] = q < T ? lse[q] * FA_LOG2E : INFINITY;
+                sD[nb * BQ + r] = q < T ? Dr[q] : 0.0f;
+            }
+        }
+        fa_commit();
+        fa_wait<1>();
+        __syncthreads();
+        const bf16* tQ = sQ + buf * BQ * LD;
+        const bf16* tO = sO + buf * BQ * LD;
+        const float* tL = sL + buf * BQ;
+        const float* tD = sD + buf * BQ;
+        int q0 = i * BQ, diag = q0 < k0 + FA_BKV;
+
+        float p[BQ / 8][4], dp[BQ / 8][4];  // Pᵀ, dPᵀ: this warp's 16 keys x BQ queries
+        #pragma unroll
+        for (int n = 0; n < BQ / 8; n++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) p[n][e] = dp[n][e] = 0.0f;
+        fa_gemm_abt<HS, BQ>(p, sK + warp * 16 * LD, tQ, lane);
+        fa_gemm_abt<HS, BQ>(dp, sV + warp * 16 * LD, tO, lane);
+        #pragma unroll
+        for (int n = 0; n < BQ / 8; n++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qi = n * 8 + (lane & 3) * 2 + (e & 1), key = k0 + warp * 16 + (lane >> 2) + (e >> 1) * 8;
+                float pv = exp2f(p[n][e] * sl2 - tL[qi]);
+                if (diag && q0 + qi < key) pv = 0.0f;
+                p[n][e] = pv;
+                dp[n][e] = pv * (dp[n][e] - tD[qi]);  // dSᵀ
+            }
+        fa_gemm_pv<HS, BQ>(dv, p, tO, lane);
+        fa_gemm_pv<HS, BQ>(dk, dp, tQ, lane);
+    }
+    fa_wait<0>();
+    bf16* dst = a.dqkv + (size_t)b * T * C3 + h * HS;
+    fa_store_rows<HS>(dst + a.C, C3, dk, rsqrtf((float)HS), k0 + warp * 16, T, lane);
+    fa_store_rows<HS>(dst + 2 * a.C, C3, dv, 1.0f, k0 + warp * 16, T, lane);
+}
+
+// Block per (b·NH + h, query tile); the heaviest (last) query tiles first. Writes dQ.
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const FlashBwdArgs a) {
+    constexpr int LD = FaCfg<HS>::LD;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    bf16* sQ = (bf16*)fa_smem;         // (BQ, LD)
+    bf16* sO = sQ + FA_BQ * LD;        // (BQ, LD) dO
+    bf16* sK = sO + FA_BQ * LD;        // (2, BKV, LD)
+    bf16* sV = sK + 2 * FA_BKV * LD;   // (2, BKV, LD)
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH, T = a.T;
+    int q0 = (gridDim.y - 1 - blockIdx.y) * FA_BQ;
+    size_t C3 = 3 * (size_t)a.C;
+    const bf16* base = a.qkv + (size_t)b * T * C3 + h * HS;
+    int nkv = ceil_div(min(q0 + FA_BQ, T), FA_BKV);
+    float sl2 = rsqrtf((float)HS) * FA_LOG2E;
+
+    fa_load_tile<FA_BQ, HS>(sQ, base, C3, q0, T);
+    fa_load_tile<FA_BQ, HS>(sO, a.dout + (size_t)b * T * a.C + h * HS, a.C, q0, T);
+    fa_commit();
+    fa_load_tile<FA_BKV, HS>(sK, base + a.C, C3, 0, T);
+    fa_load_tile<FA_BKV, HS>(sV, base + 2 * a.C, C3, 0, T);
+    fa_commit();
+    float lrow[2], drow[2];  // this thread's two query rows: lse·log2e (+inf past T) and D
+    #pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        int q = q0 + warp * 16 + (lane >> 2) + hh * 8;
+        lrow[hh] = q < T ? a.lse[(size_t)bh * T + q] * FA_LOG2E : INFINITY;
+        drow[hh] = q < T ? a.D[(size_t)bh * T + q] : 0.0f;
+    }
+    float dq[HS / 8][4];
+    #pragma unroll
+    for (int n = 0; n < HS / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int j = 0; j < nkv; j++) {
+        __syncthreads();
+        if (j + 1 < nkv) {
+            int nb = (j + 1) & 1;
+            fa_load_tile<FA_BKV, HS>(sK + nb * FA_BKV * LD, base + a.C, C3, (j + 1) * FA_BKV, T);
+            fa_load_tile<FA_BKV, HS>(sV + nb * FA_BKV * LD, base + 2 * a.C, C3, (j + 1) * FA_BKV, T);
+        }
+        fa_commit();
+        fa_wait<1>();
+        __syncthreads();
+        const bf16* tK = sK + (j & 1) * FA_BKV * LD;
+        const bf16* tV = sV + (j & 1) * FA_BKV * LD;
+        float p[FA_BKV / 8][4], dp[FA_BKV / 8][4];
+        #pragma unroll
+        for (int n = 0; n < FA_BKV / 8; n++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) p[n][e] = dp[n][e] = 0.0f;
+        fa_gemm_abt<HS, FA_BKV>(p, sQ + warp * 16 * LD, tK, lane);
+        fa_gemm_abt<HS, FA_BKV>(dp, sO + warp * 16 * LD, tV, lane);
+        int k0 = j * FA_BKV, diag = k0 + FA_BKV > q0;
+        #pragma unroll
+        for (int n = 0; n < FA_BKV / 8; n++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int hh = e >> 1, key = k0 + n * 8 + (lane & 3) * 2 + (e & 1);
+                float pv = exp2f(p[n][e] * sl2 - lrow[hh]);
+                if (diag && key > q0 + warp * 16 + (lane >> 2) + hh * 8) pv = 0.0f;
+                dp[n][e] = pv * (dp[n][e] - drow[hh]);  // dS
+            }
+        fa_gemm_pv<HS, FA_BKV>(dq, dp, tK, lane);
+    }
+    fa_wait<0>();
+    fa_store_rows<HS>(a.dqkv + (size_t)b * T * C3 + h * HS, C3, dq, rsqrtf((float)HS), q0 + warp * 16, T, lane);
+}
+
+// --- launchers -------------------------------------------------------------------------------
+
+template <int HS>
+static inline void flash_backward_launch(const FlashBwdArgs& a, cudaStream_t stream) {
+    size_t rows = (size_t)a.B * a.T * a.NH, threads = rows * (HS / 8);
+    flash_backward_dot_kernel<HS><<<(unsigned)((threads + 255) / 256), 256, 0, stream>>>(a);
+    cuda_check_launch();
+    size_t s1 = FaCfg<HS>::dkdv_smem, s2 = FaCfg<HS>::dq_smem;
+    cuda_check(cudaFuncSetAttribute(flash_backward_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
+    cuda_check(cudaFuncSetAttribute(flash_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
+    flash_backward_dkdv_kernel<HS><<<dim3(a.B * a.NH, ceil_div(a.T, FA_BKV)), FA_THREADS, s1, stream>>>(a);
+    cuda_check_launch();
+    flash_backward_dq_kernel<HS><<<dim3(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, s2, stream>>>(a);
+    cuda_check_launch();
+}
+
+// dqkv (B, T, 3C) bf16 assigned (every element written), from dout (B, T, C) bf16 and the forward's
+// out (B, T, C), qkv and lse; D_scratch (B, NH, T) fp32. Deterministic: no atomics.
+static inline void flash_attention_backward(bf16* dqkv, float* D_scratch, const bf16* dout, const bf16* out,
+                                            const bf16* qkv, const float* lse, int B, int T, int C, int NH,
+                                            cudaStream_t stream) {
+    FlashBwdArgs a = {dqkv, D_scratch, dout, out, qkv, lse, B, T, C, NH};
+    if (flash_attention_head_size(T, C, NH) == 64) flash_backward_launch<64>(a, stream);
+    else flash_backward_launch<128>(a, stream);
+}
