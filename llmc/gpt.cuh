@@ -19,7 +19,8 @@
 #include "layernorm.cuh"
 #include "linear.cuh"
 #include "gelu.cuh"
-#include "attention.cuh"
+#include "attention.cuh"             // simple exact attention: any head size, T <= 1024
+#include "flash_attention_backward.cuh"  // flash attention (forward too): head sizes 64 and 128
 #include "adamw.cuh"
 #include "global_norm.cuh"
 #include "fused_lce.cuh"
@@ -273,6 +274,9 @@ static inline void gpt_init_params(GptModel* m, uint64_t seed, const GpuContext*
     free(v);
 }
 
+// Flash attention covers GPT-2's head size 64 (and 128); other head sizes use the simple kernel.
+static inline int gpt_uses_flash(int C, int NH) { return C / NH == 64 || C / NH == 128; }
+
 // --- forward -------------------------------------------------------------------------------------
 
 // Copies (n,) host ints into the pinned `staging` buffer and from there to `dev` (asynchronously).
@@ -310,7 +314,8 @@ static inline void gpt_forward(GptModel* m, const int* inputs, int B, int T, con
         bf16* gelu = a.fch_gelu + (m->recompute ? 0 : 4 * l * lc);
         bf16* res3 = a.residual3 + l * lc;
         linear_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C, ctx);
-        attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, B, T, C, NH, st);
+        if (gpt_uses_flash(C, NH)) flash_attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, B, T, C, NH, st);
+        else attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, B, T, C, NH, st);
         linear_forward(res2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C, ctx);
         residual_layernorm_forward(res2, ln2, a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, res2, resid,
                                    p.ln2w + l * C, p.ln2b + l * C, BT, C, st);
@@ -401,7 +406,11 @@ static inline void gpt_backward(GptModel* m, const int* targets, float dloss, co
         // now dL/d(residual2): the attention half
         linear_backward(a.datty, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.scratch, a.dresidual,
                         a.atty + l * lc, p.attprojw + (size_t)l * C * C, BT, C, C, ctx);
-        attention_backward(a.dqkv, a.att_D, a.datty, a.qkv + 3 * l * lc, a.att_lse + l * maxBT * NH, B, T, C, NH, st);
+        if (gpt_uses_flash(C, NH))
+            flash_attention_backward(a.dqkv, a.att_D, a.datty, a.atty + l * lc, a.qkv + 3 * l * lc,
+                                     a.att_lse + l * maxBT * NH, B, T, C, NH, st);
+        else
+            attention_backward(a.dqkv, a.att_D, a.datty, a.qkv + 3 * l * lc, a.att_lse + l * maxBT * NH, B, T, C, NH, st);
         linear_backward(a.dln, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, a.scratch, a.dqkv, a.ln1 + l * lc,
                         p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, ctx);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.scratch, a.dln, resid,
