@@ -268,7 +268,7 @@ static inline void fused_lce_forward_backward(FusedLce* h, bf16* dx, float* dW, 
 }
 
 // Loss only (eval, or when the caller needs the loss before it knows the upstream gradient). F, through
-// the fully fused kernel (no logits in memory) when C % 32 == 0, else through the chunks.
+// the fully fused kernel (no logits in memory) when C % 64 == 0, else through the chunks.
 static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, const int* targets, int N,
                                      const GpuContext* ctx) {
     if (!h->mma_forward) { flce_run(h, NULL, NULL, NULL, 0.0f, x, W, targets, N, ctx); return; }

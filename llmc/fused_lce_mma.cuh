@@ -5,10 +5,10 @@
 // A second small kernel merges the splits and adds the target logit x_t·w_t (a dot product per row).
 //
 // Tiling: a block of 256 threads owns BM = 128 rows and walks the vocabulary in BN = 128 tiles, K in
-// BK = 32 steps, three cp.async stages. The 8 warps are 2 (rows) x 4 (columns), 64 x 32 each. Napkin:
+// BK = 64 steps, three cp.async stages. The 8 warps are 2 (rows) x 4 (columns), 64 x 32 each. Napkin:
 // per tile 2·128·128·C FLOPs against 128·128 exps; at C = 768 the MUFU work is ~10% of the MMA time.
 // x tiles are re-read from L2 for every vocab tile (128·C·2 B per 128·128·C·2 FLOPs: 128 FLOP/B).
-// Needs C % 32 == 0 (cp.async 16-byte rows); callers fall back to the chunked path otherwise.
+// Needs C % BK == 0; callers fall back to the chunked path otherwise.
 #pragma once
 #include "cuda_common.cuh"
 #include "fused_lce_options.h"
@@ -16,11 +16,11 @@
 #define FLCE_MMA_BM 128
 #define FLCE_MMA_BN 128
 #ifndef FLCE_MMA_BK
-#define FLCE_MMA_BK 32  // K step; a multiple of 16 (one mma) and of 8 (one 16-byte cp.async)
+#define FLCE_MMA_BK 64  // K step (a multiple of 16): 64 ran ~20% faster than 32 on an H200 (fewer barriers)
 #endif
 #define FLCE_MMA_STAGES 3
 #define FLCE_MMA_THREADS 256
-#define FLCE_MMA_PAD 8   // bf16 elements of padding per smem row: 80-byte rows make ldmatrix conflict-free
+#define FLCE_MMA_PAD 8   // bf16 elements of padding per smem row: 144-byte rows make ldmatrix conflict-free
 #define FLCE_MMA_LD (FLCE_MMA_BK + FLCE_MMA_PAD)
 #define FLCE_MMA_SMEM (FLCE_MMA_STAGES * (FLCE_MMA_BM + FLCE_MMA_BN) * FLCE_MMA_LD * (int)sizeof(bf16))
 

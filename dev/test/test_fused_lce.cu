@@ -113,7 +113,7 @@ int main(void) {
         {160, 128, 2000, 2048, options(0, 5.0f, 0), 0, "soft-capping at 5"},
         {160, 128, 2000, 2048, options(0, 0, 0.1f), 0, "label smoothing 0.1"},
         {257, 256, 4093, 4096, options(1e-4f, 15.0f, 0.1f), 7, "all features, V=4093"},
-        {96, 200, 1000, 1024, options(0, 0, 0), 0, "C=200 (not a multiple of 32: chunked forward)"},
+        {96, 200, 1000, 1024, options(0, 0, 0), 0, "C=200 (not a multiple of 64: chunked forward)"},
     };
     int ncases = (int)(sizeof(cases) / sizeof(cases[0]));
     for (int i = 0; i < ncases; i++) {
