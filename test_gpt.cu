@@ -8,13 +8,17 @@
 //      the eval loss equals the training loss; accumulating a batch twice at dloss 1/2 equals once at 1
 //   4. the losses of 10 AdamW steps (with clipping and weight decay) vs the reference
 //   5. two runs with the same seed are bitwise identical (losses and final master weights)
+//   6. resume: 2N steps in one run equal N steps, a checkpoint file, a fresh model loaded from it and N
+//      more steps, bitwise (losses, master weights, AdamW m and v)
 // Both sides evaluate the same model: the reference's parameters are rounded to bf16 first, since the
 // GPU computes with bf16 parameters. Tolerances are stated where they are checked.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "llmc/gpt.cuh"
+#include "llmc/gpt_checkpoint.cuh"
 #include "dev/test/gpt_ref.h"
 #include "dev/test/testing.h"
 
@@ -82,24 +86,98 @@ static double compare_tensors(const char* what, const float* got, const float* r
 
 static int bitwise_equal(const float* a, const float* b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
+// Optimizer steps from+1 .. to on random batches drawn from *rng (the run's data stream); losses[s]
+// is the loss of step s+1.
+static void train_steps(GptModel* m, uint64_t* rng, int from, int to, float* losses, const GpuContext* ctx) {
+    int in[B_ * T_], tg[B_ * T_];
+    for (int s = from; s < to; s++) {
+        for (int i = 0; i < B_ * T_; i++) {
+            in[i] = (int)(rand_next(rng) % 50257);
+            tg[i] = (int)(rand_next(rng) % 50257);
+        }
+        grads_of(m, in, tg, 1, ctx);
+        gpt_update(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s + 1, ctx);
+        losses[s] = model_loss(m, ctx);
+    }
+}
+
 // Trains `steps` steps on batches derived from seed; returns losses and the final master weights.
 static void train_run(float* losses, float* master, const GptConfig* c, uint64_t seed, int steps, const GpuContext* ctx) {
     GptModel m;
     gpt_build(&m, c, B_, T_, 0, 1);
     gpt_init_params(&m, seed, ctx);
-    int in[B_ * T_], tg[B_ * T_];
     uint64_t rng = seed * 31 + 7;
-    for (int s = 0; s < steps; s++) {
-        for (int i = 0; i < B_ * T_; i++) {
-            in[i] = (int)(rand_next(&rng) % 50257);
-            tg[i] = (int)(rand_next(&rng) % 50257);
-        }
-        grads_of(&m, in, tg, 1, ctx);
-        gpt_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s + 1, ctx);
-        losses[s] = model_loss(&m, ctx);
-    }
+    train_steps(&m, &rng, 0, steps, losses, ctx);
     copy_to_host(master, m.master_memory, m.num_params);
     gpt_free(&m);
+}
+
+// 6. Resume: N steps, a checkpoint written to a file, a fresh model (initialized from another seed, so
+// that anything the load misses shows) loaded from it, N more steps; against 2N steps in one run. The
+// batch generator's state travels in the checkpoint's RNG field, as the trainer's sampler state does.
+static void test_resume(const GptConfig* c, const GpuContext* ctx) {
+    enum { N = 3 };
+    const uint64_t seed = 21;
+    GptModel full, part, fresh;
+    float loss_full[2 * N], loss_part[2 * N];
+    gpt_build(&full, c, B_, T_, 0, 1);
+    gpt_init_params(&full, seed, ctx);
+    uint64_t rng = seed * 31 + 7;
+    train_steps(&full, &rng, 0, 2 * N, loss_full, ctx);
+
+    gpt_build(&part, c, B_, T_, 0, 1);
+    gpt_init_params(&part, seed, ctx);
+    rng = seed * 31 + 7;
+    train_steps(&part, &rng, 0, N, loss_part, ctx);
+    char dir[] = "/tmp/test_gpt_resume.XXXXXX", path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN];
+    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(EXIT_FAILURE); }
+    checkpoint_path(path, sizeof(path), dir, N);
+    CheckpointState st;
+    memset(&st, 0, sizeof(st));
+    st.step = N;
+    st.rng = rng;
+    snprintf(st.settings, sizeof(st.settings), "-steps %d", 2 * N);
+    int rc = gpt_save_checkpoint(&part, path, &st, err, sizeof(err), ctx);
+    EXPECT(rc == 0, "saving %s: %s", path, err);
+    gpt_free(&part);
+
+    gpt_build(&fresh, c, B_, T_, 0, 1);
+    gpt_init_params(&fresh, seed + 1, ctx);
+    CheckpointReader r;
+    rc = checkpoint_reader_open(&r, path);
+    if (rc == 0) rc = gpt_load_checkpoint(&fresh, &r, ctx);
+    checkpoint_reader_close(&r);
+    EXPECT(rc == 0, "loading %s: %s", path, r.err);
+    EXPECT(r.state.step == N && r.state.rng == rng, "checkpoint step %lld rng %llx, expected %d %llx",
+           (long long)r.state.step, (unsigned long long)r.state.rng, N, (unsigned long long)rng);
+    rng = r.state.rng;
+    train_steps(&fresh, &rng, (int)r.state.step, 2 * N, loss_part, ctx);
+
+    size_t n = full.num_params;
+    float* a = (float*)malloc_check(n * sizeof(float));
+    float* b = (float*)malloc_check(n * sizeof(float));
+    int same_loss = memcmp(loss_full + N, loss_part + N, N * sizeof(float)) == 0;
+    const char* names[3] = {"master", "m", "v"};
+    const float* fa[3] = {full.master_memory, full.m_memory, full.v_memory};
+    const float* fb[3] = {fresh.master_memory, fresh.m_memory, fresh.v_memory};
+    int same[3];
+    for (int k = 0; k < 3; k++) {
+        copy_to_host(a, fa[k], n);
+        copy_to_host(b, fb[k], n);
+        same[k] = bitwise_equal(a, b, n);
+    }
+    printf("resume after step %d of %d: losses", N, 2 * N);
+    for (int s = N; s < 2 * N; s++) printf(" %.7f/%.7f", loss_full[s], loss_part[s]);
+    printf(" (uninterrupted/resumed) %s; master %s, m %s, v %s\n", same_loss ? "bitwise equal" : "DIFFERENT",
+           same[0] ? "equal" : "DIFFERENT", same[1] ? "equal" : "DIFFERENT", same[2] ? "equal" : "DIFFERENT");
+    EXPECT(same_loss, "the resumed run's losses differ from the uninterrupted run's");
+    for (int k = 0; k < 3; k++) EXPECT(same[k], "after resume the %s tensor differs from the uninterrupted run's", names[k]);
+    free(b);
+    free(a);
+    gpt_free(&fresh);
+    gpt_free(&full);
+    remove(path);
+    rmdir(dir);
 }
 
 int main(void) {
@@ -234,6 +312,8 @@ int main(void) {
     printf("determinism: losses %.6f %.6f %.6f vs %.6f %.6f %.6f, master weights bitwise equal: %s\n",
            l1[0], l1[1], l1[2], l2[0], l2[1], l2[2], bitwise_equal(host, host2, n) ? "yes" : "no");
     EXPECT(same, "two runs with the same seed differ");
+
+    test_resume(&c, &ctx);
 
     free(grads);
     free(host2);

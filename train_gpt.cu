@@ -70,7 +70,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-t", FLAG_INT, &c->T, "256", "batch", "sequence length T (at most 1024)"},
         {"-b", FLAG_INT, &c->B, "32", "batch", "micro-batch size B (sequences per forward)"},
         {"-total_batch", FLAG_INT, &c->total_batch, "0", "batch", "tokens per optimizer step, a multiple of B*T (0: B*T)"},
-        {"-steps", FLAG_INT, &c->steps, "300", "optimizer", "optimizer steps in all (0 with -resume: only evaluate and sample)"},
+        {"-steps", FLAG_INT, &c->steps, "300", "optimizer", "optimizer steps in all (0 with -resume: evaluate and sample only)"},
         {"-lr", FLAG_FLOAT, &c->lr, "1e-3", "optimizer", "peak learning rate"},
         {"-warmup", FLAG_INT, &c->warmup, "30", "optimizer", "linear warmup steps"},
         {"-schedule", FLAG_STR, &c->schedule, "cosine", "optimizer", "decay after warmup: cosine | linear"},
@@ -184,8 +184,9 @@ static void validate_or_exit(const TrainConfig* c) {
     else if (c->total_batch < 0 || (c->total_batch > 0 && c->total_batch % (c->B * c->T) != 0))
         snprintf(msg, sizeof(msg), "-total_batch %d must be a positive multiple of B*T = %d (or 0 for B*T)",
                  c->total_batch, c->B * c->T);
-    else if (c->steps < 1)
-        snprintf(msg, sizeof(msg), "-steps %d: at least one step", c->steps);
+    else if (c->steps < 0 || (c->steps == 0 && !c->resume[0]))
+        snprintf(msg, sizeof(msg), "-steps %d: at least one step (-steps 0 only with -resume, to evaluate and sample "
+                 "a checkpoint)", c->steps);
     else if (!(c->lr > 0.0f) || c->warmup < 0 || c->final_lr_frac < 0.0f || c->final_lr_frac > 1.0f)
         snprintf(msg, sizeof(msg), "-lr %g -warmup %d -final_lr_frac %g: need lr > 0, warmup >= 0, frac in [0, 1]",
                  c->lr, c->warmup, c->final_lr_frac);
@@ -198,11 +199,94 @@ static void validate_or_exit(const TrainConfig* c) {
         snprintf(msg, sizeof(msg), "-head %s: choose fused or unfused", c->head);
     else if (c->recompute != 0 && c->recompute != 1)
         snprintf(msg, sizeof(msg), "-recompute %d: choose 0 or 1", c->recompute);
-    else if (c->val_every < 0 || c->val_batches < -1 || c->val_batches == 0 || c->sample_tokens < 0)
-        snprintf(msg, sizeof(msg), "eval: need -val_every >= 0, -val_batches >= 1 or -1, -sample_tokens >= 0");
+    else if (c->val_every < 0 || c->val_batches < -1 || c->val_batches == 0)
+        snprintf(msg, sizeof(msg), "eval: need -val_every >= 0, -val_batches >= 1 or -1");
+    else if (c->sample_tokens < 0 || c->sample_every < 0 || c->temperature < 0.0f || c->top_k < 0 || c->top_k > VOCAB)
+        snprintf(msg, sizeof(msg), "sample: need -sample_tokens >= 0, -sample_every >= 0, -temperature >= 0, "
+                 "-top_k in [0, %d]", VOCAB);
+    else if (!c->out_dir[0] || c->ckpt_every < 0 || c->keep < 0)
+        snprintf(msg, sizeof(msg), "checkpoint: need an -out directory, -ckpt_every >= 0, -keep >= 0");
     if (msg[0]) {
         fprintf(stderr, "error: %s\n", msg);
         exit(EXIT_FAILURE);
+    }
+}
+
+// --- settings kept in checkpoints -----------------------------------------------------------------
+
+// The flags a checkpoint records. On -resume each one left off the command line is taken from the
+// checkpoint, so `./train_gpt -resume latest` continues the run as it was started. The first four
+// decide the model and the data stream: given with another value they are an error. The others may be
+// changed (a longer -steps, another -lr ...), with a note that the run then differs from an
+// uninterrupted one.
+static const char* const kept_flags[] = {"-depth", "-b", "-t", "-seed", "-total_batch", "-steps", "-lr", "-warmup",
+                                         "-schedule", "-final_lr_frac", "-wd", "-beta1", "-beta2", "-eps", "-clip"};
+#define KEPT_FLAGS_MUST_MATCH 4
+#define N_KEPT_FLAGS ((int)(sizeof(kept_flags) / sizeof(kept_flags[0])))
+
+// A flag's value as text, exact (floats with 9 significant digits round-trip).
+static void flag_format(char* out, size_t n, const Flag* f) {
+    if (f->type == FLAG_INT) snprintf(out, n, "%d", *(const int*)f->value);
+    else if (f->type == FLAG_FLOAT) snprintf(out, n, "%.9g", *(const float*)f->value);
+    else snprintf(out, n, "%s", *(const char* const*)f->value);
+}
+
+static const Flag* flag_find(const Flag* f, int n, const char* name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(f[i].name, name) == 0) return &f[i];
+    return NULL;
+}
+
+static int flag_given(int argc, char** argv, const char* name) {
+    for (int a = 1; a < argc; a += 2)
+        if (strcmp(argv[a], name) == 0) return 1;
+    return 0;
+}
+
+// "-depth 6 -b 32 ...": the kept flags of c, for a checkpoint.
+static void settings_text(char* out, size_t n, TrainConfig* c) {
+    Flag f[MAX_FLAGS];
+    int nf = train_flags(c, f);
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < N_KEPT_FLAGS && len < n; i++) {
+        char v[64];
+        flag_format(v, sizeof(v), flag_find(f, nf, kept_flags[i]));
+        len += (size_t)snprintf(out + len, n - len, "%s%s %s", i ? " " : "", kept_flags[i], v);
+    }
+}
+
+// Applies the settings text of checkpoint `path` to c (see kept_flags). `text` must outlive c: string
+// flags point into it.
+static void settings_resume(TrainConfig* c, char* text, const char* path, int argc, char** argv) {
+    Flag f[MAX_FLAGS];
+    int nf = train_flags(c, f);
+    char* save = NULL;
+    for (char* name = strtok_r(text, " ", &save); name; name = strtok_r(NULL, " ", &save)) {
+        char* value = strtok_r(NULL, " ", &save);
+        const Flag* fl = flag_find(f, nf, name);
+        int k = 0;
+        while (k < N_KEPT_FLAGS && strcmp(kept_flags[k], name) != 0) k++;
+        if (!fl || !value || k == N_KEPT_FLAGS) {
+            fprintf(stderr, "error: checkpoint %s records an unknown setting \"%s\": written by another version of "
+                    "train_gpt; start without -resume\n", path, name);
+            exit(EXIT_FAILURE);
+        }
+        if (!flag_given(argc, argv, name)) {
+            if (flag_set(fl, value) != 0) exit(EXIT_FAILURE);
+            continue;
+        }
+        char now[64];
+        flag_format(now, sizeof(now), fl);
+        if (strcmp(now, value) == 0 || (strcmp(name, "-steps") == 0 && c->steps == 0)) continue;
+        if (k < KEPT_FLAGS_MUST_MATCH) {
+            fprintf(stderr, "error: %s %s: the checkpoint %s was written with %s %s, which must match to resume (it "
+                    "decides the model or the data stream)\n  hint: leave %s out (it is taken from the checkpoint), "
+                    "or start without -resume\n", name, now, path, name, value, name);
+            exit(EXIT_FAILURE);
+        }
+        printf("note: %s %s, the checkpoint's run had %s %s: the resumed run will differ from an uninterrupted one\n",
+               name, now, name, value);
     }
 }
 
@@ -249,6 +333,23 @@ static void table_row(const char* name, const char* fmt, ...) {
     printf("| %-20s | %-48s |\n", name, value);
 }
 
+// --- signals -------------------------------------------------------------------------------------
+
+// Ctrl-C or SIGTERM: the loop finishes its step, writes a checkpoint and exits. SA_RESETHAND: a second
+// Ctrl-C kills at once (a checkpoint being written then is left as a .tmp file, never under its name).
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 // --- eval and sampling ---------------------------------------------------------------------------
 
 // Mean loss over `batches` batches from the start of the val split.
@@ -268,32 +369,56 @@ static float evaluate(GptModel* m, DataLoader* val, int batches, const GpuContex
     return (float)(sum / batches);
 }
 
-// Samples n tokens after <|endoftext|> at temperature 1 (no KV cache: one forward of the whole prefix
-// per token, B = 1), and prints them decoded.
-static void sample(GptModel* m, const Tokenizer* tok, int n, uint64_t seed, const GpuContext* ctx) {
+static int compare_desc(const void* a, const void* b) {
+    float x = *(const float*)a, y = *(const float*)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+// One token from fp32 logits (V,): the argmax at temperature 0, else a draw from softmax(logits /
+// temperature) over the top_k largest logits (0: all; ties at the k-th value are all kept).
+// `sorted` is (V,) scratch.
+static int sample_token(const float* logits, int V, float temperature, int top_k, float* sorted, uint64_t* rng) {
+    int best = 0;
+    for (int j = 1; j < V; j++)
+        if (logits[j] > logits[best]) best = j;
+    if (temperature == 0.0f) return best;
+    float cut = -INFINITY;
+    if (top_k > 0 && top_k < V) {
+        memcpy(sorted, logits, (size_t)V * sizeof(float));
+        qsort(sorted, (size_t)V, sizeof(float), compare_desc);
+        cut = sorted[top_k - 1];
+    }
+    double mx = logits[best], total = 0.0;
+    for (int j = 0; j < V; j++)
+        if (logits[j] >= cut) total += exp((logits[j] - mx) / temperature);
+    double u = ((double)(rand_next(rng) >> 11) + 0.5) / 9007199254740992.0 * total, acc = 0.0;
+    for (int j = 0; j < V; j++) {
+        if (logits[j] < cut) continue;
+        acc += exp((logits[j] - mx) / temperature);
+        if (acc >= u) return j;
+    }
+    return best;  // u within rounding of the total
+}
+
+// Samples n tokens after <|endoftext|> (no KV cache: one forward of the whole prefix per token, B = 1)
+// and prints them decoded. The RNG state is the caller's, kept in checkpoints: a resumed run samples
+// the same text as the uninterrupted one.
+static void sample(GptModel* m, const Tokenizer* tok, int n, float temperature, int top_k, uint64_t* rng, int step,
+                   const GpuContext* ctx) {
     int V = m->config.vocab_size, maxT = m->max_T;
     int* ids = (int*)malloc_check((size_t)maxT * sizeof(int));
     float* logits = (float*)malloc_check((size_t)V * sizeof(float));
-    uint64_t rng = seed;
+    float* sorted = (float*)malloc_check((size_t)V * sizeof(float));
     int len = 1;
     ids[0] = TOKENIZER_GPT2_EOT;
-    printf("sample: ");
-    for (int i = 0; i < n; i++) {
+    printf("sample (step %d): ", step);
+    for (int i = 0; i < n && !stop_signal; i++) {  // Ctrl-C ends a sample early
         int window = len < maxT ? len : maxT;  // past T tokens the context slides
         gpt_forward(m, ids + len - window, 1, window, ctx);
         gpt_logits_row(m, window - 1, ctx);
         cuda_check(cudaMemcpyAsync(logits, m->acts.logits_row, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
         cuda_check(cudaStreamSynchronize(ctx->stream));
-        float mx = logits[0];
-        for (int j = 1; j < V; j++) mx = fmaxf(mx, logits[j]);
-        double total = 0.0;
-        for (int j = 0; j < V; j++) total += exp((double)logits[j] - mx);
-        double u = ((double)(rand_next(&rng) >> 11) + 0.5) / 9007199254740992.0 * total, acc = 0.0;
-        int next = V - 1;
-        for (int j = 0; j < V; j++) {
-            acc += exp((double)logits[j] - mx);
-            if (acc >= u) { next = j; break; }
-        }
+        int next = sample_token(logits, V, temperature, top_k, sorted, rng);
         size_t blen;
         const unsigned char* s = tokenizer_decode(tok, next, &blen);
         if (s) fwrite(s, 1, blen, stdout);
@@ -302,8 +427,63 @@ static void sample(GptModel* m, const Tokenizer* tok, int n, uint64_t seed, cons
         ids[len - 1] = next;
     }
     printf("\n");
+    free(sorted);
     free(logits);
     free(ids);
+}
+
+// --- log, checkpoints ----------------------------------------------------------------------------
+
+// <out>/log.txt, one line per event, `step N key value ...` (lines starting with # are comments):
+//   step 12 train_loss 5.43210983 norm 0.452113628 lr 1.0000e-03 ms 20.9 tok_s 392000
+//   step 50 val_loss 5.77123451
+//   step 50 checkpoint out/ckpt_00000050.bin
+// Losses and norms have 9 significant digits, so two logs compare bitwise. A fresh run starts the log
+// empty; a resumed run keeps the lines up to its checkpoint's step and drops the later ones (the
+// interrupted run's work after its last checkpoint), so the log reads as one uninterrupted run.
+static FILE* log_open(const char* dir, int resume_step, int argc, char** argv) {
+    char path[CHECKPOINT_PATH_LEN + 16], tmp[CHECKPOINT_PATH_LEN + 24];
+    snprintf(path, sizeof(path), "%s/log.txt", dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* out = fopen_check(tmp, "wb");
+    FILE* old = resume_step >= 0 ? fopen(path, "rb") : NULL;
+    if (old) {
+        char* line = NULL;
+        size_t cap = 0;
+        while (getline(&line, &cap, old) > 0) {
+            long long step;
+            if (sscanf(line, "step %lld", &step) != 1 || step <= resume_step) fputs(line, out);
+        }
+        free(line);
+        fclose(old);
+    }
+    fprintf(out, "#");
+    for (int a = 0; a < argc; a++) fprintf(out, " %s", argv[a]);
+    fprintf(out, "\n");
+    fclose_check(out);
+    if (rename(tmp, path) != 0) { perror(path); exit(EXIT_FAILURE); }
+    FILE* f = fopen_check(path, "ab");
+    setvbuf(f, NULL, _IOLBF, 0);  // whole lines reach the file as they are written
+    return f;
+}
+
+// The checkpoint after `step` steps: the file, then the `latest` marker, then older ones pruned.
+static void save_checkpoint(const GptModel* m, const TrainConfig* c, int step, uint64_t sample_rng,
+                            const DataLoader* train, const char* settings, FILE* log_file, const GpuContext* ctx) {
+    CheckpointState s;
+    memset(&s, 0, sizeof(s));
+    s.step = step;
+    s.rng = sample_rng;
+    s.data = dataloader_save(train);
+    snprintf(s.settings, sizeof(s.settings), "%s", settings);
+    char path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN];
+    checkpoint_path(path, sizeof(path), c->out_dir, step);
+    double t0 = now_seconds();
+    checkpoint_check(err, gpt_save_checkpoint(m, path, &s, err, sizeof(err), ctx));
+    checkpoint_check(err, checkpoint_mark_latest(c->out_dir, path, err, sizeof(err)));
+    checkpoint_check(err, checkpoint_prune(c->out_dir, c->keep, step, err, sizeof(err)));
+    printf("checkpoint %s (%.1f MiB, %.1f s)\n", path, mib(3 * m->num_params * sizeof(float)), now_seconds() - t0);
+    fprintf(log_file, "step %d checkpoint %s\n", step, path);
 }
 
 // --- main ----------------------------------------------------------------------------------------
@@ -311,7 +491,27 @@ static void sample(GptModel* m, const Tokenizer* tok, int n, uint64_t seed, cons
 int main(int argc, char** argv) {
     TrainConfig cfg;
     parse_flags(&cfg, argc, argv);
+    // -resume: the checkpoint's header and settings first, so that flags left out come from it
+    CheckpointReader ckpt;
+    char ckpt_path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN], saved_settings[CHECKPOINT_SETTINGS_MAX];
+    int resumed = cfg.resume[0] != '\0';
+    if (resumed) {
+        checkpoint_check(err, checkpoint_resolve(ckpt_path, sizeof(ckpt_path), cfg.resume, cfg.out_dir, err, sizeof(err)));
+        checkpoint_check(ckpt.err, checkpoint_reader_open(&ckpt, ckpt_path));
+        memcpy(saved_settings, ckpt.state.settings, sizeof(saved_settings));
+        settings_resume(&cfg, saved_settings, ckpt_path, argc, argv);
+    }
     validate_or_exit(&cfg);
+    int start_step = resumed ? (int)ckpt.state.step : 0;
+    int train_steps = cfg.steps == 0 ? 0 : cfg.steps - start_step;  // 0: evaluate and sample only
+    if (train_steps < 0) {
+        fprintf(stderr, "error: -steps %d: the checkpoint %s is at step %d already\n  hint: pass a larger -steps to "
+                "continue training, or -steps 0 to only evaluate and sample it\n", cfg.steps, ckpt_path, start_step);
+        exit(EXIT_FAILURE);
+    }
+    char settings[CHECKPOINT_SETTINGS_MAX];
+    settings_text(settings, sizeof(settings), &cfg);
+    checkpoint_check(err, checkpoint_make_dir(cfg.out_dir, err, sizeof(err)));
     int total_batch = cfg.total_batch ? cfg.total_batch : cfg.B * cfg.T;
     int accum = total_batch / (cfg.B * cfg.T);
 
@@ -347,7 +547,18 @@ int main(int argc, char** argv) {
     gpt2_size(cfg.depth, &mc.channels, &mc.num_heads);
     GptModel model;
     gpt_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, strcmp(cfg.head, "fused") == 0);
-    gpt_init_params(&model, (uint64_t)cfg.seed, &ctx);
+    // the sampler's own stream, advanced by every sample and kept in checkpoints
+    uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);
+    if (resumed) {
+        checkpoint_check(ckpt.err, gpt_load_checkpoint(&model, &ckpt, &ctx));
+        checkpoint_reader_close(&ckpt);
+        sample_rng = ckpt.state.rng;
+        if (train_steps > 0) dataloader_check(&train, dataloader_restore(&train, &ckpt.state.data));
+    } else {
+        gpt_init_params(&model, (uint64_t)cfg.seed, &ctx);
+    }
+    // evaluating a checkpoint leaves the log of its run as it is
+    FILE* log_file = train_steps > 0 ? log_open(cfg.out_dir, resumed ? start_step : -1, argc, argv) : NULL;
 
     // FLOPs per token: 6 per parameter (forward + backward) plus attention's 6·L·C·T (llm.c's count)
     double flops_per_token = 6.0 * model.num_params + 6.0 * mc.num_layers * mc.channels * cfg.T;
@@ -368,6 +579,13 @@ int main(int argc, char** argv) {
     table_row("LM head", "%s", cfg.head);
     table_row("recompute", "%s", cfg.recompute ? "GELU" : "none");
     table_row("validation", "every %d steps, %d batches", cfg.val_every, val_batches);
+    table_row("sampling", "%d tokens, every %d steps, temperature %g, top-k %d", cfg.sample_tokens, cfg.sample_every,
+              cfg.temperature, cfg.top_k);
+    table_row("output", "%s/ (log.txt, checkpoints)", cfg.out_dir);
+    if (cfg.keep == 0) table_row("checkpoints", "none (-keep 0)");
+    else if (cfg.ckpt_every > 0) table_row("checkpoints", "every %d steps and at the end, keep %d", cfg.ckpt_every, cfg.keep);
+    else table_row("checkpoints", "at the end (and on Ctrl-C), keep %d", cfg.keep);
+    if (resumed) table_row("resumed from", "%s (step %d)", ckpt_path, start_step);
     table_row("seed", "%d", cfg.seed);
     table_row("GPU", "%s", prop.name);
     if (peak > 0) table_row("peak bf16", "%.1f TFLOP/s (SMs x clock x FLOP/clock)", peak / 1e12);
@@ -380,8 +598,9 @@ int main(int argc, char** argv) {
            mib(model.head.scratch_bytes + 2 * (size_t)model.head.max_n * sizeof(float)));
 
     double tokens_per_step = (double)total_batch, train_time = 0.0;
-    int timed_steps = 0;
-    for (int step = 0; step < cfg.steps; step++) {
+    int timed_steps = 0, stopped = 0, end = start_step + train_steps;
+    catch_stop_signals();
+    for (int step = start_step; step < end && !stopped; step++) {
         double t0 = now_seconds();
         gpt_zero_grad(&model, &ctx);
         for (int k = 0; k < accum; k++) {
@@ -397,33 +616,54 @@ int main(int argc, char** argv) {
         cuda_check(cudaStreamSynchronize(ctx.stream));
         fused_lce_check(&model.head, &ctx);
         double dt = now_seconds() - t0;
-        if (step > 0) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
+        if (step > start_step) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
         double tps = tokens_per_step / dt;
         printf("step %5d/%d | loss %.4f | norm %6.3f | lr %.2e | %7.1f ms | %8.0f tok/s", step + 1, cfg.steps, loss,
                norm, lr, dt * 1e3, tps);
         if (peak > 0) printf(" | MFU %5.1f%%", 100.0 * tps * flops_per_token / peak);
         printf("\n");
+        fprintf(log_file, "step %d train_loss %.9g norm %.9g lr %.4e ms %.1f tok_s %.0f\n", step + 1, loss, norm, lr,
+                dt * 1e3, tps);
         if (!isfinite(loss)) {
             fprintf(stderr, "error: the loss is %f at step %d\n  hint: lower -lr or raise -warmup\n", loss, step + 1);
             exit(EXIT_FAILURE);
         }
-        if (step == 0) {
+        if (step == start_step) {
             size_t free_b, total_b;
             cuda_check(cudaMemGetInfo(&free_b, &total_b));
             printf("memory: %.1f MiB of %.1f MiB in use on the GPU after the first step\n", mib(total_b - free_b),
                    mib(total_b));
         }
-        int last = step == cfg.steps - 1;
-        if (last || (cfg.val_every > 0 && (step + 1) % cfg.val_every == 0))
-            printf("val loss %.4f (step %d)\n", evaluate(&model, &val, val_batches, &ctx), step + 1);
+        int last = step == end - 1;
+        if (last || (cfg.val_every > 0 && (step + 1) % cfg.val_every == 0)) {
+            float vl = evaluate(&model, &val, val_batches, &ctx);
+            printf("val loss %.4f (step %d)\n", vl, step + 1);
+            fprintf(log_file, "step %d val_loss %.9g\n", step + 1, vl);
+        }
+        if (!last && cfg.sample_tokens > 0 && cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0)
+            sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, step + 1, &ctx);
+        stopped = stop_signal != 0;
+        if (cfg.keep > 0 && (last || stopped || (cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0)))
+            save_checkpoint(&model, &cfg, step + 1, sample_rng, &train, settings, log_file, &ctx);
+        if (stopped) {
+            printf("stopped by %s after step %d%s%s\n", stop_signal == SIGINT ? "Ctrl-C" : "SIGTERM", step + 1,
+                   cfg.keep > 0 ? "; continue with: ./train_gpt -resume latest -out " : " (no checkpoint: -keep 0)",
+                   cfg.keep > 0 ? cfg.out_dir : "");
+            fprintf(log_file, "step %d stopped %s\n", step + 1, stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+        }
     }
     if (timed_steps > 0)
-        printf("average step %.1f ms, %.0f tok/s (steps 2..%d)\n", 1e3 * train_time / timed_steps,
-               tokens_per_step * timed_steps / train_time, cfg.steps);
+        printf("average step %.1f ms, %.0f tok/s (steps %d..%d)\n", 1e3 * train_time / timed_steps,
+               tokens_per_step * timed_steps / train_time, start_step + 2, end);
+    if (train_steps == 0) {  // a checkpoint to evaluate and sample
+        float vl = evaluate(&model, &val, val_batches, &ctx);
+        printf("val loss %.4f (checkpoint at step %d)\n", vl, start_step);
+    }
     if (cfg.sample_tokens > 0) {
-        sample(&model, &tok, cfg.sample_tokens, (uint64_t)cfg.seed + 1, &ctx);
+        if (!stopped) sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, end, &ctx);
         tokenizer_free(&tok);
     }
+    if (log_file) fclose_check(log_file);
     gpt_free(&model);
     gpu_context_free(&ctx);
     dataloader_free(&val);

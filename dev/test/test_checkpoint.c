@@ -1,0 +1,275 @@
+// test_checkpoint.c: CPU tests of the checkpoint format and directory (llmc/checkpoint.h), with small
+// fake tensors in a temporary directory.
+// Checks: write/read round trip of every header field, the settings text and the tensors (bitwise);
+// the file size is what the format says; nothing appears under the final name before the writer closes;
+// a crashed write (abandoned before close) leaves the previous checkpoint and `latest` intact; `latest`
+// and -resume's resolution (latest, a directory, a file); keep-last-K; each bad file (missing, too short,
+// bad magic, a token shard, bad version, truncated, too long, corrupt header, wrong model sizes) gives
+// an error naming the file.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "../../llmc/checkpoint.h"
+#include "testing.h"
+
+#define P_ 1000  // parameters of the fake model
+
+static char tmp_dir[256];
+
+static CheckpointState fake_state(int64_t step) {
+    CheckpointState s;
+    memset(&s, 0, sizeof(s));
+    s.model.num_layers = 2; s.model.channels = 16; s.model.num_heads = 2;
+    s.model.vocab_size = 50257; s.model.padded_vocab_size = 50304; s.model.max_seq_len = 64;
+    s.model.num_params = P_;
+    s.step = step;
+    s.rng = 0xfedcba9876543210ULL + (uint64_t)step;
+    s.data.global_batch = 3 * step + 1; s.data.total_windows = 1LL << 40; s.data.seed = 0x8000000000000042ULL;
+    s.data.B = 4; s.data.T = 64; s.data.shuffle = 1;
+    snprintf(s.settings, sizeof(s.settings), "-depth 2 -lr 0.00100000005 -steps %lld -x", (long long)step);  // 43+ bytes: padding
+    return s;
+}
+
+// master, m, v of step `step`: distinct, step-dependent values (including a negative zero and a NaN payload)
+static void fake_tensors(float* t, int64_t step) {
+    for (int i = 0; i < CHECKPOINT_TENSORS * P_; i++) t[i] = (float)(i * 0.001 + step) * (i % 2 ? -1.0f : 1.0f);
+    t[5] = -0.0f;
+    uint32_t nan_bits = 0x7fc01234u;
+    memcpy(&t[7], &nan_bits, 4);
+}
+
+static int write_fake(const char* path, int64_t step) {
+    float t[CHECKPOINT_TENSORS * P_];
+    fake_tensors(t, step);
+    CheckpointState s = fake_state(step);
+    CheckpointWriter w;
+    if (checkpoint_writer_open(&w, path, &s) != 0) { fprintf(stderr, "%s\n", w.err); return -1; }
+    for (int k = 0; k < CHECKPOINT_TENSORS; k++)
+        if (checkpoint_writer_append(&w, t + k * P_, P_ * sizeof(float)) != 0) { fprintf(stderr, "%s\n", w.err); return -1; }
+    if (checkpoint_writer_close(&w) != 0) { fprintf(stderr, "%s\n", w.err); return -1; }
+    return 0;
+}
+
+// The full checkpoint protocol of the trainer: file, marker, prune.
+static void save_step(const char* dir, int64_t step, int keep) {
+    char path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN];
+    checkpoint_path(path, sizeof(path), dir, step);
+    EXPECT(write_fake(path, step) == 0, "writing %s", path);
+    EXPECT(checkpoint_mark_latest(dir, path, err, sizeof(err)) == 0, "mark latest: %s", err);
+    EXPECT(checkpoint_prune(dir, keep, step, err, sizeof(err)) == 0, "prune: %s", err);
+}
+
+static int exists(const char* path) { return access(path, F_OK) == 0; }
+
+static int64_t file_size(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
+}
+
+// Reads path back and compares everything with what write_fake(step) wrote; returns 1 when identical.
+static int read_matches(const char* path, int64_t step) {
+    CheckpointReader r;
+    if (checkpoint_reader_open(&r, path) != 0) { fprintf(stderr, "%s\n", r.err); return 0; }
+    CheckpointState want = fake_state(step);
+    if (checkpoint_check_model(&r, &want.model) != 0) { fprintf(stderr, "%s\n", r.err); return 0; }
+    float got[CHECKPOINT_TENSORS * P_], t[CHECKPOINT_TENSORS * P_];
+    fake_tensors(t, step);
+    int ok = checkpoint_reader_read(&r, got, sizeof(got)) == 0;
+    char extra;
+    ok = ok && fread(&extra, 1, 1, r.f) == 0;  // nothing after the tensors
+    checkpoint_reader_close(&r);
+    const CheckpointState* s = &r.state;
+    ok = ok && memcmp(got, t, sizeof(t)) == 0 && memcmp(&s->model, &want.model, sizeof(want.model)) == 0 &&
+         s->step == want.step && s->rng == want.rng && s->data.global_batch == want.data.global_batch &&
+         s->data.total_windows == want.data.total_windows && s->data.seed == want.data.seed &&
+         s->data.B == want.data.B && s->data.T == want.data.T && s->data.shuffle == want.data.shuffle &&
+         strcmp(s->settings, want.settings) == 0;
+    return ok;
+}
+
+// --- corrupt files -------------------------------------------------------------------------------
+
+// A copy of `src` with `n` bytes at `offset` overwritten by `bytes` (or, with bytes NULL, cut to `offset`
+// bytes, or grown by n bytes when offset < 0).
+static void corrupt_copy(const char* dst, const char* src, int64_t offset, const void* bytes, size_t n) {
+    FILE* f = fopen_check(src, "rb");
+    int64_t size = file_size(src);
+    char* buf = (char*)malloc_check((size_t)size + n);
+    fread_check(buf, 1, (size_t)size, f);
+    fclose(f);
+    if (bytes) memcpy(buf + offset, bytes, n);
+    else if (offset < 0) { memset(buf + size, 0, n); size += (int64_t)n; }
+    else size = offset;
+    f = fopen_check(dst, "wb");
+    fwrite_check(buf, 1, (size_t)size, f);
+    fclose_check(f);
+    free(buf);
+}
+
+// Opening (and checking the model of) `path` must fail with a message containing the path and `needle`.
+static void expect_rejected(const char* what, const char* path, const char* needle) {
+    CheckpointReader r;
+    CheckpointState want = fake_state(0);
+    int rc = checkpoint_reader_open(&r, path);
+    if (rc == 0) rc = checkpoint_check_model(&r, &want.model);
+    checkpoint_reader_close(&r);
+    int named = strstr(r.err, path) != NULL, said = strstr(r.err, needle) != NULL;
+    printf("  %-22s -> %s\n", what, rc ? r.err : "ACCEPTED");
+    EXPECT(rc != 0, "%s: %s was accepted", what, path);
+    EXPECT(rc == 0 || (named && said), "%s: the message does not name %s or does not say \"%s\": %s", what, path,
+           needle, r.err);
+}
+
+static void test_corrupt(const char* good) {
+    printf("bad files:\n");
+    char p[512];
+    snprintf(p, sizeof(p), "%s/missing.bin", tmp_dir);
+    expect_rejected("missing", p, "cannot open");
+    snprintf(p, sizeof(p), "%s/short.bin", tmp_dir);
+    corrupt_copy(p, good, 100, NULL, 0);
+    expect_rejected("shorter than a header", p, "shorter than");
+    int32_t v = 12345;
+    snprintf(p, sizeof(p), "%s/magic.bin", tmp_dir);
+    corrupt_copy(p, good, 0, &v, 4);
+    expect_rejected("bad magic", p, "magic 12345");
+    v = SHARD_MAGIC;
+    snprintf(p, sizeof(p), "%s/shard.bin", tmp_dir);
+    corrupt_copy(p, good, 0, &v, 4);
+    expect_rejected("a token shard", p, "token shard");
+    v = 2;
+    snprintf(p, sizeof(p), "%s/version.bin", tmp_dir);
+    corrupt_copy(p, good, 4 * CKPT_H_VERSION, &v, 4);
+    expect_rejected("bad version", p, "version 2");
+    snprintf(p, sizeof(p), "%s/truncated.bin", tmp_dir);
+    corrupt_copy(p, good, file_size(good) - 4, NULL, 0);
+    expect_rejected("truncated by 4 bytes", p, "truncated");
+    snprintf(p, sizeof(p), "%s/long.bin", tmp_dir);
+    corrupt_copy(p, good, -1, NULL, 8);
+    expect_rejected("8 bytes too long", p, "size mismatch");
+    v = 7;
+    snprintf(p, sizeof(p), "%s/tensors.bin", tmp_dir);
+    corrupt_copy(p, good, 4 * CKPT_H_TENSORS, &v, 4);
+    expect_rejected("7 tensors", p, "corrupt header");
+    v = 3 * P_;  // the file size no longer matches the parameter count
+    snprintf(p, sizeof(p), "%s/params.bin", tmp_dir);
+    corrupt_copy(p, good, 4 * CKPT_H_PARAMS, &v, 4);
+    expect_rejected("parameter count", p, "truncated");
+    v = 12;
+    snprintf(p, sizeof(p), "%s/depth.bin", tmp_dir);
+    corrupt_copy(p, good, 4 * CKPT_H_LAYERS, &v, 4);
+    expect_rejected("another depth", p, "pass -depth 12");
+    v = 64;
+    snprintf(p, sizeof(p), "%s/channels.bin", tmp_dir);
+    corrupt_copy(p, good, 4 * CKPT_H_CHANNELS, &v, 4);
+    expect_rejected("other channels", p, "64 channels");
+    v = 50000;
+    snprintf(p, sizeof(p), "%s/vocab.bin", tmp_dir);
+    corrupt_copy(p, good, 4 * CKPT_H_VOCAB, &v, 4);
+    expect_rejected("another vocabulary", p, "another build");
+    v = 1024;
+    snprintf(p, sizeof(p), "%s/maxt.bin", tmp_dir);
+    corrupt_copy(p, good, 4 * CKPT_H_MAX_SEQ_LEN, &v, 4);
+    expect_rejected("another context", p, "context 1024");
+}
+
+// --- main ----------------------------------------------------------------------------------------
+
+int main(void) {
+    snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/test_checkpoint.XXXXXX");
+    if (!mkdtemp(tmp_dir)) { perror("mkdtemp"); return 1; }
+    char dir[512], err[CHECKPOINT_ERR_LEN], path[CHECKPOINT_PATH_LEN], resolved[CHECKPOINT_PATH_LEN];
+    snprintf(dir, sizeof(dir), "%s/out/run1", tmp_dir);
+    EXPECT(checkpoint_make_dir(dir, err, sizeof(err)) == 0, "make_dir: %s", err);
+    EXPECT(checkpoint_make_dir(dir, err, sizeof(err)) == 0, "make_dir of an existing directory: %s", err);
+
+    // round trip and size
+    checkpoint_path(path, sizeof(path), dir, 10);
+    EXPECT(write_fake(path, 10) == 0, "write %s", path);
+    int64_t want_size = CHECKPOINT_HEADER_BYTES + checkpoint_settings_padded((int64_t)strlen(fake_state(10).settings)) +
+                        CHECKPOINT_TENSORS * P_ * 4;
+    printf("round trip: %s, %lld bytes (expected %lld), identical: %s\n", path, (long long)file_size(path),
+           (long long)want_size, read_matches(path, 10) ? "yes" : "no");
+    EXPECT(file_size(path) == want_size, "file size %lld, expected %lld", (long long)file_size(path), (long long)want_size);
+    EXPECT(read_matches(path, 10), "read back differs from what was written");
+    EXPECT(checkpoint_step_of_name("ckpt_00000010.bin") == 10 && checkpoint_step_of_name("ckpt_1x.bin") < 0 &&
+           checkpoint_step_of_name("ckpt_.bin") < 0 && checkpoint_step_of_name("latest") < 0 &&
+           checkpoint_step_of_name("ckpt_00000010.bin.tmp") < 0, "checkpoint_step_of_name");
+
+    // the writer must refuse to close before all tensors are written, and to write past them
+    {
+        CheckpointState s = fake_state(11);
+        CheckpointWriter w;
+        float t[P_] = {0};
+        checkpoint_path(path, sizeof(path), dir, 11);
+        EXPECT(checkpoint_writer_open(&w, path, &s) == 0, "open: %s", w.err);
+        checkpoint_writer_append(&w, t, sizeof(t));
+        EXPECT(checkpoint_writer_close(&w) != 0 && !exists(path), "closing a short checkpoint succeeded");
+        printf("short write refused: %s\n", w.err);
+        EXPECT(checkpoint_writer_open(&w, path, &s) == 0, "open: %s", w.err);
+        for (int k = 0; k < CHECKPOINT_TENSORS; k++) checkpoint_writer_append(&w, t, sizeof(t));
+        EXPECT(checkpoint_writer_append(&w, t, 4) != 0 && !exists(path), "appending past the tensors succeeded");
+        checkpoint_writer_abort(&w);
+    }
+
+    // the protocol: a file under a final name is complete; a crash leaves the previous one and `latest`
+    save_step(dir, 20, 3);
+    EXPECT(checkpoint_resolve(resolved, sizeof(resolved), "latest", dir, err, sizeof(err)) == 0, "resolve: %s", err);
+    checkpoint_path(path, sizeof(path), dir, 20);
+    EXPECT(strcmp(resolved, path) == 0, "latest resolves to %s, expected %s", resolved, path);
+    {
+        CheckpointState s = fake_state(30);
+        CheckpointWriter w;
+        float t[P_] = {0};
+        checkpoint_path(path, sizeof(path), dir, 30);
+        EXPECT(checkpoint_writer_open(&w, path, &s) == 0, "open: %s", w.err);
+        checkpoint_writer_append(&w, t, sizeof(t));
+        int early = exists(path), tmp = exists(w.tmp_path);
+        printf("during a write: final name present %s, temporary present %s\n", early ? "yes" : "no", tmp ? "yes" : "no");
+        EXPECT(!early && tmp, "during the write the final name exists (%d) or the temporary does not (%d)", early, tmp);
+        fclose(w.f);  // the crash: the process dies here, the temporary stays behind
+        EXPECT(!exists(path), "a crashed write left %s", path);
+        EXPECT(checkpoint_resolve(resolved, sizeof(resolved), "latest", dir, err, sizeof(err)) == 0, "resolve: %s", err);
+        checkpoint_path(path, sizeof(path), dir, 20);
+        int intact = strcmp(resolved, path) == 0 && read_matches(resolved, 20);
+        printf("after a crashed write: latest -> %s, intact: %s\n", resolved, intact ? "yes" : "no");
+        EXPECT(intact, "after a crashed write latest is %s or step 20 is damaged", resolved);
+        // the next attempt overwrites the leftover temporary
+        save_step(dir, 30, 3);
+        checkpoint_path(path, sizeof(path), dir, 30);
+        EXPECT(read_matches(path, 30) && !exists(w.tmp_path), "the retried write of step 30");
+    }
+
+    // -resume forms: a directory, a file; and a directory without `latest`
+    EXPECT(checkpoint_resolve(resolved, sizeof(resolved), dir, "elsewhere", err, sizeof(err)) == 0 &&
+           strcmp(resolved, path) == 0, "resolve of the directory: %s", resolved);
+    EXPECT(checkpoint_resolve(resolved, sizeof(resolved), path, "elsewhere", err, sizeof(err)) == 0 &&
+           strcmp(resolved, path) == 0, "resolve of a file: %s", resolved);
+    EXPECT(checkpoint_resolve(resolved, sizeof(resolved), "latest", tmp_dir, err, sizeof(err)) != 0 &&
+           strstr(err, "no checkpoint was completed") != NULL, "resolve without a marker: %s", err);
+    printf("resume without a marker: %s\n", err);
+
+    // keep-last-K: steps 10 (older write), 20, 30 exist; keep 2 at step 40 leaves 30 and 40
+    save_step(dir, 40, 2);
+    int64_t steps[] = {10, 20, 30, 40};
+    int kept[4];
+    for (int i = 0; i < 4; i++) { checkpoint_path(path, sizeof(path), dir, steps[i]); kept[i] = exists(path); }
+    printf("keep 2 after step 40: 10 %d, 20 %d, 30 %d, 40 %d\n", kept[0], kept[1], kept[2], kept[3]);
+    EXPECT(!kept[0] && !kept[1] && kept[2] && kept[3], "keep 2: expected only steps 30 and 40");
+    // keep 1; a newer checkpoint (of a run resumed from an earlier one) is left alone
+    save_step(dir, 35, 1);
+    for (int i = 0; i < 4; i++) { checkpoint_path(path, sizeof(path), dir, steps[i]); kept[i] = exists(path); }
+    checkpoint_path(path, sizeof(path), dir, 35);
+    printf("keep 1 after step 35: 30 %d, 35 %d, 40 %d\n", kept[2], exists(path), kept[3]);
+    EXPECT(!kept[2] && exists(path) && kept[3], "keep 1 at step 35: expected 35 and the newer 40 only");
+    EXPECT(checkpoint_resolve(resolved, sizeof(resolved), "latest", dir, err, sizeof(err)) == 0 &&
+           strcmp(resolved, path) == 0, "latest after step 35: %s", resolved);
+
+    test_corrupt(path);
+
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp_dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmp_dir);
+    return test_summary("test_checkpoint");
+}

@@ -1,0 +1,468 @@
+// checkpoint.h: host-only. The checkpoint file format, its atomic writer, its checking reader, and the
+// checkpoint directory (the `latest` marker, keeping the last K). The GPU side (copying the model's
+// state in and out) is llmc/gpt_checkpoint.cuh.
+//
+// The file, ckpt_<step, 8 digits>.bin, all little-endian:
+//   int32 header[256]  [0] magic 20251202, [1] version 1,
+//                      [2] layers L, [3] channels C, [4] heads NH, [5] vocab V, [6] padded vocab Vp,
+//                      [7] max sequence length, [8..9] number of parameters P (int64),
+//                      [10..11] optimizer steps completed (int64), [12..13] the sampler's RNG state (uint64),
+//                      [14..25] the train stream's DataLoaderPosition: global batch, total windows, seed,
+//                               B, T, shuffle (6 x int64),
+//                      [26] bytes of the settings text S, [27] tensors that follow (3), the rest 0
+//   char settings[S]   the run's flags as text ("-depth 6 -lr 0.001 ..."), zero-padded to a multiple of 4
+//   float master[P], m[P], v[P]   fp32 master weights, AdamW first and second moments, in gpt.cuh's
+//                      parameter order
+// The bf16 parameters are not stored: they are round-to-nearest(master) after every update, so they are
+// rederived exactly. Gradients and activations are not state: every step starts by clearing them.
+//
+// Atomicity: a checkpoint is written to <name>.tmp, flushed, fsync'ed and renamed to <name> (and the
+// directory fsync'ed), so a file under a final name is always complete. Only then is <dir>/latest
+// (the completed checkpoint's file name, one line, itself written through a temporary file) replaced,
+// and older checkpoints beyond the last K deleted. A crash at any point leaves `latest` naming a
+// complete checkpoint. Readers check magic, version, every size and the file size.
+//
+// Errors: functions return 0, or -1 with a message naming the file and what to do in `err`; nothing
+// exits, so every failure is testable. The trainer wraps them in checkpoint_check.
+#pragma once
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "check.h"
+#include "dataloader.h"  // DataLoaderPosition
+
+#define CHECKPOINT_MAGIC 20251202
+#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_HEADER_INTS 256
+#define CHECKPOINT_HEADER_BYTES (CHECKPOINT_HEADER_INTS * (int)sizeof(int32_t))
+#define CHECKPOINT_TENSORS 3          // master, m, v
+#define CHECKPOINT_SETTINGS_MAX 2048  // bytes of the settings text, with its terminating 0
+#define CHECKPOINT_ERR_LEN 4608
+#define CHECKPOINT_PATH_LEN 4096
+
+// The sizes that identify the model: a checkpoint loads only into a model with all of them equal.
+typedef struct {
+    int32_t num_layers, channels, num_heads, vocab_size, padded_vocab_size, max_seq_len;
+    int64_t num_params;
+} CheckpointModel;
+
+// Everything a checkpoint holds besides the tensors.
+typedef struct {
+    CheckpointModel model;
+    int64_t step;                            // optimizer steps completed; the resumed run starts with step+1
+    uint64_t rng;                            // the sampler's RNG state after those steps
+    DataLoaderPosition data;                 // the train stream's next batch
+    char settings[CHECKPOINT_SETTINGS_MAX];  // 0-terminated text, the trainer's business
+} CheckpointState;
+
+static inline int64_t checkpoint_settings_padded(int64_t bytes) { return (bytes + 3) / 4 * 4; }
+
+// Total file size of a checkpoint with this header: what the reader demands.
+static inline int64_t checkpoint_file_bytes(int64_t num_params, int64_t settings_bytes, int64_t tensors) {
+    return CHECKPOINT_HEADER_BYTES + checkpoint_settings_padded(settings_bytes) + tensors * num_params * (int64_t)sizeof(float);
+}
+
+// --- the header ----------------------------------------------------------------------------------
+
+enum {
+    CKPT_H_MAGIC = 0, CKPT_H_VERSION = 1, CKPT_H_LAYERS = 2, CKPT_H_CHANNELS = 3, CKPT_H_HEADS = 4, CKPT_H_VOCAB = 5,
+    CKPT_H_PADDED_VOCAB = 6, CKPT_H_MAX_SEQ_LEN = 7, CKPT_H_PARAMS = 8, CKPT_H_STEP = 10, CKPT_H_RNG = 12,
+    CKPT_H_DATA = 14, CKPT_H_SETTINGS_BYTES = 26, CKPT_H_TENSORS = 27
+};
+
+static inline void checkpoint_put64(int32_t* h, int at, uint64_t v) {
+    h[at] = (int32_t)(uint32_t)(v & 0xffffffffu);
+    h[at + 1] = (int32_t)(uint32_t)(v >> 32);
+}
+static inline uint64_t checkpoint_get64(const int32_t* h, int at) {
+    return (uint64_t)(uint32_t)h[at] | ((uint64_t)(uint32_t)h[at + 1] << 32);
+}
+
+static inline void checkpoint_pack_header(int32_t h[CHECKPOINT_HEADER_INTS], const CheckpointState* s, int32_t settings_bytes) {
+    memset(h, 0, CHECKPOINT_HEADER_BYTES);
+    h[CKPT_H_MAGIC] = CHECKPOINT_MAGIC;
+    h[CKPT_H_VERSION] = CHECKPOINT_VERSION;
+    h[CKPT_H_LAYERS] = s->model.num_layers;
+    h[CKPT_H_CHANNELS] = s->model.channels;
+    h[CKPT_H_HEADS] = s->model.num_heads;
+    h[CKPT_H_VOCAB] = s->model.vocab_size;
+    h[CKPT_H_PADDED_VOCAB] = s->model.padded_vocab_size;
+    h[CKPT_H_MAX_SEQ_LEN] = s->model.max_seq_len;
+    checkpoint_put64(h, CKPT_H_PARAMS, (uint64_t)s->model.num_params);
+    checkpoint_put64(h, CKPT_H_STEP, (uint64_t)s->step);
+    checkpoint_put64(h, CKPT_H_RNG, s->rng);
+    const DataLoaderPosition* d = &s->data;
+    const uint64_t data[6] = {(uint64_t)d->global_batch, (uint64_t)d->total_windows, d->seed, (uint64_t)d->B,
+                              (uint64_t)d->T, (uint64_t)d->shuffle};
+    for (int i = 0; i < 6; i++) checkpoint_put64(h, CKPT_H_DATA + 2 * i, data[i]);
+    h[CKPT_H_SETTINGS_BYTES] = settings_bytes;
+    h[CKPT_H_TENSORS] = CHECKPOINT_TENSORS;
+}
+
+static inline void checkpoint_unpack_header(CheckpointState* s, const int32_t h[CHECKPOINT_HEADER_INTS]) {
+    s->model.num_layers = h[CKPT_H_LAYERS];
+    s->model.channels = h[CKPT_H_CHANNELS];
+    s->model.num_heads = h[CKPT_H_HEADS];
+    s->model.vocab_size = h[CKPT_H_VOCAB];
+    s->model.padded_vocab_size = h[CKPT_H_PADDED_VOCAB];
+    s->model.max_seq_len = h[CKPT_H_MAX_SEQ_LEN];
+    s->model.num_params = (int64_t)checkpoint_get64(h, CKPT_H_PARAMS);
+    s->step = (int64_t)checkpoint_get64(h, CKPT_H_STEP);
+    s->rng = checkpoint_get64(h, CKPT_H_RNG);
+    s->data.global_batch = (int64_t)checkpoint_get64(h, CKPT_H_DATA + 0);
+    s->data.total_windows = (int64_t)checkpoint_get64(h, CKPT_H_DATA + 2);
+    s->data.seed = checkpoint_get64(h, CKPT_H_DATA + 4);
+    s->data.B = (int64_t)checkpoint_get64(h, CKPT_H_DATA + 6);
+    s->data.T = (int64_t)checkpoint_get64(h, CKPT_H_DATA + 8);
+    s->data.shuffle = (int64_t)checkpoint_get64(h, CKPT_H_DATA + 10);
+}
+
+// fsync of the directory holding `path`, so that a rename in it survives a power cut.
+static inline int checkpoint_sync_dir_of(const char* path) {
+    char dir[CHECKPOINT_PATH_LEN];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = '\0'; else snprintf(dir, sizeof(dir), ".");
+    int fd = open(dir, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+// --- writing -------------------------------------------------------------------------------------
+
+typedef struct {
+    FILE* f;
+    char path[CHECKPOINT_PATH_LEN];          // the final name
+    char tmp_path[CHECKPOINT_PATH_LEN + 8];  // written here; renamed to `path` by checkpoint_writer_close
+    int64_t expect_bytes, written;
+    char err[CHECKPOINT_ERR_LEN];
+} CheckpointWriter;
+
+static inline int checkpoint_writer_fail(CheckpointWriter* w, const char* what) {
+    snprintf(w->err, sizeof(w->err), "checkpoint %s: %s failed: %s; is the disk full or the output directory "
+             "read-only? (pick another one with -out)", w->path, what, strerror(errno));
+    if (w->f) fclose(w->f);
+    w->f = NULL;
+    remove(w->tmp_path);
+    return -1;
+}
+
+// Opens <path>.tmp and writes the header and the settings text; the tensors follow with
+// checkpoint_writer_append, in the order master, m, v, each s->model.num_params floats.
+static inline int checkpoint_writer_open(CheckpointWriter* w, const char* path, const CheckpointState* s) {
+    memset(w, 0, sizeof(*w));
+    snprintf(w->path, sizeof(w->path), "%s", path);
+    if (strlen(path) + 5 > sizeof(w->path)) {
+        snprintf(w->err, sizeof(w->err), "checkpoint path too long (%zu bytes): %s", strlen(path), path);
+        return -1;
+    }
+    snprintf(w->tmp_path, sizeof(w->tmp_path), "%s.tmp", path);
+    size_t settings_bytes = strnlen(s->settings, sizeof(s->settings));
+    if (settings_bytes >= sizeof(s->settings)) {
+        snprintf(w->err, sizeof(w->err), "checkpoint %s: the settings text is not terminated within %d bytes",
+                 path, CHECKPOINT_SETTINGS_MAX);
+        return -1;
+    }
+    w->f = fopen(w->tmp_path, "wb");
+    if (!w->f) return checkpoint_writer_fail(w, "fopen of the temporary file");
+    int32_t header[CHECKPOINT_HEADER_INTS];
+    checkpoint_pack_header(header, s, (int32_t)settings_bytes);
+    char pad[4] = {0, 0, 0, 0};
+    int64_t padded = checkpoint_settings_padded((int64_t)settings_bytes);
+    if (fwrite(header, sizeof(header), 1, w->f) != 1 || fwrite(s->settings, 1, settings_bytes, w->f) != settings_bytes ||
+        fwrite(pad, 1, (size_t)(padded - (int64_t)settings_bytes), w->f) != (size_t)(padded - (int64_t)settings_bytes))
+        return checkpoint_writer_fail(w, "writing the header");
+    w->expect_bytes = checkpoint_file_bytes(s->model.num_params, (int64_t)settings_bytes, CHECKPOINT_TENSORS);
+    w->written = CHECKPOINT_HEADER_BYTES + padded;
+    return 0;
+}
+
+static inline int checkpoint_writer_append(CheckpointWriter* w, const void* data, size_t bytes) {
+    if (w->written + (int64_t)bytes > w->expect_bytes) {
+        errno = EINVAL;
+        return checkpoint_writer_fail(w, "appending more tensor data than the header announces");
+    }
+    if (bytes > 0 && fwrite(data, 1, bytes, w->f) != bytes) return checkpoint_writer_fail(w, "fwrite");
+    w->written += (int64_t)bytes;
+    return 0;
+}
+
+// Checks that everything announced was written, then flush, fsync, rename into place, fsync the directory.
+static inline int checkpoint_writer_close(CheckpointWriter* w) {
+    if (w->written != w->expect_bytes) {
+        errno = EINVAL;
+        return checkpoint_writer_fail(w, "closing before all tensors were written");
+    }
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) return checkpoint_writer_fail(w, "flush and fsync");
+    FILE* f = w->f;
+    w->f = NULL;
+    if (fclose(f) != 0) return checkpoint_writer_fail(w, "fclose");
+    if (rename(w->tmp_path, w->path) != 0) return checkpoint_writer_fail(w, "rename of the temporary file");
+    if (checkpoint_sync_dir_of(w->path) != 0) return checkpoint_writer_fail(w, "fsync of the directory");
+    return 0;
+}
+
+// Gives up a write: the temporary file is removed, nothing appears under the final name.
+static inline void checkpoint_writer_abort(CheckpointWriter* w) {
+    if (w->f) fclose(w->f);
+    w->f = NULL;
+    remove(w->tmp_path);
+}
+
+// --- reading -------------------------------------------------------------------------------------
+
+typedef struct {
+    FILE* f;
+    char path[CHECKPOINT_PATH_LEN];
+    CheckpointState state;  // filled by checkpoint_reader_open
+    char err[CHECKPOINT_ERR_LEN];
+} CheckpointReader;
+
+static inline int checkpoint_reader_fail(CheckpointReader* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline int checkpoint_reader_fail(CheckpointReader* r, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(r->err, sizeof(r->err), "checkpoint %s: ", r->path);
+    if (n < 0 || n >= (int)sizeof(r->err)) n = 0;
+    vsnprintf(r->err + n, sizeof(r->err) - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (r->f) fclose(r->f);
+    r->f = NULL;
+    return -1;
+}
+
+// What a file with this magic number is, for the error message.
+static inline const char* checkpoint_what_magic(int32_t magic) {
+    if (magic == SHARD_MAGIC) return "a token shard (data/), not a checkpoint";
+    if (magic == 20240326) return "an llm.c model file (weights only), not a train_gpt checkpoint";
+    if (magic == 20240527) return "an llm.c optimizer state file, not a train_gpt checkpoint";
+    return "not a train_gpt checkpoint";
+}
+
+// Opens a checkpoint and checks magic, version, the header's own consistency and the file size; fills
+// r->state. The model sizes are checked by checkpoint_check_model, once the caller has its model.
+static inline int checkpoint_reader_open(CheckpointReader* r, const char* path) {
+    memset(r, 0, sizeof(*r));
+    snprintf(r->path, sizeof(r->path), "%s", path);
+    const char* fix = "pass another checkpoint to -resume (the previous one of its directory, or `latest`), "
+                      "or start without -resume";
+    r->f = fopen(path, "rb");
+    if (!r->f) return checkpoint_reader_fail(r, "cannot open: %s; %s", strerror(errno), fix);
+    int32_t h[CHECKPOINT_HEADER_INTS];
+    size_t got = fread(h, sizeof(int32_t), CHECKPOINT_HEADER_INTS, r->f);
+    struct stat st;
+    if (fstat(fileno(r->f), &st) != 0) return checkpoint_reader_fail(r, "fstat failed: %s", strerror(errno));
+    if (got != CHECKPOINT_HEADER_INTS)
+        return checkpoint_reader_fail(r, "%lld bytes, shorter than the %d-byte header: truncated or not a checkpoint; %s",
+                                      (long long)st.st_size, CHECKPOINT_HEADER_BYTES, fix);
+    if (h[CKPT_H_MAGIC] != CHECKPOINT_MAGIC)
+        return checkpoint_reader_fail(r, "magic %d, expected %d: %s; %s", h[CKPT_H_MAGIC], CHECKPOINT_MAGIC,
+                                      checkpoint_what_magic(h[CKPT_H_MAGIC]), fix);
+    if (h[CKPT_H_VERSION] != CHECKPOINT_VERSION)
+        return checkpoint_reader_fail(r, "format version %d, this program reads version %d: resume it with the "
+                                      "train_gpt that wrote it, or start without -resume", h[CKPT_H_VERSION], CHECKPOINT_VERSION);
+    checkpoint_unpack_header(&r->state, h);
+    int32_t settings_bytes = h[CKPT_H_SETTINGS_BYTES], tensors = h[CKPT_H_TENSORS];
+    if (settings_bytes < 0 || settings_bytes >= CHECKPOINT_SETTINGS_MAX || tensors != CHECKPOINT_TENSORS ||
+        r->state.model.num_params <= 0 || r->state.step < 0)
+        return checkpoint_reader_fail(r, "corrupt header (settings %d bytes, %d tensors, %lld parameters, step %lld); %s",
+                                      settings_bytes, tensors, (long long)r->state.model.num_params,
+                                      (long long)r->state.step, fix);
+    int64_t want = checkpoint_file_bytes(r->state.model.num_params, settings_bytes, tensors);
+    if ((int64_t)st.st_size != want)
+        return checkpoint_reader_fail(r, "the header announces %lld bytes (%lld parameters x %d tensors) but the file "
+                                      "has %lld: %s; %s", (long long)want, (long long)r->state.model.num_params, tensors,
+                                      (long long)st.st_size, (int64_t)st.st_size < want ? "truncated" : "size mismatch", fix);
+    int64_t padded = checkpoint_settings_padded(settings_bytes);
+    if (fread(r->state.settings, 1, (size_t)padded, r->f) != (size_t)padded)
+        return checkpoint_reader_fail(r, "could not read the settings text; the file changed while reading");
+    r->state.settings[settings_bytes] = '\0';
+    return 0;
+}
+
+// Checks the checkpoint's model sizes against the running model's.
+static inline int checkpoint_check_model(CheckpointReader* r, const CheckpointModel* now) {
+    const CheckpointModel* c = &r->state.model;
+    if (c->num_layers == now->num_layers && (c->channels != now->channels || c->num_heads != now->num_heads))
+        return checkpoint_reader_fail(r, "written by a model with %d channels and %d heads, this run has %d channels "
+                                      "and %d heads at the same depth: another model shape; start without -resume",
+                                      c->channels, c->num_heads, now->channels, now->num_heads);
+    if (c->num_layers != now->num_layers || c->channels != now->channels || c->num_heads != now->num_heads)
+        return checkpoint_reader_fail(r, "written by a d%d model (%d layers, %d channels, %d heads), this run is d%d "
+                                      "(%d layers, %d channels, %d heads): pass -depth %d, or start without -resume",
+                                      c->num_layers, c->num_layers, c->channels, c->num_heads, now->num_layers,
+                                      now->num_layers, now->channels, now->num_heads, c->num_layers);
+    if (c->vocab_size != now->vocab_size || c->padded_vocab_size != now->padded_vocab_size ||
+        c->max_seq_len != now->max_seq_len)
+        return checkpoint_reader_fail(r, "vocabulary %d (padded %d), context %d; this build has %d (padded %d), "
+                                      "context %d: written by another build of the model; start without -resume",
+                                      c->vocab_size, c->padded_vocab_size, c->max_seq_len, now->vocab_size,
+                                      now->padded_vocab_size, now->max_seq_len);
+    if (c->num_params != now->num_params)
+        return checkpoint_reader_fail(r, "%lld parameters, the model of these sizes has %lld: corrupt header; pass "
+                                      "another checkpoint to -resume, or start without -resume",
+                                      (long long)c->num_params, (long long)now->num_params);
+    return 0;
+}
+
+// Reads the next `bytes` of tensor data (master, then m, then v).
+static inline int checkpoint_reader_read(CheckpointReader* r, void* dst, size_t bytes) {
+    if (bytes > 0 && fread(dst, 1, bytes, r->f) != bytes)
+        return checkpoint_reader_fail(r, "could not read %zu bytes of tensors: %s; the file changed while reading",
+                                      bytes, feof(r->f) ? "unexpected end of file" : strerror(errno));
+    return 0;
+}
+
+static inline void checkpoint_reader_close(CheckpointReader* r) {
+    if (r->f) fclose(r->f);
+    r->f = NULL;
+}
+
+// --- the directory -------------------------------------------------------------------------------
+
+// <dir>/ckpt_<step>.bin
+static inline void checkpoint_path(char* out, size_t n, const char* dir, int64_t step) {
+    snprintf(out, n, "%s/ckpt_%08lld.bin", dir, (long long)step);
+}
+
+// The step of a file named ckpt_<digits>.bin, or -1 for any other name.
+static inline int64_t checkpoint_step_of_name(const char* name) {
+    size_t len = strlen(name);
+    if (len < 10 || strncmp(name, "ckpt_", 5) != 0 || strcmp(name + len - 4, ".bin") != 0) return -1;
+    int64_t step = 0;
+    for (size_t i = 5; i < len - 4; i++) {
+        if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10) return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+// mkdir -p: creates dir and its missing parents.
+static inline int checkpoint_make_dir(const char* dir, char* err, size_t errlen) {
+    char p[CHECKPOINT_PATH_LEN];
+    if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p)) { snprintf(err, errlen, "-out path too long: %s", dir); return -1; }
+    for (char* s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            struct stat st;
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                snprintf(err, errlen, "cannot create the output directory %s: %s; pick another one with -out", p, strerror(errno));
+                return -1;
+            }
+            if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                snprintf(err, errlen, "%s exists and is not a directory; pick another output directory with -out", p);
+                return -1;
+            }
+            *s = c;
+            if (c == '\0') break;
+        }
+    }
+    return 0;
+}
+
+// Replaces <dir>/latest with one line naming `file` (a checkpoint in dir), through a temporary file.
+static inline int checkpoint_mark_latest(const char* dir, const char* file, char* err, size_t errlen) {
+    char path[CHECKPOINT_PATH_LEN], tmp[CHECKPOINT_PATH_LEN + 8];
+    snprintf(path, sizeof(path), "%s/latest", dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    const char* base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    FILE* f = fopen(tmp, "wb");
+    int ok = f && fprintf(f, "%s\n", base) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0) ok = 0;
+    if (ok) ok = rename(tmp, path) == 0 && checkpoint_sync_dir_of(path) == 0;
+    if (!ok) {
+        snprintf(err, errlen, "cannot write %s: %s; is the disk full or the output directory read-only?", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+// The checkpoint that -resume names: "latest" (the one <out_dir>/latest names), a directory (the one its
+// `latest` names), or a checkpoint file.
+static inline int checkpoint_resolve(char* path, size_t n, const char* arg, const char* out_dir, char* err, size_t errlen) {
+    struct stat st;
+    const char* dir = strcmp(arg, "latest") == 0 ? out_dir : (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) ? arg : NULL;
+    if (!dir) { snprintf(path, n, "%s", arg); return 0; }
+    char marker[CHECKPOINT_PATH_LEN + 8], name[256];
+    snprintf(marker, sizeof(marker), "%s/latest", dir);
+    FILE* f = fopen(marker, "rb");
+    if (!f) {
+        snprintf(err, errlen, "-resume %s: cannot open %s (%s): no checkpoint was completed in %s; pass a checkpoint "
+                 "file, the -out directory of the run to resume, or start without -resume", arg, marker, strerror(errno), dir);
+        return -1;
+    }
+    int ok = fgets(name, sizeof(name), f) != NULL;
+    fclose(f);
+    if (ok) name[strcspn(name, "\r\n")] = '\0';
+    if (!ok || checkpoint_step_of_name(name) < 0) {
+        snprintf(err, errlen, "-resume %s: %s does not name a checkpoint (ckpt_<step>.bin); pass a checkpoint file instead",
+                 arg, marker);
+        return -1;
+    }
+    snprintf(path, n, "%s/%s", dir, name);
+    return 0;
+}
+
+typedef struct {
+    int64_t step;
+    char name[256];
+} CheckpointEntry;
+
+static inline int checkpoint_compare_entries(const void* a, const void* b) {
+    int64_t x = ((const CheckpointEntry*)a)->step, y = ((const CheckpointEntry*)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;  // newest first
+}
+
+// After the checkpoint of `step` is complete: keeps it and the keep-1 newest older ones of dir, deletes
+// the other older ones. Newer ones (of a run resumed from an earlier checkpoint) are left alone.
+static inline int checkpoint_prune(const char* dir, int keep, int64_t step, char* err, size_t errlen) {
+    DIR* d = opendir(dir);
+    if (!d) { snprintf(err, errlen, "cannot list %s: %s", dir, strerror(errno)); return -1; }
+    CheckpointEntry* older = NULL;
+    int n = 0, cap = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t s = checkpoint_step_of_name(e->d_name);
+        if (s < 0 || s >= step || strlen(e->d_name) >= sizeof(older[0].name)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            older = (CheckpointEntry*)realloc_check(older, (size_t)cap * sizeof(CheckpointEntry));
+        }
+        older[n].step = s;
+        snprintf(older[n].name, sizeof(older[n].name), "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    if (n > 1) qsort(older, (size_t)n, sizeof(CheckpointEntry), checkpoint_compare_entries);
+    int rc = 0;
+    for (int i = keep - 1 < 0 ? 0 : keep - 1; i < n; i++) {
+        char path[CHECKPOINT_PATH_LEN + 256];
+        snprintf(path, sizeof(path), "%s/%s", dir, older[i].name);
+        if (remove(path) != 0 && rc == 0) {
+            snprintf(err, errlen, "cannot delete the old checkpoint %s: %s", path, strerror(errno));
+            rc = -1;
+        }
+    }
+    free(older);
+    return rc;
+}
+
+// The trainer's wrapper: on rc != 0 prints the message and exits.
+static inline void checkpoint_check(const char* err, int rc) {
+    if (rc != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        exit(EXIT_FAILURE);
+    }
+}

@@ -1,0 +1,72 @@
+// gpt_checkpoint.cuh: a GptModel's optimizer state to and from a checkpoint file (format and atomic
+// writing in llmc/checkpoint.h). Saved: fp32 master weights, AdamW m and v. On load the bf16 parameters
+// are rederived as round-to-nearest(master), exactly what every AdamW step writes (llmc/adamw.cuh), so
+// the loaded model computes bitwise what the saved one would have.
+// The tensors go through a 64 MiB host buffer, one chunk at a time: a d48 model's 18 GB of state never
+// needs 18 GB of host memory. Checkpointing is outside the training step, so it may allocate.
+#pragma once
+#include "checkpoint.h"
+#include "gpt.cuh"
+
+#define GPT_CHECKPOINT_CHUNK_BYTES ((size_t)64 << 20)
+
+static inline CheckpointModel gpt_checkpoint_model(const GptModel* m) {
+    CheckpointModel c;
+    c.num_layers = m->config.num_layers;
+    c.channels = m->config.channels;
+    c.num_heads = m->config.num_heads;
+    c.vocab_size = m->config.vocab_size;
+    c.padded_vocab_size = m->config.padded_vocab_size;
+    c.max_seq_len = m->config.max_seq_len;
+    c.num_params = (int64_t)m->num_params;
+    return c;
+}
+
+// Writes path atomically: the model's sizes and state, plus s's step, rng, data position and settings
+// (s->model is filled in from m). Returns 0, or -1 with the reason in err.
+static inline int gpt_save_checkpoint(const GptModel* m, const char* path, CheckpointState* s, char* err, size_t errlen,
+                                      const GpuContext* ctx) {
+    s->model = gpt_checkpoint_model(m);
+    CheckpointWriter w;
+    int rc = checkpoint_writer_open(&w, path, s);
+    cuda_check(cudaStreamSynchronize(ctx->stream));  // the last update has landed in master, m, v
+    char* buf = (char*)malloc_check(GPT_CHECKPOINT_CHUNK_BYTES);
+    const float* tensors[CHECKPOINT_TENSORS] = {m->master_memory, m->m_memory, m->v_memory};
+    size_t total = m->num_params * sizeof(float);
+    for (int t = 0; t < CHECKPOINT_TENSORS && rc == 0; t++) {
+        for (size_t off = 0; off < total && rc == 0; off += GPT_CHECKPOINT_CHUNK_BYTES) {
+            size_t n = total - off < GPT_CHECKPOINT_CHUNK_BYTES ? total - off : GPT_CHECKPOINT_CHUNK_BYTES;
+            cuda_check(cudaMemcpy(buf, (const char*)tensors[t] + off, n, cudaMemcpyDeviceToHost));
+            rc = checkpoint_writer_append(&w, buf, n);
+        }
+    }
+    free(buf);
+    if (rc == 0) rc = checkpoint_writer_close(&w);
+    if (rc != 0) snprintf(err, errlen, "%s", w.err);
+    return rc;
+}
+
+// Loads the tensors of an opened checkpoint (checkpoint_reader_open) into m after checking its sizes;
+// the bf16 parameters are rederived from the master weights. Returns 0, or -1 with the reason in r->err.
+static inline int gpt_load_checkpoint(GptModel* m, CheckpointReader* r, const GpuContext* ctx) {
+    CheckpointModel now = gpt_checkpoint_model(m);
+    if (checkpoint_check_model(r, &now) != 0) return -1;
+    char* buf = (char*)malloc_check(GPT_CHECKPOINT_CHUNK_BYTES);
+    float* tensors[CHECKPOINT_TENSORS] = {m->master_memory, m->m_memory, m->v_memory};
+    size_t total = m->num_params * sizeof(float);
+    int rc = 0;
+    cuda_check(cudaStreamSynchronize(ctx->stream));
+    for (int t = 0; t < CHECKPOINT_TENSORS && rc == 0; t++) {
+        for (size_t off = 0; off < total && rc == 0; off += GPT_CHECKPOINT_CHUNK_BYTES) {
+            size_t n = total - off < GPT_CHECKPOINT_CHUNK_BYTES ? total - off : GPT_CHECKPOINT_CHUNK_BYTES;
+            rc = checkpoint_reader_read(r, buf, n);
+            if (rc == 0) cuda_check(cudaMemcpy((char*)tensors[t] + off, buf, n, cudaMemcpyHostToDevice));
+        }
+    }
+    free(buf);
+    if (rc != 0) return -1;
+    cuda_check(cudaDeviceSynchronize());  // a pageable cudaMemcpy may return before its DMA has landed
+    adamw_copy_master(m->params_memory, m->master_memory, m->num_params, ctx->stream);
+    cuda_check(cudaStreamSynchronize(ctx->stream));
+    return 0;
+}
