@@ -29,6 +29,7 @@
 // Limits: hs ∈ {64, 128}, T ≥ 1 (any value; masked), C % 8 == 0 (16-byte rows).
 #pragma once
 #include "cuda_common.cuh"
+#include "mma.cuh"
 
 #define FA_THREADS 128  // 4 warps x 16 rows
 #define FA_BQ 64        // forward and dq: query rows per block
@@ -54,30 +55,6 @@ typedef struct {
 
 // --- kernels ---------------------------------------------------------------------------------
 
-__device__ __forceinline__ void fa_cp_async16(void* smem, const void* gmem, int valid) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int n> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(n)); }
-
-// ldmatrix x4: lanes 8i..8i+7 give the row addresses of 8x8 matrix i; r[i] is that matrix's fragment
-// (row lane/4, columns 2·(lane%4) +0/1); with .trans, (rows 2·(lane%4) +0/1, column lane/4).
-__device__ __forceinline__ void fa_ldsm(unsigned* r, const bf16* p) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-__device__ __forceinline__ void fa_ldsm_t(unsigned* r, const bf16* p) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-__device__ __forceinline__ void fa_mma(float* d, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lower column) in the low half
     return *(unsigned*)&v;
@@ -89,7 +66,7 @@ __device__ __forceinline__ void fa_load_tile(bf16* s, const bf16* g, size_t stri
     constexpr int CH = HS / 8;
     for (int c = threadIdx.x; c < R * CH; c += FA_THREADS) {
         int r = c / CH, col = (c % CH) * 8, row = row0 + r;
-        fa_cp_async16(s + r * FaCfg<HS>::LD + col, g + (size_t)(row < T ? row : 0) * stride + col, row < T);
+        cp_async16(s + r * FaCfg<HS>::LD + col, g + (size_t)(row < T ? row : 0) * stride + col, row < T);
     }
 }
 
@@ -101,12 +78,12 @@ __device__ __forceinline__ void fa_gemm_abt(float (*acc)[4], const bf16* sa, con
     #pragma unroll
     for (int kk = 0; kk < HS; kk += 16) {
         unsigned a[4], r[4];
-        fa_ldsm(a, sa + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk + (lane >> 4) * 8);
+        ldmatrix_x4(a, sa + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk + (lane >> 4) * 8);
         #pragma unroll
         for (int nj = 0; nj < NCOL / 16; nj++) {
-            fa_ldsm(r, sb + (nj * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk + ((lane >> 3) & 1) * 8);
-            fa_mma(acc[2 * nj], a, r[0], r[1]);
-            fa_mma(acc[2 * nj + 1], a, r[2], r[3]);
+            ldmatrix_x4(r, sb + (nj * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk + ((lane >> 3) & 1) * 8);
+            mma_bf16_16816(acc[2 * nj], a, r[0], r[1]);
+            mma_bf16_16816(acc[2 * nj + 1], a, r[2], r[3]);
         }
     }
 }
@@ -123,9 +100,9 @@ __device__ __forceinline__ void fa_gemm_pv(float (*acc)[4], const float (*p)[4],
         #pragma unroll
         for (int nd = 0; nd < HS / 16; nd++) {
             unsigned r[4];
-            fa_ldsm_t(r, sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + nd * 16 + (lane >> 4) * 8);
-            fa_mma(acc[2 * nd], a, r[0], r[1]);
-            fa_mma(acc[2 * nd + 1], a, r[2], r[3]);
+            ldmatrix_x4_trans(r, sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + nd * 16 + (lane >> 4) * 8);
+            mma_bf16_16816(acc[2 * nd], a, r[0], r[1]);
+            mma_bf16_16816(acc[2 * nd + 1], a, r[2], r[3]);
         }
     }
 }
@@ -163,10 +140,10 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFw
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
 
     fa_load_tile<FA_BQ, HS>(sQ, base, C3, q0, T);
-    fa_commit();
+    cp_async_commit();
     fa_load_tile<FA_BKV, HS>(sK, base + a.C, C3, 0, T);
     fa_load_tile<FA_BKV, HS>(sV, base + 2 * a.C, C3, 0, T);
-    fa_commit();
+    cp_async_commit();
 
     float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     #pragma unroll
@@ -178,8 +155,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFw
             fa_load_tile<FA_BKV, HS>(sK + nb * FA_BKV * LD, base + a.C, C3, (j + 1) * FA_BKV, T);
             fa_load_tile<FA_BKV, HS>(sV + nb * FA_BKV * LD, base + 2 * a.C, C3, (j + 1) * FA_BKV, T);
         }
-        fa_commit();  // possibly empty: keeps "all but the newest group" meaning "tile j is here"
-        fa_wait<1>();
+        cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "tile j is here"
+        cp_async_wait<1>();
         __syncthreads();
         const bf16* tK = sK + (j & 1) * FA_BKV * LD;
         const bf16* tV = sV + (j & 1) * FA_BKV * LD;

@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const F
     fa_load_tile<FA_BKV, HS>(sV, base + 2 * a.C, C3, k0, T);
     fa_load_tile<BQ, HS>(sQ, base, C3, i0 * BQ, T);
     fa_load_tile<BQ, HS>(sO, dob, a.C, i0 * BQ, T);
-    fa_commit();
+    cp_async_commit();
     for (int r = threadIdx.x; r < BQ; r += FA_THREADS) {
         int q = i0 * BQ + r;
         sL[r] = q < T ? lse[q] * FA_LOG2E : INFINITY;
@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const F
                 sD[nb * BQ + r] = q < T ? Dr[q] : 0.0f;
             }
         }
-        fa_commit();
-        fa_wait<1>();
+        cp_async_commit();
+        cp_async_wait<1>();
         __syncthreads();
         const bf16* tQ = sQ + buf * BQ * LD;
         const bf16* tO = sO + buf * BQ * LD;
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const F
         fa_gemm_pv<HS, BQ>(dv, p, tO, lane);
         fa_gemm_pv<HS, BQ>(dk, dp, tQ, lane);
     }
-    fa_wait<0>();
+    cp_async_wait<0>();
     bf16* dst = a.dqkv + (size_t)b * T * C3 + h * HS;
     fa_store_rows<HS>(dst + a.C, C3, dk, rsqrtf((float)HS), k0 + warp * 16, T, lane);
     fa_store_rows<HS>(dst + 2 * a.C, C3, dv, 1.0f, k0 + warp * 16, T, lane);
@@ -144,10 +144,10 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const Fla
 
     fa_load_tile<FA_BQ, HS>(sQ, base, C3, q0, T);
     fa_load_tile<FA_BQ, HS>(sO, a.dout + (size_t)b * T * a.C + h * HS, a.C, q0, T);
-    fa_commit();
+    cp_async_commit();
     fa_load_tile<FA_BKV, HS>(sK, base + a.C, C3, 0, T);
     fa_load_tile<FA_BKV, HS>(sV, base + 2 * a.C, C3, 0, T);
-    fa_commit();
+    cp_async_commit();
     float lrow[2], drow[2];  // this thread's two query rows: lse·log2e (+inf past T) and D
     #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
@@ -165,8 +165,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const Fla
             fa_load_tile<FA_BKV, HS>(sK + nb * FA_BKV * LD, base + a.C, C3, (j + 1) * FA_BKV, T);
             fa_load_tile<FA_BKV, HS>(sV + nb * FA_BKV * LD, base + 2 * a.C, C3, (j + 1) * FA_BKV, T);
         }
-        fa_commit();
-        fa_wait<1>();
+        cp_async_commit();
+        cp_async_wait<1>();
         __syncthreads();
         const bf16* tK = sK + (j & 1) * FA_BKV * LD;
         const bf16* tV = sV + (j & 1) * FA_BKV * LD;
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const Fla
             }
         fa_gemm_pv<HS, FA_BKV>(dq, dp, tK, lane);
     }
-    fa_wait<0>();
+    cp_async_wait<0>();
     fa_store_rows<HS>(a.dqkv + (size_t)b * T * C3 + h * HS, C3, dq, rsqrtf((float)HS), q0 + warp * 16, T, lane);
 }
 
