@@ -6,19 +6,10 @@ those times with F = 4·B·NH·T²·hs/2; scratch = peak memory of fwd+bwd beyon
 """
 import torch
 import torch.nn.functional as F
+from torch_timing import time_ms  # dev/cuda/torch_timing.py (this script's folder is on sys.path)
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
 SHAPES = [(64, 1024, 12, 64), (4, 4096, 16, 128)]
-
-
-def time_ms(fn, reps):
-    fn(); fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def bench(B, T, NH, hs):

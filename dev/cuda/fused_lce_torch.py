@@ -7,6 +7,7 @@ ratio to PyTorch's own three GEMMs, extra memory beyond inputs and gradients).
 import sys
 import torch
 import torch.nn.functional as F
+from torch_timing import time_ms  # dev/cuda/torch_timing.py (this script's folder is on sys.path)
 
 SHAPES = [(1024, 768, 50257, 50304), (1024, 4096, 128256, 128256),
           (65536, 768, 50257, 50304), (16384, 1600, 50257, 50304),
@@ -15,16 +16,6 @@ SHAPES = [(1024, 768, 50257, 50304), (1024, 4096, 128256, 128256),
 
 def head_loss(x, W, t, V):
     return F.cross_entropy(F.linear(x, W)[:, :V].float(), t)
-
-
-def time_ms(fn, reps):
-    fn(); fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
 
 
 def bench(N, C, V, Vp, compiled):
