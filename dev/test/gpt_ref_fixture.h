@@ -33,3 +33,16 @@ static void fixture_build(gpt_ref_model* m, int** inputs, int** targets, int* B,
         (*targets)[i] = i % 7 == 3 ? -1 : (int)(rand_next(&rng) % (uint64_t)c.vocab_size);
     }
 }
+
+// Builds the fixture and evaluates it: the loss and the gradient norm that both builds compare.
+static void fixture_run(double* loss, double* grad_norm) {
+    gpt_ref_model m;
+    int *inputs, *targets, B, T;
+    fixture_build(&m, &inputs, &targets, &B, &T);
+    *loss = gpt_ref_forward(&m, inputs, targets, B, T);
+    gpt_ref_backward(&m);
+    *grad_norm = gpt_ref_grad_norm(&m);
+    gpt_ref_free(&m);
+    free(inputs);
+    free(targets);
+}

@@ -320,19 +320,12 @@ static void test_all_ignored(void) {
 }
 
 static void test_fixture(void) {
-    gpt_ref_model m;
-    int *inputs, *targets, B, T;
-    fixture_build(&m, &inputs, &targets, &B, &T);
-    double loss = gpt_ref_forward(&m, inputs, targets, B, T);
-    gpt_ref_backward(&m);
-    double norm = gpt_ref_grad_norm(&m);
+    double loss, norm;
+    fixture_run(&loss, &norm);
     printf("fixture: loss %.17g grad norm %.17g\n", loss, norm);
     EXPECT(fabs(loss - FIXTURE_LOSS) <= 1e-10 * FIXTURE_LOSS && fabs(norm - FIXTURE_GRAD_NORM) <= 1e-10 * FIXTURE_GRAD_NORM,
            "fixture: loss %.17g, grad norm %.17g differ from the golden values in gpt_ref_fixture.h (%.17g, %.17g); "
            "if the model or init changed on purpose, paste the new values there", loss, norm, FIXTURE_LOSS, FIXTURE_GRAD_NORM);
-    free(inputs);
-    free(targets);
-    gpt_ref_free(&m);
 }
 
 int main(void) {

@@ -13,12 +13,8 @@
 _Static_assert(sizeof(gpt_real) == sizeof(float), "this test is the float build: do not define GPT_REF_DOUBLE");
 
 int main(void) {
-    gpt_ref_model m;
-    int *inputs, *targets, B, T;
-    fixture_build(&m, &inputs, &targets, &B, &T);
-    double loss = gpt_ref_forward(&m, inputs, targets, B, T);
-    gpt_ref_backward(&m);
-    double norm = gpt_ref_grad_norm(&m);
+    double loss, norm;
+    fixture_run(&loss, &norm);
     double loss_rel = fabs(loss - FIXTURE_LOSS) / FIXTURE_LOSS;
     double norm_rel = fabs(norm - FIXTURE_GRAD_NORM) / FIXTURE_GRAD_NORM;
     printf("float vs double: loss %.9g vs %.9g (rel %.2e, tol 1e-5), grad norm %.9g vs %.9g (rel %.2e, tol 1e-5)\n",
@@ -26,8 +22,5 @@ int main(void) {
     EXPECT(loss_rel <= 1e-5, "float loss %.9g vs double %.9g: relative error %.3e > 1e-5", loss, FIXTURE_LOSS, loss_rel);
     EXPECT(norm_rel <= 1e-5, "float grad norm %.9g vs double %.9g: relative error %.3e > 1e-5",
            norm, FIXTURE_GRAD_NORM, norm_rel);
-    free(inputs);
-    free(targets);
-    gpt_ref_free(&m);
     return test_summary("test_gpt_ref_float");
 }
