@@ -48,6 +48,7 @@ typedef struct {
     const char* resume;         // -resume
     int seed;                   // -seed
     int device;                 // -device
+    int profile;                // -profile
 } TrainConfig;
 
 typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_STR } FlagType;
@@ -94,6 +95,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-resume", FLAG_STR, &c->resume, "", "checkpoint", "continue from: latest (of -out), a directory, or a ckpt file"},
         {"-seed", FLAG_INT, &c->seed, "42", "run", "seed of the init, the data order and the sampler"},
         {"-device", FLAG_INT, &c->device, "0", "run", "CUDA device"},
+        {"-profile", FLAG_INT, &c->profile, "0", "run", "1: print the GPU time per step by kind of work at the end"},
     };
     int n = (int)(sizeof(table) / sizeof(table[0]));
     memcpy(f, table, sizeof(table));
@@ -197,6 +199,8 @@ static void validate_or_exit(const TrainConfig* c) {
         snprintf(msg, sizeof(msg), "optimizer: need wd >= 0, clip >= 0, eps > 0, beta1 and beta2 in [0, 1)");
     else if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "unfused") != 0)
         snprintf(msg, sizeof(msg), "-head %s: choose fused or unfused", c->head);
+    else if (c->profile != 0 && c->profile != 1)
+        snprintf(msg, sizeof(msg), "-profile %d: choose 0 or 1", c->profile);
     else if (c->recompute != 0 && c->recompute != 1)
         snprintf(msg, sizeof(msg), "-recompute %d: choose 0 or 1", c->recompute);
     else if (c->val_every < 0 || c->val_batches < -1 || c->val_batches == 0)
@@ -597,11 +601,15 @@ int main(int argc, char** argv) {
            mib(3 * n * sizeof(float)), mib(model.acts_bytes),
            mib(model.head.scratch_bytes + 2 * (size_t)model.head.max_n * sizeof(float)));
 
+    static Profile prof;  // big (an event per mark): not on the stack
+    profile_build(&prof, cfg.profile);
+    model.prof = model.head.prof = &prof;
     double tokens_per_step = (double)total_batch, train_time = 0.0;
     int timed_steps = 0, stopped = 0, end = start_step + train_steps;
     catch_stop_signals();
     for (int step = start_step; step < end && !stopped; step++) {
         double t0 = now_seconds();
+        if (step > start_step) profile_start(&prof, ctx.stream);  // the first step includes warmup
         gpt_zero_grad(&model, &ctx);
         for (int k = 0; k < accum; k++) {
             dataloader_check(&train, dataloader_next_batch(&train));
@@ -614,6 +622,7 @@ int main(int argc, char** argv) {
         cuda_check(cudaMemcpyAsync(&loss, model.acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
         cuda_check(cudaMemcpyAsync(&norm, model.acts.norm, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
         cuda_check(cudaStreamSynchronize(ctx.stream));
+        profile_step_end(&prof);
         fused_lce_check(&model.head, &ctx);
         double dt = now_seconds() - t0;
         if (step > start_step) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
@@ -655,6 +664,8 @@ int main(int argc, char** argv) {
     if (timed_steps > 0)
         printf("average step %.1f ms, %.0f tok/s (steps %d..%d)\n", 1e3 * train_time / timed_steps,
                tokens_per_step * timed_steps / train_time, start_step + 2, end);
+    profile_print(&prof, stdout);
+    profile_free(&prof);
     if (train_steps == 0) {  // a checkpoint to evaluate and sample
         float vl = evaluate(&model, &val, val_batches, &ctx);
         printf("val loss %.4f (checkpoint at step %d)\n", vl, start_step);

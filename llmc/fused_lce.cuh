@@ -25,6 +25,7 @@
 #include "matmul.cuh"
 #include "fused_lce_options.h"
 #include "fused_lce_mma.cuh"
+#include "profile.h"
 
 #define FLCE_ROW_THREADS 512
 #define FLCE_DEFAULT_SCRATCH (64u << 20)
@@ -44,6 +45,7 @@ typedef struct {
     int* n_valid;          // (1) rows that count
     int* error;            // (1) first bad target index + 1, 0 when all targets were in range
     size_t scratch_bytes;  // logits buffer, the memory this head adds beyond inputs and gradients
+    Profile* prof;         // NULL, or where the chunk loop marks its phases (llmc/profile.h)
 } FusedLce;
 
 // --- kernels ---------------------------------------------------------------------------------
@@ -70,6 +72,15 @@ __global__ void flce_count_kernel(int* n_valid, int* error, const int* targets, 
 
 __device__ __forceinline__ float flce_load(const float* p) { return *p; }
 __device__ __forceinline__ float flce_load(const bf16* p) { return __bfloat162float(*p); }
+// Eight consecutive logits from a 16-byte-aligned address: two 16-byte loads of fp32, one of bf16.
+__device__ __forceinline__ void flce_load8(float v[8], const float* p) {
+    float4 a = ((const float4*)p)[0], b = ((const float4*)p)[1];
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+__device__ __forceinline__ void flce_load8(float v[8], const bf16* p) {
+    uint4 raw = *(const uint4*)p;
+    for (int k = 0; k < 8; k++) v[k] = __bfloat162float(((const bf16*)&raw)[k]);
+}
 
 // Block-wide reduction of (max, sum of exp relative to max, plain sum) triples.
 __device__ void flce_block_reduce(float* m, float* s, float* sum) {
@@ -103,14 +114,22 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
     int ignored = (t == opt.ignore_index) || t < 0 || t >= V;
     float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
 
-    // pass 1: online max and Σexp per thread, then across the block
+    // pass 1: online max and Σexp per thread (8 consecutive logits per step, 16-byte loads; Vp % 8 == 0
+    // keeps every row start aligned), then across the block
+    const int per = 8;
     float m = -INFINITY, s = 0.0f, sum = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = flce_load(z + j);
-        if (cap > 0.0f) v = cap * flce_tanh(v * inv_cap);
-        if (v > m) { s *= __expf(m - v); m = v; }
-        s += __expf(v - m);
-        sum += v;
+    for (int j = threadIdx.x * per; j < V; j += blockDim.x * per) {
+        float v[per], vm = -INFINITY;
+        flce_load8(v, z + j);
+        for (int k = 0; k < per; k++) {
+            if (cap > 0.0f) v[k] = cap * flce_tanh(v[k] * inv_cap);
+            if (j + k >= V) v[k] = -INFINITY;  // padded columns
+            vm = fmaxf(vm, v[k]);
+        }
+        if (vm > m) { s *= __expf(m - vm); m = vm; }
+        for (int k = 0; k < per; k++) {
+            if (j + k < V) { s += __expf(v[k] - m); sum += v[k]; }
+        }
     }
     flce_block_reduce(&m, &s, &sum);
     float lse = m + logf(s);
@@ -128,11 +147,10 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
     float scale = ignored ? 0.0f : (dloss_rows ? dloss_rows[row] : (nv > 0 ? dloss / nv : 0.0f));
     float pscale = scale * (1.0f + 2.0f * opt.z_loss * lse);
     float smooth = scale * eps / V;
-    const int per = 8;  // elements per thread per step: one 16-byte bf16 store
-    for (int j0 = 0; j0 < Vp; j0 += blockDim.x * per) {
+    for (int j0 = 0; j0 < Vp; j0 += blockDim.x * per) {  // per elements per thread: one 16-byte bf16 store
         int j = j0 + threadIdx.x * per;
         float v[per];
-        for (int k = 0; k < per; k++) v[k] = (j + k < Vp) ? flce_load(z + j + k) : 0.0f;
+        if (j < Vp) flce_load8(v, z + j);
         if (sizeof(T) > sizeof(bf16)) __syncthreads();  // every read of this span precedes any write
         for (int k = 0; k < per; k++) {
             int jj = j + k;
@@ -188,6 +206,7 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
         exit(EXIT_FAILURE);
     }
     h->max_n = max_n; h->C = C; h->V = V; h->Vp = Vp; h->opt = opt; h->logits_fp32 = logits_fp32;
+    h->prof = NULL;
     if (logits_fp32) {
         size_t rows = scratch_budget / ((size_t)Vp * sizeof(float));
         if (rows < 16) {
@@ -242,6 +261,7 @@ static void flce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, 
     for (int r0 = 0; r0 < N; r0 += h->chunk) {
         int n = N - r0 < h->chunk ? N - r0 : h->chunk;
         matmul(ctx, h->logits, ltype, Vp, x + (size_t)r0 * C, C, 0, W, C, 1, n, Vp, C, 1.0f, 0.0f);
+        profile_mark(h->prof, "head: logits GEMM", ctx->stream);
         const float* dlr = dloss_rows ? dloss_rows + r0 : NULL;
         if (h->logits_fp32)
             flce_rows_kernel<float><<<n, FLCE_ROW_THREADS, 0, ctx->stream>>>(h->logits, h->loss_rows + r0, h->lse + r0,
@@ -250,10 +270,13 @@ static void flce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, 
             flce_rows_kernel<bf16><<<n, FLCE_ROW_THREADS, 0, ctx->stream>>>(h->logits, h->loss_rows + r0, h->lse + r0,
                 targets + r0, h->n_valid, dlr, dloss, h->V, Vp, h->opt, grad);
         cuda_check_launch();
+        profile_mark(h->prof, "head: softmax rows", ctx->stream);
         if (!grad) continue;
         const bf16* G = (const bf16*)h->logits;
         matmul(ctx, dx + (size_t)r0 * C, CUDA_R_16BF, C, G, ldg, 0, W, C, 0, n, C, Vp, 1.0f, 0.0f);
+        profile_mark(h->prof, "head: dx GEMM", ctx->stream);
         matmul(ctx, dW, CUDA_R_32F, C, G, ldg, 1, x + (size_t)r0 * C, C, 0, Vp, C, n, 1.0f, 1.0f);
+        profile_mark(h->prof, "head: dW GEMM", ctx->stream);
     }
     flce_mean_kernel<<<1, 1024, 0, ctx->stream>>>(h->loss, h->loss_rows, h->n_valid, N);
     cuda_check_launch();

@@ -24,6 +24,7 @@
 #include "adamw.cuh"
 #include "global_norm.cuh"
 #include "fused_lce.cuh"
+#include "profile.h"
 #include "rand.h"
 
 typedef struct {
@@ -85,8 +86,10 @@ typedef struct {
     EncoderBuckets buckets;  // device copy of the positions grouped by token
 } GptActs;
 
+// the largest of: the bias gradient's partials (widest layer 4C), LayerNorm's, the grad norm's
+#define GPT_MAX3(a, b, c) ((a) > (b) ? ((a) > (c) ? (a) : (c)) : ((b) > (c) ? (b) : (c)))
 #define GPT_SCRATCH_FLOATS(C) \
-    ((size_t)(LINEAR_BIAS_CHUNKS * 4 * (C)) > (size_t)GN_BLOCKS ? (size_t)(LINEAR_BIAS_CHUNKS * 4 * (C)) : (size_t)GN_BLOCKS)
+    GPT_MAX3((size_t)LINEAR_BIAS_CHUNKS * 4 * (C), (size_t)LN_BWD_BLOCKS * 2 * (C), (size_t)GN_BLOCKS)
 
 typedef struct {
     GptConfig config;
@@ -105,6 +108,7 @@ typedef struct {
     size_t acts_bytes;
     GptActs acts;
     FusedLce head;
+    Profile* prof;                // NULL, or where gpt_forward/backward/update mark their work (profile.h)
     // host staging (pinned): written only after `staged` has completed
     int* h_inputs;                // (BT)
     int* h_targets;               // (BT)
@@ -301,8 +305,11 @@ static inline void gpt_forward(GptModel* m, const int* inputs, int B, int T, con
     GptParams p = m->params;
     GptActs a = m->acts;
     cudaStream_t st = ctx->stream;
+    Profile* pr = m->prof;
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, st);
+    profile_mark(pr, "encoder forward", st);
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, st);
+    profile_mark(pr, "layernorm forward", st);
     for (int l = 0; l < L; l++) {
         const bf16* resid = l == 0 ? a.encoded : a.residual3 + (l - 1) * lc;
         bf16* ln1 = a.ln1 + l * lc;
@@ -314,20 +321,28 @@ static inline void gpt_forward(GptModel* m, const int* inputs, int B, int T, con
         bf16* gelu = a.fch_gelu + (m->recompute ? 0 : 4 * l * lc);
         bf16* res3 = a.residual3 + l * lc;
         linear_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C, ctx);
+        profile_mark(pr, "linear forward", st);
         if (gpt_uses_flash(C, NH)) flash_attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, B, T, C, NH, st);
         else attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, B, T, C, NH, st);
+        profile_mark(pr, "attention forward", st);
         linear_forward(res2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C, ctx);
+        profile_mark(pr, "linear forward", st);
         residual_layernorm_forward(res2, ln2, a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, res2, resid,
                                    p.ln2w + l * C, p.ln2b + l * C, BT, C, st);
+        profile_mark(pr, "layernorm forward", st);
         linear_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C, ctx);
+        profile_mark(pr, "linear forward", st);
         gelu_forward(gelu, fch, (size_t)BT * 4 * C, st);
+        profile_mark(pr, "gelu forward", st);
         linear_forward(res3, gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C, ctx);
+        profile_mark(pr, "linear forward", st);
         // the block output, and the LayerNorm that reads it next: ln1 of layer l+1, or lnf
         int last = l == L - 1;
         residual_layernorm_forward(res3, last ? a.lnf : a.ln1 + (l + 1) * lc,
                                    last ? a.lnf_mean : a.ln1_mean + (l + 1) * maxBT,
                                    last ? a.lnf_rstd : a.ln1_rstd + (l + 1) * maxBT, res3, res2,
                                    last ? p.lnfw : p.ln1w + (l + 1) * C, last ? p.lnfb : p.ln1b + (l + 1) * C, BT, C, st);
+        profile_mark(pr, "layernorm forward", st);
     }
 }
 
@@ -359,6 +374,7 @@ __global__ void gpt_loss_accumulate_kernel(float* acc, const float* loss, float 
 static inline void gpt_zero_grad(GptModel* m, const GpuContext* ctx) {
     cuda_check(cudaMemsetAsync(m->grads_memory, 0, m->num_params * sizeof(float), ctx->stream));
     cuda_check(cudaMemsetAsync(m->acts.loss, 0, sizeof(float), ctx->stream));
+    profile_mark(m->prof, "zero grad", ctx->stream);
 }
 
 // Loss and gradients of the last gpt_forward against targets (B, T) host int32 (-1 = ignore). The
@@ -384,39 +400,53 @@ static inline void gpt_backward(GptModel* m, const int* targets, float dloss, co
     GptParams p = m->params;
     GptGrads g = m->grads;
     GptActs a = m->acts;
+    Profile* pr = m->prof;
+    profile_mark(pr, "host staging", st);
     fused_lce_forward_backward(&m->head, a.dln, g.wte, dloss, a.lnf, p.wte, a.targets, BT, ctx);
     gpt_loss_accumulate_kernel<<<1, 1, 0, st>>>(a.loss, m->head.loss, dloss);
     cuda_check_launch();
     cuda_check(cudaMemsetAsync(a.dresidual, 0, (size_t)BT * C * sizeof(bf16), st));
+    profile_mark(pr, "head: other", st);
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.scratch, a.dln, a.residual3 + (L - 1) * lc, a.lnf_mean, a.lnf_rstd,
                        p.lnfw, BT, C, st);
+    profile_mark(pr, "layernorm backward", st);
     for (int l = L - 1; l >= 0; l--) {
         const bf16* resid = l == 0 ? a.encoded : a.residual3 + (l - 1) * lc;
         const bf16* fch = a.fch + 4 * l * lc;
         bf16* gelu = a.fch_gelu + (m->recompute ? 0 : 4 * l * lc);
         if (m->recompute) gelu_forward(gelu, fch, (size_t)BT * 4 * C, st);
+        profile_mark(pr, "gelu forward", st);
         // a.dresidual = dL/d(residual3 of layer l): the MLP half
         linear_backward(a.dfch, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, a.scratch, a.dresidual, gelu,
                         p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C, ctx);
+        profile_mark(pr, "linear backward", st);
         gelu_backward(a.dfch, a.dfch, fch, (size_t)BT * 4 * C, st);
+        profile_mark(pr, "gelu backward", st);
         linear_backward(a.dln, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.scratch, a.dfch, a.ln2 + l * lc,
                         p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, ctx);
+        profile_mark(pr, "linear backward", st);
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.scratch, a.dln, a.residual2 + l * lc,
                            a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, p.ln2w + l * C, BT, C, st);
+        profile_mark(pr, "layernorm backward", st);
         // now dL/d(residual2): the attention half
         linear_backward(a.datty, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.scratch, a.dresidual,
                         a.atty + l * lc, p.attprojw + (size_t)l * C * C, BT, C, C, ctx);
+        profile_mark(pr, "linear backward", st);
         if (gpt_uses_flash(C, NH))
             flash_attention_backward(a.dqkv, a.att_D, a.datty, a.atty + l * lc, a.qkv + 3 * l * lc,
                                      a.att_lse + l * maxBT * NH, B, T, C, NH, st);
         else
             attention_backward(a.dqkv, a.att_D, a.datty, a.qkv + 3 * l * lc, a.att_lse + l * maxBT * NH, B, T, C, NH, st);
+        profile_mark(pr, "attention backward", st);
         linear_backward(a.dln, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, a.scratch, a.dqkv, a.ln1 + l * lc,
                         p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, ctx);
+        profile_mark(pr, "linear backward", st);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.scratch, a.dln, resid,
                            a.ln1_mean + l * maxBT, a.ln1_rstd + l * maxBT, p.ln1w + l * C, BT, C, st);
+        profile_mark(pr, "layernorm backward", st);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, &a.buckets, nu, B, T, C, st);
+    profile_mark(pr, "encoder backward", st);
 }
 
 // --- update --------------------------------------------------------------------------------------
@@ -426,10 +456,12 @@ static inline void gpt_backward(GptModel* m, const int* targets, float dloss, co
 static inline void gpt_update(GptModel* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                               float clip, int t, const GpuContext* ctx) {
     global_norm(m->acts.norm, m->acts.scratch, m->grads_memory, m->num_params, clip, ctx->stream);
+    profile_mark(m->prof, "grad norm", ctx->stream);
     for (int i = 0; i < GPT_NUM_TENSORS; i++) {
         size_t o = m->tensor_offset[i];
         adamw_update(m->params_memory + o, m->master_memory + o, m->m_memory + o, m->v_memory + o,
                      m->grads_memory + o, m->acts.norm + 1, m->tensor_size[i], lr, beta1, beta2, eps,
                      gpt_tensor_is_matrix(i) ? weight_decay : 0.0f, t, ctx->stream);
     }
+    profile_mark(m->prof, "adamw", ctx->stream);
 }

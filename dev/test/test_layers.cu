@@ -1,0 +1,181 @@
+// test_layers.cu: GPU test of the row and column kernels of llmc/layernorm.cuh and llmc/linear.cuh
+// against the fp64 CPU reference (dev/test/gpt_ref_layers.h), at widths the model does not reach in
+// test_gpt (C = 8 .. 2048, partial lane groups, N not a multiple of the 8 rows of a block, N = 1):
+//   layernorm_forward: out, mean, rstd;  layernorm_backward: dx ACCUMULATED onto a non-zero dinp,
+//   dw and db ACCUMULATED onto non-zero values;  linear_backward: dx, dW and the bias gradient db.
+// The inputs are bf16 (the reference reads the same rounded values); what differs is the rounding of
+// the bf16 outputs (≤ 2^-9 relative per element: tolerance relative L2 4e-3) and fp32 sums against
+// fp64 (tolerance 1e-4 relative, 1e-5 absolute for the row means: far above fp32's ~1e-6 here and far
+// below any indexing mistake, which gives O(1)).
+// The backward runs twice on the same inputs and must give identical bits.
+#define GPT_REF_DOUBLE
+#include <stdlib.h>
+#include <math.h>
+#include <vector>
+#include "gpt_ref_layers.h"
+#include "../../llmc/layernorm.cuh"
+#include "../../llmc/linear.cuh"
+#include "testing.h"
+
+#define TOL_BF16 4e-3
+#define TOL_FP32 1e-4
+#define TOL_MEAN 1e-5  // absolute: a mean near 0 has no useful relative error; fp32 sums of |x| <= 2 give ~1e-6
+
+static uint64_t rng_state = 12345;
+static double uniform(void) {  // in [-1, 1)
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng_state >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+// n bf16 values uniform in [lo, hi), and the same rounded values as doubles
+static bf16* make_bf16(std::vector<double>& host, size_t n, double lo, double hi) {
+    std::vector<bf16> h(n);
+    host.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = __float2bfloat16((float)(lo + (hi - lo) * 0.5 * (uniform() + 1.0)));
+        host[i] = __bfloat162float(h[i]);
+    }
+    bf16* d;
+    cuda_check(cudaMalloc(&d, n * sizeof(bf16)));
+    cuda_check(cudaMemcpy(d, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+    return d;
+}
+static float* make_f32(std::vector<double>& host, size_t n) {
+    std::vector<float> h(n);
+    host.resize(n);
+    for (size_t i = 0; i < n; i++) { h[i] = (float)uniform(); host[i] = h[i]; }
+    float* d;
+    cuda_check(cudaMalloc(&d, n * sizeof(float)));
+    cuda_check(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+static std::vector<double> get_bf16(const bf16* d, size_t n) {
+    std::vector<bf16> h(n);
+    cuda_check(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    std::vector<double> out(n);
+    for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(h[i]);
+    return out;
+}
+static std::vector<double> get_f32(const float* d, size_t n) {
+    std::vector<float> h(n);
+    cuda_check(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return std::vector<double>(h.begin(), h.end());
+}
+static double rel_l2(const std::vector<double>& got, const std::vector<double>& ref) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+static double rms_diff(const std::vector<double>& got, const std::vector<double>& ref) {
+    double num = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    return isfinite(num) ? sqrt(num / ref.size()) : INFINITY;
+}
+static int same_bits(const void* a, const void* b, size_t bytes) {
+    std::vector<char> ha(bytes), hb(bytes);
+    cuda_check(cudaMemcpy(ha.data(), a, bytes, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(hb.data(), b, bytes, cudaMemcpyDeviceToHost));
+    return memcmp(ha.data(), hb.data(), bytes) == 0;
+}
+
+static void test_layernorm(int N, int C, float* scratch, cudaStream_t st) {
+    std::vector<double> x, w, b, dout, dinp0, dw0, db0;
+    bf16* d_x = make_bf16(x, (size_t)N * C, -2.0, 2.0);
+    bf16* d_w = make_bf16(w, C, 0.5, 1.5);
+    bf16* d_b = make_bf16(b, C, -0.5, 0.5);
+    bf16* d_dout = make_bf16(dout, (size_t)N * C, -1.0, 1.0);
+    bf16* d_dinp = make_bf16(dinp0, (size_t)N * C, -0.5, 0.5);
+    float* d_dw = make_f32(dw0, C);
+    float* d_db = make_f32(db0, C);
+    bf16 *d_out, *d_dinp2;
+    float *d_mean, *d_rstd, *d_dw2, *d_db2;
+    cuda_check(cudaMalloc(&d_out, (size_t)N * C * sizeof(bf16)));
+    cuda_check(cudaMalloc(&d_dinp2, (size_t)N * C * sizeof(bf16)));
+    cuda_check(cudaMalloc(&d_mean, N * sizeof(float)));
+    cuda_check(cudaMalloc(&d_rstd, N * sizeof(float)));
+    cuda_check(cudaMalloc(&d_dw2, C * sizeof(float)));
+    cuda_check(cudaMalloc(&d_db2, C * sizeof(float)));
+    // second copies of the accumulated outputs, for the repeat run
+    cuda_check(cudaMemcpy(d_dinp2, d_dinp, (size_t)N * C * sizeof(bf16), cudaMemcpyDeviceToDevice));
+    cuda_check(cudaMemcpy(d_dw2, d_dw, C * sizeof(float), cudaMemcpyDeviceToDevice));
+    cuda_check(cudaMemcpy(d_db2, d_db, C * sizeof(float), cudaMemcpyDeviceToDevice));
+
+    layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, st);
+    layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C, st);
+    layernorm_backward(d_dinp2, d_dw2, d_db2, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C, st);
+    cuda_check(cudaStreamSynchronize(st));
+
+    std::vector<double> out(N * (size_t)C), mean(N), rstd(N);
+    gpt_ref_layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    // the backward reference takes the GPU's fp32 statistics, so that dx tests the backward alone
+    std::vector<double> gmean = get_f32(d_mean, N), grstd = get_f32(d_rstd, N);
+    std::vector<double> dinp = dinp0, dw = dw0, db = db0;
+    gpt_ref_layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), gmean.data(), grstd.data(),
+                               w.data(), N, C);
+    double e_out = rel_l2(get_bf16(d_out, (size_t)N * C), out);
+    double e_mean = rms_diff(gmean, mean), e_rstd = rel_l2(grstd, rstd);
+    double e_dx = rel_l2(get_bf16(d_dinp, (size_t)N * C), dinp);
+    double e_dw = rel_l2(get_f32(d_dw, C), dw), e_db = rel_l2(get_f32(d_db, C), db);
+    int repeat = same_bits(d_dinp, d_dinp2, (size_t)N * C * sizeof(bf16)) && same_bits(d_dw, d_dw2, C * sizeof(float)) &&
+                 same_bits(d_db, d_db2, C * sizeof(float));
+    printf("layernorm N=%5d C=%4d: out %.1e mean(abs) %.1e rstd %.1e | dx %.1e dw %.1e db %.1e | repeat %s\n", N, C, e_out,
+           e_mean, e_rstd, e_dx, e_dw, e_db, repeat ? "bitwise" : "DIFFERS");
+    EXPECT(e_out <= TOL_BF16, "layernorm N=%d C=%d: out rel L2 %.2e > %.0e", N, C, e_out, TOL_BF16);
+    EXPECT(e_mean <= TOL_MEAN, "layernorm N=%d C=%d: mean RMS error %.2e > %.0e", N, C, e_mean, TOL_MEAN);
+    EXPECT(e_rstd <= TOL_FP32, "layernorm N=%d C=%d: rstd rel L2 %.2e > %.0e", N, C, e_rstd, TOL_FP32);
+    EXPECT(e_dx <= TOL_BF16, "layernorm N=%d C=%d: dx rel L2 %.2e > %.0e", N, C, e_dx, TOL_BF16);
+    EXPECT(e_dw <= TOL_FP32 && e_db <= TOL_FP32, "layernorm N=%d C=%d: dw %.2e db %.2e > %.0e", N, C, e_dw, e_db, TOL_FP32);
+    EXPECT(repeat, "layernorm N=%d C=%d: two backward runs differ", N, C);
+    bf16* bfs[] = {d_x, d_w, d_b, d_dout, d_dinp, d_out, d_dinp2};
+    float* fs[] = {d_dw, d_db, d_mean, d_rstd, d_dw2, d_db2};
+    for (bf16* p : bfs) cuda_check(cudaFree(p));
+    for (float* p : fs) cuda_check(cudaFree(p));
+}
+
+static void test_linear_backward(int N, int IC, int OC, float* scratch, const GpuContext* ctx) {
+    std::vector<double> dy, x, W, dW0, db0;
+    bf16* d_dy = make_bf16(dy, (size_t)N * OC, -1.0, 1.0);
+    bf16* d_x = make_bf16(x, (size_t)N * IC, -1.0, 1.0);
+    bf16* d_W = make_bf16(W, (size_t)OC * IC, -0.1, 0.1);
+    float* d_dW = make_f32(dW0, (size_t)OC * IC);
+    float* d_db = make_f32(db0, OC);
+    bf16* d_dx;
+    cuda_check(cudaMalloc(&d_dx, (size_t)N * IC * sizeof(bf16)));
+    linear_backward(d_dx, d_dW, d_db, scratch, d_dy, d_x, d_W, N, IC, OC, ctx);
+    cuda_check(cudaStreamSynchronize(ctx->stream));
+    std::vector<double> dx((size_t)N * IC, 0.0), dW = dW0, db = db0;  // the layer assigns dx
+    gpt_ref_matmul_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), N, IC, OC);
+    double e_dx = rel_l2(get_bf16(d_dx, (size_t)N * IC), dx);
+    double e_dW = rel_l2(get_f32(d_dW, (size_t)OC * IC), dW), e_db = rel_l2(get_f32(d_db, OC), db);
+    printf("linear    N=%5d IC=%4d OC=%4d: dx %.1e dW %.1e db %.1e\n", N, IC, OC, e_dx, e_dW, e_db);
+    EXPECT(e_dx <= TOL_BF16, "linear N=%d IC=%d OC=%d: dx rel L2 %.2e > %.0e", N, IC, OC, e_dx, TOL_BF16);
+    EXPECT(e_dW <= TOL_FP32 && e_db <= TOL_FP32, "linear N=%d IC=%d OC=%d: dW %.2e db %.2e > %.0e", N, IC, OC, e_dW,
+           e_db, TOL_FP32);
+    cuda_check(cudaFree(d_dy)); cuda_check(cudaFree(d_x)); cuda_check(cudaFree(d_W));
+    cuda_check(cudaFree(d_dW)); cuda_check(cudaFree(d_db)); cuda_check(cudaFree(d_dx));
+}
+
+int main(void) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("test_layers: no GPU, skipped\n");
+        return 0;
+    }
+    GpuContext ctx;
+    gpu_context_build(&ctx, 0);
+    size_t scratch_floats = (size_t)LN_BWD_BLOCKS * 2 * LN_BWD_MAX_C;
+    if (scratch_floats < (size_t)LINEAR_BIAS_CHUNKS * 4096) scratch_floats = (size_t)LINEAR_BIAS_CHUNKS * 4096;
+    float* scratch;
+    cuda_check(cudaMalloc(&scratch, scratch_floats * sizeof(float)));
+    const int ln_cases[][2] = {{1, 8}, {7, 128}, {1003, 200}, {517, 768}, {4099, 768}, {300, 1600}, {64, 2048}};
+    for (const auto& c : ln_cases) test_layernorm(c[0], c[1], scratch, ctx.stream);
+    const int lin_cases[][3] = {{1, 64, 8}, {7, 64, 24}, {513, 96, 776}, {1100, 128, 3072}, {64, 200, 4096}};
+    for (const auto& c : lin_cases) test_linear_backward(c[0], c[1], c[2], scratch, &ctx);
+    cuda_check(cudaFree(scratch));
+    gpu_context_free(&ctx);
+    return test_summary("test_layers");
+}
