@@ -417,20 +417,19 @@ static inline void gpt_backward(GptModel* m, const int* targets, float dloss, co
         if (m->recompute) gelu_forward(gelu, fch, (size_t)BT * 4 * C, st);
         profile_mark(pr, "gelu forward", st);
         // a.dresidual = dL/d(residual3 of layer l): the MLP half
+        // dfch = dL/d(fch): the GELU's backward rides in the dx GEMM (fch is the GELU's input)
         linear_backward(a.dfch, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, a.scratch, a.dresidual, gelu,
-                        p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C, ctx);
+                        p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C, fch, ctx);
         profile_mark(pr, "linear backward", st);
-        gelu_backward(a.dfch, a.dfch, fch, (size_t)BT * 4 * C, st);
-        profile_mark(pr, "gelu backward", st);
         linear_backward(a.dln, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.scratch, a.dfch, a.ln2 + l * lc,
-                        p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, ctx);
+                        p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, NULL, ctx);
         profile_mark(pr, "linear backward", st);
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.scratch, a.dln, a.residual2 + l * lc,
                            a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, p.ln2w + l * C, BT, C, st);
         profile_mark(pr, "layernorm backward", st);
         // now dL/d(residual2): the attention half
         linear_backward(a.datty, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.scratch, a.dresidual,
-                        a.atty + l * lc, p.attprojw + (size_t)l * C * C, BT, C, C, ctx);
+                        a.atty + l * lc, p.attprojw + (size_t)l * C * C, BT, C, C, NULL, ctx);
         profile_mark(pr, "linear backward", st);
         if (gpt_uses_flash(C, NH))
             flash_attention_backward(a.dqkv, a.att_D, a.datty, a.atty + l * lc, a.qkv + 3 * l * lc,
@@ -439,7 +438,7 @@ static inline void gpt_backward(GptModel* m, const int* targets, float dloss, co
             attention_backward(a.dqkv, a.att_D, a.datty, a.qkv + 3 * l * lc, a.att_lse + l * maxBT * NH, B, T, C, NH, st);
         profile_mark(pr, "attention backward", st);
         linear_backward(a.dln, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, a.scratch, a.dqkv, a.ln1 + l * lc,
-                        p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, ctx);
+                        p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, NULL, ctx);
         profile_mark(pr, "linear backward", st);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.scratch, a.dln, resid,
                            a.ln1_mean + l * maxBT, a.ln1_rstd + l * maxBT, p.ln1w + l * C, BT, C, st);

@@ -1,8 +1,9 @@
 // linear.cuh: the linear layer y (N, OC) = x (N, IC) · Wᵀ + b with W (OC, IC), forward and backward,
 // as cuBLASLt GEMMs (llmc/matmul.cuh) plus a deterministic bias-gradient kernel.
 //
-// Fused: the bias add rides in the forward GEMM's epilogue (y is written once). The backward is
-//   dx (N, IC) bf16  = dy · W            (assigned)
+// Fused: the bias add rides in the forward GEMM's epilogue (y is written once); in the backward of a
+// layer whose input came out of a GELU, the GELU's backward rides in the dx GEMM's epilogue. The backward is
+//   dx (N, IC) bf16  = dy · W            (assigned; ⊙ GELU'(u) for x = GELU(u))
 //   dW (OC, IC) fp32 += dyᵀ · x          (accumulated in the GEMM with beta = 1: gradient accumulation
 //                                          over micro-steps costs nothing extra)
 //   db (OC,) fp32    += Σ_n dy[n, :]     (LINEAR_BIAS_CHUNKS row chunks → scratch → one ordered sum;
@@ -58,11 +59,12 @@ static inline void linear_forward(bf16* y, const bf16* x, const bf16* weight, co
 }
 
 // dx (N, IC) bf16 assigned (skipped when NULL); dweight (OC, IC) and dbias (OC,) fp32 accumulated
-// (dbias skipped when NULL); scratch (LINEAR_BIAS_CHUNKS * OC) fp32.
+// (dbias skipped when NULL); scratch (LINEAR_BIAS_CHUNKS * OC) fp32. When x = GELU(u) and dgelu_at = u
+// (N, IC), dx is the gradient with respect to u instead: dy·W ⊙ GELU'(u), in the GEMM's epilogue.
 static inline void linear_backward(bf16* dx, float* dweight, float* dbias, float* scratch,
                                    const bf16* dy, const bf16* x, const bf16* weight,
-                                   int N, int IC, int OC, const GpuContext* ctx) {
-    if (dx) matmul(ctx, dx, CUDA_R_16BF, IC, dy, OC, 0, weight, IC, 0, N, IC, OC, 1.0f, 0.0f);
+                                   int N, int IC, int OC, const bf16* dgelu_at, const GpuContext* ctx) {
+    if (dx) matmul_ex(ctx, dx, CUDA_R_16BF, IC, dy, OC, 0, weight, IC, 0, N, IC, OC, 1.0f, 0.0f, NULL, dgelu_at, IC);
     matmul(ctx, dweight, CUDA_R_32F, IC, dy, OC, 1, x, IC, 0, OC, IC, N, 1.0f, 1.0f);
     if (dbias) {
         if (OC % 8 != 0) check_fail("linear_backward: the bias gradient needs OC % 8 == 0", "pad the layer's width");

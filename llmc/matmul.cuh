@@ -7,11 +7,15 @@
 #pragma once
 #include "cuda_common.cuh"
 
-// matmul_bias: the same, plus bias (N,) bf16 added to every row of D in cuBLASLt's epilogue (the
-// linear layer's forward, y = x Wᵀ + b, in one GEMM); bias == NULL is plain matmul. Bias needs a bf16 D.
-static inline void matmul_bias(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
-                               const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
-                               int M, int N, int K, float alpha, float beta, const bf16* bias) {
+// matmul_ex: the general form. bias (N,) bf16, or NULL: added to every row of D in cuBLASLt's epilogue
+// (the linear layer's forward, y = x Wᵀ + b, in one GEMM; needs a bf16 D). dgelu_at (M, N) bf16 with row
+// stride ld_dgelu, or NULL: the product is multiplied elementwise by GELU'(dgelu_at) before it is
+// stored (cuBLASLt's DGELU epilogue, GPT-2's tanh GELU: the MLP's backward through the GELU in the GEMM
+// that produces its input gradient). At most one of the two.
+static inline void matmul_ex(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
+                             const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
+                             int M, int N, int K, float alpha, float beta, const bf16* bias,
+                             const bf16* dgelu_at, int ld_dgelu) {
     cublasLtMatmulDesc_t op;
     cublas_check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // first column-major operand is B
@@ -23,6 +27,15 @@ static inline void matmul_bias(const GpuContext* ctx, void* D, cudaDataType_t d_
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
         cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    } else if (dgelu_at) {
+        // the auxiliary matrix has D's column-major shape (N, M), leading dimension ld_dgelu
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DGELU;
+        int64_t ld = ld_dgelu;
+        cudaDataType_t at = CUDA_R_16BF;
+        cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+        cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &dgelu_at, sizeof(dgelu_at)));
+        cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+        cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof(at)));
     }
     // column-major shapes as stored: B^T-view is (N, K) or (K, N); A^T-view is (K, M) or (M, K)
     cublasLtMatrixLayout_t la, lb, ld;
@@ -50,8 +63,15 @@ static inline void matmul_bias(const GpuContext* ctx, void* D, cudaDataType_t d_
     cublas_check(cublasLtMatmulDescDestroy(op));
 }
 
+// plus bias (N,) bf16 added to every row (bias == NULL: plain matmul)
+static inline void matmul_bias(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
+                               const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
+                               int M, int N, int K, float alpha, float beta, const bf16* bias) {
+    matmul_ex(ctx, D, d_type, ldd, A, lda, trans_a, B, ldb, trans_b, M, N, K, alpha, beta, bias, NULL, 0);
+}
+
 static inline void matmul(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
                           const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
                           int M, int N, int K, float alpha, float beta) {
-    matmul_bias(ctx, D, d_type, ldd, A, lda, trans_a, B, ldb, trans_b, M, N, K, alpha, beta, NULL);
+    matmul_ex(ctx, D, d_type, ldd, A, lda, trans_a, B, ldb, trans_b, M, N, K, alpha, beta, NULL, NULL, 0);
 }

@@ -2,7 +2,8 @@
 // against the fp64 CPU reference (dev/test/gpt_ref_layers.h), at widths the model does not reach in
 // test_gpt (C = 8 .. 2048, partial lane groups, N not a multiple of the 8 rows of a block, N = 1):
 //   layernorm_forward: out, mean, rstd;  layernorm_backward: dx ACCUMULATED onto a non-zero dinp,
-//   dw and db ACCUMULATED onto non-zero values;  linear_backward: dx, dW and the bias gradient db.
+//   dw and db ACCUMULATED onto non-zero values;  linear_backward: dx, dW and the bias gradient db, and
+//   dx through the GELU of the layer's input (the DGELU epilogue) against the reference GELU backward.
 // The inputs are bf16 (the reference reads the same rounded values); what differs is the rounding of
 // the bf16 outputs (≤ 2^-9 relative per element: tolerance relative L2 4e-3) and fp32 sums against
 // fp64 (tolerance 1e-4 relative, 1e-5 absolute for the row means: far above fp32's ~1e-6 here and far
@@ -136,26 +137,34 @@ static void test_layernorm(int N, int C, float* scratch, cudaStream_t st) {
     for (float* p : fs) cuda_check(cudaFree(p));
 }
 
-static void test_linear_backward(int N, int IC, int OC, float* scratch, const GpuContext* ctx) {
-    std::vector<double> dy, x, W, dW0, db0;
+// With gelu: x = GELU(u) and the layer's dx is the gradient with respect to u (the DGELU epilogue).
+static void test_linear_backward(int N, int IC, int OC, int gelu, float* scratch, const GpuContext* ctx) {
+    std::vector<double> dy, x, u, W, dW0, db0;
     bf16* d_dy = make_bf16(dy, (size_t)N * OC, -1.0, 1.0);
     bf16* d_x = make_bf16(x, (size_t)N * IC, -1.0, 1.0);
+    bf16* d_u = make_bf16(u, (size_t)N * IC, -3.0, 3.0);  // the GELU's input, when gelu
     bf16* d_W = make_bf16(W, (size_t)OC * IC, -0.1, 0.1);
     float* d_dW = make_f32(dW0, (size_t)OC * IC);
     float* d_db = make_f32(db0, OC);
     bf16* d_dx;
     cuda_check(cudaMalloc(&d_dx, (size_t)N * IC * sizeof(bf16)));
-    linear_backward(d_dx, d_dW, d_db, scratch, d_dy, d_x, d_W, N, IC, OC, ctx);
+    linear_backward(d_dx, d_dW, d_db, scratch, d_dy, d_x, d_W, N, IC, OC, gelu ? d_u : NULL, ctx);
     cuda_check(cudaStreamSynchronize(ctx->stream));
     std::vector<double> dx((size_t)N * IC, 0.0), dW = dW0, db = db0;  // the layer assigns dx
     gpt_ref_matmul_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), N, IC, OC);
+    if (gelu) {
+        std::vector<double> du((size_t)N * IC, 0.0);
+        gpt_ref_gelu_backward(du.data(), dx.data(), u.data(), du.size());
+        dx = du;
+    }
     double e_dx = rel_l2(get_bf16(d_dx, (size_t)N * IC), dx);
     double e_dW = rel_l2(get_f32(d_dW, (size_t)OC * IC), dW), e_db = rel_l2(get_f32(d_db, OC), db);
-    printf("linear    N=%5d IC=%4d OC=%4d: dx %.1e dW %.1e db %.1e\n", N, IC, OC, e_dx, e_dW, e_db);
+    printf("linear    N=%5d IC=%4d OC=%4d%s: dx %.1e dW %.1e db %.1e\n", N, IC, OC, gelu ? " (dx through GELU')" : "",
+           e_dx, e_dW, e_db);
     EXPECT(e_dx <= TOL_BF16, "linear N=%d IC=%d OC=%d: dx rel L2 %.2e > %.0e", N, IC, OC, e_dx, TOL_BF16);
     EXPECT(e_dW <= TOL_FP32 && e_db <= TOL_FP32, "linear N=%d IC=%d OC=%d: dW %.2e db %.2e > %.0e", N, IC, OC, e_dW,
            e_db, TOL_FP32);
-    cuda_check(cudaFree(d_dy)); cuda_check(cudaFree(d_x)); cuda_check(cudaFree(d_W));
+    cuda_check(cudaFree(d_dy)); cuda_check(cudaFree(d_x)); cuda_check(cudaFree(d_u)); cuda_check(cudaFree(d_W));
     cuda_check(cudaFree(d_dW)); cuda_check(cudaFree(d_db)); cuda_check(cudaFree(d_dx));
 }
 
@@ -174,7 +183,9 @@ int main(void) {
     const int ln_cases[][2] = {{1, 8}, {7, 128}, {1003, 200}, {517, 768}, {4099, 768}, {300, 1600}, {64, 2048}};
     for (const auto& c : ln_cases) test_layernorm(c[0], c[1], scratch, ctx.stream);
     const int lin_cases[][3] = {{1, 64, 8}, {7, 64, 24}, {513, 96, 776}, {1100, 128, 3072}, {64, 200, 4096}};
-    for (const auto& c : lin_cases) test_linear_backward(c[0], c[1], c[2], scratch, &ctx);
+    for (const auto& c : lin_cases) test_linear_backward(c[0], c[1], c[2], 0, scratch, &ctx);
+    const int gelu_cases[][3] = {{7, 64, 24}, {1100, 3072, 768}, {64, 4096, 200}};  // IC = the GELU's width
+    for (const auto& c : gelu_cases) test_linear_backward(c[0], c[1], c[2], 1, scratch, &ctx);
     cuda_check(cudaFree(scratch));
     gpu_context_free(&ctx);
     return test_summary("test_layers");
