@@ -25,6 +25,7 @@
 #include "matmul.cuh"
 #include "fused_lce_options.h"
 #include "fused_lce_mma.cuh"
+#include "fused_lce_mma_backward.cuh"
 #include "profile.h"
 
 #define FLCE_ROW_THREADS 512
@@ -36,6 +37,9 @@ typedef struct {
     int chunk;             // rows per chunk
     int logits_fp32;       // 1: fp32 logits (fused head); 0: bf16 logits for all rows at once (unfused baseline)
     int mma_forward;       // loss-only calls use the fully fused kernel of fused_lce_mma.cuh (no logits at all)
+    int fused_backward;    // 0: the chunks above; 3 or 4: the fused backward of fused_lce_mma_backward.cuh
+                           // (atomics, or deterministic), dx accumulating in the logits buffer; see
+                           // fused_lce_use_fused_backward
     float* part;           // (part_floats) per-split row statistics of that kernel
     size_t part_floats;
     void* logits;          // (chunk, Vp) fp32 or bf16; overwritten in place by the bf16 gradient
@@ -116,19 +120,24 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
 
     // pass 1: online max and Σexp per thread (8 consecutive logits per step, 16-byte loads; Vp % 8 == 0
     // keeps every row start aligned), then across the block
-    const int per = 8;
+    // spans of 8 per thread, two spans per step: four 16-byte loads in flight before any arithmetic
+    const int per = 8, stride = FLCE_ROW_THREADS * per;
     float m = -INFINITY, s = 0.0f, sum = 0.0f;
-    for (int j = threadIdx.x * per; j < V; j += blockDim.x * per) {
-        float v[per], vm = -INFINITY;
-        flce_load8(v, z + j);
-        for (int k = 0; k < per; k++) {
-            if (cap > 0.0f) v[k] = cap * flce_tanh(v[k] * inv_cap);
-            if (j + k >= V) v[k] = -INFINITY;  // padded columns
-            vm = fmaxf(vm, v[k]);
-        }
-        if (vm > m) { s *= __expf(m - vm); m = vm; }
-        for (int k = 0; k < per; k++) {
-            if (j + k < V) { s += __expf(v[k] - m); sum += v[k]; }
+    for (int j0 = threadIdx.x * per; j0 < V; j0 += 2 * stride) {
+        float v[2][per];
+        flce_load8(v[0], z + j0);
+        if (j0 + stride < V) flce_load8(v[1], z + j0 + stride);
+        for (int u = 0; u < 2; u++) {
+            int j = j0 + u * stride;
+            float vm = -INFINITY;
+            for (int k = 0; k < per; k++) {
+                if (cap > 0.0f) v[u][k] = cap * flce_tanh(v[u][k] * inv_cap);
+                if (j + k >= V) v[u][k] = -INFINITY;  // padded columns, and a second span past the end
+                vm = fmaxf(vm, v[u][k]);
+            }
+            if (vm > m) { s *= __expf(m - vm); m = vm; }
+            for (int k = 0; k < per; k++)
+                if (j + k < V) { s += __expf(v[u][k] - m); sum += v[u][k]; }
         }
     }
     flce_block_reduce(&m, &s, &sum);
@@ -207,6 +216,7 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
     }
     h->max_n = max_n; h->C = C; h->V = V; h->Vp = Vp; h->opt = opt; h->logits_fp32 = logits_fp32;
     h->prof = NULL;
+    h->fused_backward = 0;
     if (logits_fp32) {
         size_t rows = scratch_budget / ((size_t)Vp * sizeof(float));
         if (rows < 16) {
@@ -282,12 +292,32 @@ static void flce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, 
     cuda_check_launch();
 }
 
+// Variants 3 and 4 of the playground instead of the chunks: forward and backward without any logits in
+// memory (4F and 5F of work; slower than the chunks today, see the README). Needs C % 64 == 0.
+static inline void fused_lce_use_fused_backward(FusedLce* h, int deterministic) {
+    if (!h->mma_forward) check_fail("fused_lce_use_fused_backward: needs the fused forward (fp32 head, C % 64 == 0)",
+                                    "use the chunked head");
+    h->fused_backward = deterministic ? 4 : 3;
+}
+
+static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, const int* targets, int N,
+                                     const GpuContext* ctx);
+
+// The fused path: lse from the fused forward, then the gradient tiles recomputed and used on the chip.
+static void flce_run_fused(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss,
+                           const bf16* x, const bf16* W, const int* targets, int N, const GpuContext* ctx) {
+    fused_lce_forward(h, x, W, targets, N, ctx);
+    flce_mma_backward(dx, dW, h->logits, (size_t)h->chunk * h->Vp * sizeof(float), h->lse, h->n_valid, dloss_rows,
+                      dloss, x, W, targets, N, h->C, h->V, h->opt, h->fused_backward == 4, ctx);
+}
+
 // Training: mean loss (h->loss), per-row loss and lse (h->loss_rows, h->lse), dx (N, C) bf16 written,
 // dW (Vp, C) fp32 accumulated, for the upstream gradient dloss of the mean (1 in training). 3F.
 static inline void fused_lce_forward_backward(FusedLce* h, bf16* dx, float* dW, float dloss,
                                               const bf16* x, const bf16* W, const int* targets, int N,
                                               const GpuContext* ctx) {
-    flce_run(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
+    if (h->fused_backward) flce_run_fused(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
+    else flce_run(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
 }
 
 // Loss only (eval, or when the caller needs the loss before it knows the upstream gradient). F, through
@@ -310,7 +340,8 @@ static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, 
 static inline void fused_lce_backward(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows,
                                       const bf16* x, const bf16* W, const int* targets, int N,
                                       const GpuContext* ctx) {
-    flce_run(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
+    if (h->fused_backward) flce_run_fused(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
+    else flce_run(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
 }
 
 // The first row whose target was outside [0, V) and not ignore_index, since the build; -1 if none.

@@ -50,15 +50,39 @@ __device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2
     m = mx;
 }
 
-// Loads the x rows and W rows of one K step into a stage: 128 rows x BK bf16, in 16-byte chunks.
-__device__ __forceinline__ void flce_mma_load_stage(bf16* sa, bf16* sb, const FlceMmaFwdArgs& a,
-                                                    int row0, int col0, int k0) {
+// Loads rows row0.. of x (nx rows valid) and rows col0.. of W (nw valid) at K offset k0 into a stage:
+// 128 rows x BK bf16 each, in 16-byte chunks; rows past the end are zero-filled.
+__device__ __forceinline__ void flce_mma_load_stage(bf16* sa, bf16* sb, const bf16* x, int nx, const bf16* W, int nw,
+                                                    int C, int row0, int col0, int k0) {
     const int per_row = FLCE_MMA_BK / 8;
     for (int c = threadIdx.x; c < FLCE_MMA_BM * per_row; c += FLCE_MMA_THREADS) {
         int r = c / per_row, kc = (c % per_row) * 8;
         int gr = row0 + r, gc = col0 + r;
-        cp_async16(sa + r * FLCE_MMA_LD + kc, a.x + (size_t)(gr < a.N ? gr : 0) * a.C + k0 + kc, gr < a.N);
-        cp_async16(sb + r * FLCE_MMA_LD + kc, a.W + (size_t)(gc < a.V ? gc : 0) * a.C + k0 + kc, gc < a.V);
+        cp_async16(sa + r * FLCE_MMA_LD + kc, x + (size_t)(gr < nx ? gr : 0) * C + k0 + kc, gr < nx);
+        cp_async16(sb + r * FLCE_MMA_LD + kc, W + (size_t)(gc < nw ? gc : 0) * C + k0 + kc, gc < nw);
+    }
+}
+
+// One K step of BK of the 128x128 tile: the warp's 64x32 accumulators += tA (rows, BK) · tB (cols, BK)ᵀ.
+// Warps are 2 (rows, wm) x 4 (columns, wn).
+__device__ __forceinline__ void flce_mma_tile_step(float acc[4][4][4], const bf16* tA, const bf16* tB, int wm, int wn,
+                                                   int lane) {
+    #pragma unroll
+    for (int kk = 0; kk < FLCE_MMA_BK; kk += 16) {
+        unsigned af[4][4], bfr[4][2];
+        for (int mi = 0; mi < 4; mi++) {
+            int r = wm * 64 + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+            ldmatrix_x4(af[mi], tA + r * FLCE_MMA_LD + kk + (lane >> 4) * 8);
+        }
+        for (int nj = 0; nj < 2; nj++) {  // one x4 gives two n8 tiles x k16
+            unsigned r4[4];
+            int n = wn * 32 + nj * 16 + (lane & 7) + (lane >> 4) * 8;
+            ldmatrix_x4(r4, tB + n * FLCE_MMA_LD + kk + ((lane >> 3) & 1) * 8);
+            bfr[nj * 2][0] = r4[0]; bfr[nj * 2][1] = r4[1];
+            bfr[nj * 2 + 1][0] = r4[2]; bfr[nj * 2 + 1][1] = r4[3];
+        }
+        for (int mi = 0; mi < 4; mi++)
+            for (int ni = 0; ni < 4; ni++) mma_bf16_16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
     }
 }
 
@@ -85,8 +109,8 @@ __global__ void __launch_bounds__(FLCE_MMA_THREADS, 2) flce_mma_forward_kernel(c
     for (int s = 0; s < FLCE_MMA_STAGES - 1; s++) {
         if (s < iters) {
             int tile = split + (s / KT) * a.splits;
-            flce_mma_load_stage(sA + s * FLCE_MMA_BM * FLCE_MMA_LD, sB + s * FLCE_MMA_BN * FLCE_MMA_LD, a,
-                                row0, tile * FLCE_MMA_BN, (s % KT) * FLCE_MMA_BK);
+            flce_mma_load_stage(sA + s * FLCE_MMA_BM * FLCE_MMA_LD, sB + s * FLCE_MMA_BN * FLCE_MMA_LD, a.x, a.N,
+                                a.W, a.V, a.C, row0, tile * FLCE_MMA_BN, (s % KT) * FLCE_MMA_BK);
         }
         cp_async_commit();
     }
@@ -97,29 +121,13 @@ __global__ void __launch_bounds__(FLCE_MMA_THREADS, 2) flce_mma_forward_kernel(c
         int nx = it + FLCE_MMA_STAGES - 1;
         if (nx < iters) {
             int st = nx % FLCE_MMA_STAGES, tile = split + (nx / KT) * a.splits;
-            flce_mma_load_stage(sA + st * FLCE_MMA_BM * FLCE_MMA_LD, sB + st * FLCE_MMA_BN * FLCE_MMA_LD, a,
-                                row0, tile * FLCE_MMA_BN, (nx % KT) * FLCE_MMA_BK);
+            flce_mma_load_stage(sA + st * FLCE_MMA_BM * FLCE_MMA_LD, sB + st * FLCE_MMA_BN * FLCE_MMA_LD, a.x, a.N,
+                                a.W, a.V, a.C, row0, tile * FLCE_MMA_BN, (nx % KT) * FLCE_MMA_BK);
         }
         cp_async_commit();
         const bf16* tA = sA + (it % FLCE_MMA_STAGES) * FLCE_MMA_BM * FLCE_MMA_LD;
         const bf16* tB = sB + (it % FLCE_MMA_STAGES) * FLCE_MMA_BN * FLCE_MMA_LD;
-        #pragma unroll
-        for (int kk = 0; kk < FLCE_MMA_BK; kk += 16) {
-            unsigned af[4][4], bfr[4][2];
-            for (int mi = 0; mi < 4; mi++) {
-                int r = wm * 64 + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                ldmatrix_x4(af[mi], tA + r * FLCE_MMA_LD + kk + (lane >> 4) * 8);
-            }
-            for (int nj = 0; nj < 2; nj++) {  // one x4 gives two n8 tiles x k16
-                unsigned r4[4];
-                int n = wn * 32 + nj * 16 + (lane & 7) + (lane >> 4) * 8;
-                ldmatrix_x4(r4, tB + n * FLCE_MMA_LD + kk + ((lane >> 3) & 1) * 8);
-                bfr[nj * 2][0] = r4[0]; bfr[nj * 2][1] = r4[1];
-                bfr[nj * 2 + 1][0] = r4[2]; bfr[nj * 2 + 1][1] = r4[3];
-            }
-            for (int mi = 0; mi < 4; mi++)
-                for (int ni = 0; ni < 4; ni++) mma_bf16_16816(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
-        }
+        flce_mma_tile_step(acc, tA, tB, wm, wn, lane);
         if (it % KT != KT - 1) continue;
 
         // epilogue of a vocab tile: fold the fp32 accumulators into the rows' running state

@@ -11,8 +11,14 @@
 // Variants (all live in llmc/: one copy of every kernel):
 //   1 unfused: bf16 logits for all N rows (cuBLASLt), fp32 softmax/CE/gradient in place, 2 GEMMs
 //   2 token-chunked, gradient in the forward pass: fp32 logits of a chunk in a 64 MiB buffer (llmc/fused_lce.cuh)
-//   3 fully fused forward: mma.sync logit tiles folded into an online softmax in registers, only lse
-//     leaves the chip (llmc/fused_lce_mma.cuh); its fused backward is not written yet
+//   3 fully fused, the Helion example's algorithm: the forward folds mma.sync logit tiles into an online
+//     softmax in registers, only lse leaves the chip (llmc/fused_lce_mma.cuh); the backward recomputes
+//     each tile, forms the gradient on the chip and adds G·W into dx and Gᵀ·x into dW with fp32 atomics
+//     (llmc/fused_lce_mma_backward.cuh). 4F.
+//   4 the same without floating-point atomics: one kernel owns row blocks (dx), one owns vocab tiles
+//     (dW); each recomputes the logits. 5F, bitwise repeatable.
+// The fwd column of variants 3 and 4 is the fused forward alone (what the chunked head also uses for
+// loss-only calls).
 // Columns: fwd = loss only; bwd = the recomputing backward with per-row upstream gradients; fwd+bwd =
 // the training path (gradients with the forward); TF/s = 3F / (fwd+bwd time), F = 2·N·C·V; x GEMMs =
 // fwd+bwd time over the three cuBLASLt GEMMs; scratch = device memory beyond inputs and gradients.
@@ -26,11 +32,12 @@
 #include "../../llmc/fused_lce_mma.cuh"
 #include "fused_lce_check.cuh"
 
-typedef struct { int id; const char* name; int logits_fp32, mma_forward, has_backward; } Variant;
+typedef struct { int id; const char* name; int logits_fp32, mma_forward, has_backward, fused_backward; } Variant;
 static const Variant VARIANTS[] = {
-    {1, "unfused (bf16 logits, all rows)", 0, 0, 1},
-    {2, "chunked fp32 logits (--scratch)", 1, 0, 1},
-    {3, "fused mma.sync fwd (lse only)", 1, 1, 0},
+    {1, "unfused (bf16 logits, all rows)", 0, 0, 1, 0},
+    {2, "chunked fp32 logits (--scratch)", 1, 0, 1, 0},
+    {3, "fused mma.sync, atomic dx/dW", 1, 1, 1, 3},
+    {4, "fused mma.sync, deterministic", 1, 1, 1, 4},
 };
 #define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
@@ -46,6 +53,7 @@ static size_t g_scratch = FLCE_DEFAULT_SCRATCH;  // --scratch MiB: the chunked v
 static void build_variant(FusedLce* h, const Variant* v, int max_n, int C, int V, int Vp, FlceOptions opt) {
     fused_lce_build(h, max_n, C, V, Vp, opt, v->logits_fp32, g_scratch);
     h->mma_forward = h->mma_forward && v->mma_forward;
+    if (v->fused_backward) fused_lce_use_fused_backward(h, v->fused_backward == 4);
 }
 
 // --- inputs ------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // test_fused_lce.cu: GPU test of the LM head API (llmc/fused_lce.cuh) against the CPU fp64 reference:
 // every entry point (training, loss only, recomputing backward with per-row upstream gradients), each
 // feature (ignore_index, z-loss, soft-capping, label smoothing), the unfused baseline, several chunks
-// per call, bitwise determinism, bad targets flagged, and bad sizes refused with an error exit.
+// per call, the fused backward (atomic and deterministic, several dx chunks), bitwise determinism, bad targets flagged, and bad sizes refused with an error exit.
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../llmc/fused_lce.cuh"
@@ -14,28 +14,35 @@ static FlceOptions options(float z_loss, float softcap, float smoothing) {
     return o;
 }
 
-// Builds the head (fused unless logits_fp32 == 0; `budget` bounds its logits buffer) and checks one mode.
-static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, const GpuContext* ctx) {
+// Builds the head (fused unless logits_fp32 == 0; `budget` bounds its logits buffer; fused_bwd 3 or 4
+// selects the fused backward, atomic or deterministic) and checks one mode.
+static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, int fused_bwd, const GpuContext* ctx) {
     FlceInputs in = flce_inputs_make(cs, 42 + cs->N + cs->V);
     FlceDevice d = flce_device_make(cs, &in);
     FusedLce h;
     fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, logits_fp32, budget);
+    if (fused_bwd) {
+        fused_lce_use_fused_backward(&h, fused_bwd == 4);
+        printf("  (fused backward, variant %d)\n", fused_bwd);
+    }
     int ok = flce_check_mode(&h, mode, cs, &in, &d, ctx);
-    EXPECT(ok, "%s (mode %d, %s head, %d-row chunks) differs from the reference beyond tolerance", cs->what, mode,
-           logits_fp32 ? "fused" : "unfused", h.chunk);
+    EXPECT(ok, "%s (mode %d, %s head, backward %d, %d-row chunks) differs from the reference beyond tolerance", cs->what,
+           mode, logits_fp32 ? "fused" : "unfused", fused_bwd, h.chunk);
     EXPECT(fused_lce_bad_target_row(&h, ctx) < 0, "%s: a bad target was flagged, but all are valid", cs->what);
     fused_lce_free(&h);
     flce_device_free(&d);
     flce_inputs_free(&in);
 }
 
-// Two training calls on the same inputs give bit-identical loss, dx and dW.
-static void check_determinism(const GpuContext* ctx) {
+// Two training calls on the same inputs give bit-identical loss, dx and dW (chunked head, or the
+// deterministic fused backward when fused_bwd == 4).
+static void check_determinism(int fused_bwd, const GpuContext* ctx) {
     FlceCase cs = {333, 256, 5000, 5120, options(1e-4f, 0.0f, 0.0f), 9, "determinism"};
     FlceInputs in = flce_inputs_make(&cs, 7);
     FlceDevice d = flce_device_make(&cs, &in);
     FusedLce h;
     fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, (size_t)100 * cs.Vp * sizeof(float));
+    if (fused_bwd) fused_lce_use_fused_backward(&h, 1);
     FlceOutputs run[2];
     for (int r = 0; r < 2; r++) {
         flce_device_reset(&d, &cs, &in);
@@ -45,8 +52,8 @@ static void check_determinism(const GpuContext* ctx) {
     EXPECT(memcmp(&run[0].loss, &run[1].loss, sizeof(float)) == 0, "determinism: loss differs between runs");
     EXPECT(memcmp(run[0].dx, run[1].dx, (size_t)cs.N * cs.C * sizeof(float)) == 0, "determinism: dx differs between runs");
     EXPECT(memcmp(run[0].dW, run[1].dW, (size_t)cs.Vp * cs.C * sizeof(float)) == 0, "determinism: dW differs between runs");
-    printf("determinism: two runs of %d rows in %d-row chunks: loss, dx, dW bitwise %s\n", cs.N, h.chunk,
-           test_failed ? "DIFFERENT" : "identical");
+    printf("determinism (%s): two runs of %d rows: loss, dx, dW bitwise %s\n",
+           fused_bwd ? "fused backward, variant 4" : "chunked", cs.N, test_failed ? "DIFFERENT" : "identical");
     for (int r = 0; r < 2; r++) flce_outputs_free(&run[r]);
     fused_lce_free(&h);
     flce_device_free(&d);
@@ -119,13 +126,21 @@ int main(void) {
     for (int i = 0; i < ncases; i++) {
         const FlceCase* cs = &cases[i];
         size_t small = (size_t)64 * cs->Vp * sizeof(float);  // 64-row chunks: several per call
-        check(cs, 1, FLCE_DEFAULT_SCRATCH, FLCE_MODE_TRAIN, &ctx);
-        check(cs, 1, small, FLCE_MODE_TRAIN, &ctx);
-        check(cs, 1, FLCE_DEFAULT_SCRATCH, FLCE_MODE_FORWARD, &ctx);
-        check(cs, 1, small, FLCE_MODE_BACKWARD, &ctx);
-        check(cs, 0, 0, FLCE_MODE_TRAIN, &ctx);
+        check(cs, 1, FLCE_DEFAULT_SCRATCH, FLCE_MODE_TRAIN, 0, &ctx);
+        check(cs, 1, small, FLCE_MODE_TRAIN, 0, &ctx);
+        check(cs, 1, FLCE_DEFAULT_SCRATCH, FLCE_MODE_FORWARD, 0, &ctx);
+        check(cs, 1, small, FLCE_MODE_BACKWARD, 0, &ctx);
+        check(cs, 0, 0, FLCE_MODE_TRAIN, 0, &ctx);
+        if (cs->C % 64 == 0) {  // the fused backward; a 16-row logits budget gives dx chunks of 16·Vp/C rows
+            size_t tiny = (size_t)16 * cs->Vp * sizeof(float);
+            check(cs, 1, tiny, FLCE_MODE_TRAIN, 3, &ctx);
+            check(cs, 1, tiny, FLCE_MODE_TRAIN, 4, &ctx);
+            check(cs, 1, tiny, FLCE_MODE_BACKWARD, 3, &ctx);
+            check(cs, 1, tiny, FLCE_MODE_BACKWARD, 4, &ctx);
+        }
     }
-    check_determinism(&ctx);
+    check_determinism(0, &ctx);
+    check_determinism(1, &ctx);
     check_bad_target(&ctx);
     gpu_context_free(&ctx);
     return test_summary("test_fused_lce");
