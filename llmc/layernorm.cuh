@@ -2,47 +2,72 @@
 // as GPT-2), forward and backward, with the statistics in fp32.
 //
 // Fused: residual_layernorm_forward adds the two branches of the residual stream (r = a + b, rounded
-// to bf16 and stored: the stream itself), and normalizes the rounded r in the same kernel, so the
-// stream is read once instead of three times. The saved mean and rstd (N,) fp32 are what the
+// to bf16 and stored: the stream itself), and normalizes the rounded r in the same kernel from
+// registers, so the stream is read once. The saved mean and rstd (N,) fp32 are what the
 // backward reads; the normalized xhat is never stored (recomputed from x, mean, rstd).
 // Backward: one kernel reads each row once (16-byte vectors, held in registers): the two row sums, dx
 // ACCUMULATED into the residual-stream gradient (bf16), and column sums for dw, db (C,) fp32 kept per
 // lane; LN_BWD_BLOCKS blocks write partial sums to scratch and one kernel adds them in order
 // (deterministic, no atomics). Napkin math at N = 65536, C = 768: 400 MB moved, ~0.1 ms.
-// Sizes: the forward takes any C ≥ 1; the backward needs C % 8 == 0 and C <= LN_BWD_MAX_C.
+// Sizes: C % 8 == 0 and C <= LN_MAX_C (checked by the launchers).
 #pragma once
 #include "cuda_common.cuh"
 
 #define LN_EPS 1e-5f
 #define LN_BWD_BLOCKS 256    // blocks of the backward, each writing a partial (2, C) fp32 row of dw, db to scratch
-#define LN_BWD_MAX_C 2048    // the backward keeps a row in registers: C/256 groups of 8 channels per lane
+#define LN_MAX_C 2048        // every kernel keeps a row in registers: C/256 groups of 8 channels per lane
 #define LN_ROWS_PER_BLOCK 8  // warps per block in the row kernels
 
 // --- kernels ---------------------------------------------------------------------------------
 
-// One warp per row. With resid_b != NULL the row is first r = bf16(a + b), stored to resid_out.
-// Statistics: mean in one pass, then the variance as Σ (x - mean)² in a second (no cancellation).
-__global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* resid_out,
-                                         const bf16* a, const bf16* resid_b, const bf16* w, const bf16* bias,
-                                         int N, int C) {
-    int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+// One warp per row, the row in registers (lane l holds K groups of 8 channels, 8·(l + 32k) ..., read
+// as 16-byte vectors). With resid_b != NULL the row is first r = bf16(a + b), stored to resid_out and
+// normalized as rounded. Statistics: the mean, then the variance as Σ (x - mean)² (no cancellation).
+template <int K>
+__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
+layernorm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* resid_out, const bf16* a, const bf16* resid_b,
+                         const bf16* w, const bf16* bias, int N, int C) {
+    int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32, groups = C / 8;
     if (row >= N) return;
-    const bf16* x = a + (size_t)row * C;
-    if (resid_b) {
-        const bf16* y = resid_b + (size_t)row * C;
-        bf16* r = resid_out + (size_t)row * C;
-        for (int c = lane; c < C; c += 32) r[c] = __float2bfloat16(__bfloat162float(x[c]) + __bfloat162float(y[c]));
-        x = r;  // each lane reads back only what it wrote itself: program order suffices
-    }
+    float x[K][8];
     float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += __bfloat162float(x[c]);
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        int gi = lane + 32 * k;
+        if (gi >= groups) continue;
+        uint4 ra = ((const uint4*)(a + (size_t)row * C))[gi];
+        const bf16* pa = (const bf16*)&ra;
+        if (resid_b) {
+            uint4 rb = ((const uint4*)(resid_b + (size_t)row * C))[gi];
+            const bf16* pb = (const bf16*)&rb;
+            uint4 rr;
+            bf16* pr = (bf16*)&rr;
+            for (int e = 0; e < 8; e++) pr[e] = __float2bfloat16(__bfloat162float(pa[e]) + __bfloat162float(pb[e]));
+            ((uint4*)(resid_out + (size_t)row * C))[gi] = rr;
+            for (int e = 0; e < 8; e++) x[k][e] = __bfloat162float(pr[e]);
+        } else {
+            for (int e = 0; e < 8; e++) x[k][e] = __bfloat162float(pa[e]);
+        }
+        for (int e = 0; e < 8; e++) s += x[k][e];
+    }
     float m = warp_reduce_sum(s) / C;
     float v = 0.0f;
-    for (int c = lane; c < C; c += 32) { float d = __bfloat162float(x[c]) - m; v += d * d; }
+    #pragma unroll
+    for (int k = 0; k < K; k++)
+        if (lane + 32 * k < groups)
+            for (int e = 0; e < 8; e++) { float d = x[k][e] - m; v += d * d; }
     float rs = rsqrtf(warp_reduce_sum(v) / C + LN_EPS);
-    bf16* o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32)
-        o[c] = __float2bfloat16((__bfloat162float(x[c]) - m) * rs * __bfloat162float(w[c]) + __bfloat162float(bias[c]));
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        int gi = lane + 32 * k;
+        if (gi >= groups) continue;
+        uint4 rw = ((const uint4*)w)[gi], rbias = ((const uint4*)bias)[gi], ro;
+        const bf16 *pw = (const bf16*)&rw, *pbias = (const bf16*)&rbias;
+        bf16* po = (bf16*)&ro;
+        for (int e = 0; e < 8; e++)
+            po[e] = __float2bfloat16((x[k][e] - m) * rs * __bfloat162float(pw[e]) + __bfloat162float(pbias[e]));
+        ((uint4*)(out + (size_t)row * C))[gi] = ro;
+    }
     if (lane == 0) { mean[row] = m; rstd[row] = rs; }
 }
 
@@ -134,11 +159,32 @@ __global__ void layernorm_backward_finish_kernel(float* dweight, float* dbias, c
 
 // --- launchers -------------------------------------------------------------------------------
 
+// C % 8 == 0 and C <= LN_MAX_C (the row lives in registers), for every kernel here.
+static inline void layernorm_check_width(int C) {
+    if (C % 8 != 0 || C > LN_MAX_C)
+        check_fail("layernorm: C must be a multiple of 8 and at most LN_MAX_C (2048)",
+                   "raise LN_MAX_C in llmc/layernorm.cuh and add the matching cases to the launchers");
+}
+
+// Launches kernel<K> for K = ceil(C / 256) groups of 8 channels per lane.
+#define LN_DISPATCH(kernel, C, grid, block, smem, stream, ...)                                   \
+    switch (ceil_div(C, 256)) {                                                                  \
+        case 1: kernel<1><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 2: kernel<2><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 3: kernel<3><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 4: kernel<4><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 5: kernel<5><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 6: kernel<6><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 7: kernel<7><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        default: kernel<8><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                    \
+    }
+
 // out (N, C) bf16, mean, rstd (N,) fp32 from inp (N, C) bf16, weight, bias (C,) bf16.
 static inline void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
                                      const bf16* weight, const bf16* bias, int N, int C, cudaStream_t stream) {
-    layernorm_forward_kernel<<<ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0, stream>>>(
-        out, mean, rstd, NULL, inp, NULL, weight, bias, N, C);
+    layernorm_check_width(C);
+    LN_DISPATCH(layernorm_forward_kernel, C, ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0, stream,
+                out, mean, rstd, NULL, inp, NULL, weight, bias, N, C);
     cuda_check_launch();
 }
 
@@ -146,31 +192,20 @@ static inline void layernorm_forward(bf16* out, float* mean, float* rstd, const 
 static inline void residual_layernorm_forward(bf16* resid_out, bf16* out, float* mean, float* rstd,
                                               const bf16* a, const bf16* b, const bf16* weight, const bf16* bias,
                                               int N, int C, cudaStream_t stream) {
-    layernorm_forward_kernel<<<ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0, stream>>>(
-        out, mean, rstd, resid_out, a, b, weight, bias, N, C);
+    layernorm_check_width(C);
+    LN_DISPATCH(layernorm_forward_kernel, C, ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0, stream,
+                out, mean, rstd, resid_out, a, b, weight, bias, N, C);
     cuda_check_launch();
 }
 
 // dinp (N, C) bf16 +=, dweight, dbias (C,) fp32 += from dout (N, C) bf16 and the forward's inp, mean,
-// rstd; scratch (LN_BWD_BLOCKS * 2 * C) fp32. C % 8 == 0 and C <= LN_BWD_MAX_C.
+// rstd; scratch (LN_BWD_BLOCKS * 2 * C) fp32.
 static inline void layernorm_backward(bf16* dinp, float* dweight, float* dbias, float* scratch,
                                       const bf16* dout, const bf16* inp, const float* mean, const float* rstd,
                                       const bf16* weight, int N, int C, cudaStream_t stream) {
-    if (C % 8 != 0 || C > LN_BWD_MAX_C)
-        check_fail("layernorm_backward: C must be a multiple of 8 and at most LN_BWD_MAX_C (2048)",
-                   "raise LN_BWD_MAX_C in llmc/layernorm.cuh and add the matching case below");
-    dim3 grid(LN_BWD_BLOCKS), block(32 * LN_ROWS_PER_BLOCK);
-    size_t smem = 2 * (size_t)C * sizeof(float);
-    switch (ceil_div(C, 256)) {  // groups of 8 channels per lane
-        case 1: layernorm_backward_kernel<1><<<grid, block, smem, stream>>>(dinp, scratch, dout, inp, mean, rstd, weight, N, C); break;
-        case 2: layernorm_backward_kernel<2><<<grid, block, smem, stream>>>(dinp, scratch, dout, inp, mean, rstd, weight, N, C); break;
-        case 3: layernorm_backward_kernel<3><<<grid, block, smem, stream>>>(dinp, scratch, dout, inp, mean, rstd, weight, N, C); break;
-        case 4: layernorm_backward_kernel<4><<<grid, block, smem, stream>>>(dinp, scratch, dout, inp, mean, rstd, weight, N, C); break;
-        case 5: layernorm_backward_kernel<5><<<grid, block, smem, stream>>>(dinp, scratch, dout, inp, mean, rstd, weight, N, C); break;
-        case 6: layernorm_backward_kernel<6><<<grid, block, smem, stream>>>(dinp, scratch, dout, inp, mean, rstd, weight, N, C); break;
-        case 7: layernorm_backward_kernel<7><<<grid, block, smem, stream>>>(dinp, scratch, dout, inp, mean, rstd, weight, N, C); break;
-        default: layernorm_backward_kernel<8><<<grid, block, smem, stream>>>(dinp, scratch, dout, inp, mean, rstd, weight, N, C); break;
-    }
+    layernorm_check_width(C);
+    LN_DISPATCH(layernorm_backward_kernel, C, LN_BWD_BLOCKS, 32 * LN_ROWS_PER_BLOCK, 2 * (size_t)C * sizeof(float), stream,
+                dinp, scratch, dout, inp, mean, rstd, weight, N, C);
     cuda_check_launch();
     layernorm_backward_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, dbias, scratch, C);
     cuda_check_launch();

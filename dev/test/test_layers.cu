@@ -1,7 +1,7 @@
 // test_layers.cu: GPU test of the row and column kernels of llmc/layernorm.cuh and llmc/linear.cuh
 // against the fp64 CPU reference (dev/test/gpt_ref_layers.h), at widths the model does not reach in
 // test_gpt (C = 8 .. 2048, partial lane groups, N not a multiple of the 8 rows of a block, N = 1):
-//   layernorm_forward: out, mean, rstd;  layernorm_backward: dx ACCUMULATED onto a non-zero dinp,
+//   layernorm_forward: out, mean, rstd (and the residual form: r = bf16(a + b) stored, out);  layernorm_backward: dx ACCUMULATED onto a non-zero dinp,
 //   dw and db ACCUMULATED onto non-zero values;  linear_backward: dx, dW and the bias gradient db, and
 //   dx through the GELU of the layer's input (the DGELU epilogue) against the reference GELU backward.
 // The inputs are bf16 (the reference reads the same rounded values); what differs is the rounding of
@@ -131,7 +131,20 @@ static void test_layernorm(int N, int C, float* scratch, cudaStream_t st) {
     EXPECT(e_dx <= TOL_BF16, "layernorm N=%d C=%d: dx rel L2 %.2e > %.0e", N, C, e_dx, TOL_BF16);
     EXPECT(e_dw <= TOL_FP32 && e_db <= TOL_FP32, "layernorm N=%d C=%d: dw %.2e db %.2e > %.0e", N, C, e_dw, e_db, TOL_FP32);
     EXPECT(repeat, "layernorm N=%d C=%d: two backward runs differ", N, C);
-    bf16* bfs[] = {d_x, d_w, d_b, d_dout, d_dinp, d_out, d_dinp2};
+    // the residual form: r = bf16(x + y) stored, then normalized as rounded
+    std::vector<double> y, r((size_t)N * C);
+    bf16* d_y = make_bf16(y, (size_t)N * C, -2.0, 2.0);
+    bf16* d_r;
+    cuda_check(cudaMalloc(&d_r, (size_t)N * C * sizeof(bf16)));
+    residual_layernorm_forward(d_r, d_out, d_mean, d_rstd, d_x, d_y, d_w, d_b, N, C, st);
+    cuda_check(cudaStreamSynchronize(st));
+    for (size_t i = 0; i < r.size(); i++) r[i] = __bfloat162float(__float2bfloat16((float)(x[i] + y[i])));
+    gpt_ref_layernorm_forward(out.data(), mean.data(), rstd.data(), r.data(), w.data(), b.data(), N, C);
+    double e_r = rel_l2(get_bf16(d_r, r.size()), r), e_rout = rel_l2(get_bf16(d_out, r.size()), out);
+    printf("residual  N=%5d C=%4d: r %.1e (exact expected) out %.1e\n", N, C, e_r, e_rout);
+    EXPECT(e_r == 0.0, "residual layernorm N=%d C=%d: r = bf16(a + b) differs (rel L2 %.2e)", N, C, e_r);
+    EXPECT(e_rout <= TOL_BF16, "residual layernorm N=%d C=%d: out rel L2 %.2e > %.0e", N, C, e_rout, TOL_BF16);
+    bf16* bfs[] = {d_x, d_w, d_b, d_dout, d_dinp, d_out, d_dinp2, d_y, d_r};
     float* fs[] = {d_dw, d_db, d_mean, d_rstd, d_dw2, d_db2};
     for (bf16* p : bfs) cuda_check(cudaFree(p));
     for (float* p : fs) cuda_check(cudaFree(p));
@@ -176,7 +189,7 @@ int main(void) {
     }
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
-    size_t scratch_floats = (size_t)LN_BWD_BLOCKS * 2 * LN_BWD_MAX_C;
+    size_t scratch_floats = (size_t)LN_BWD_BLOCKS * 2 * LN_MAX_C;
     if (scratch_floats < (size_t)LINEAR_BIAS_CHUNKS * 4096) scratch_floats = (size_t)LINEAR_BIAS_CHUNKS * 4096;
     float* scratch;
     cuda_check(cudaMalloc(&scratch, scratch_floats * sizeof(float)));
