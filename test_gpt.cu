@@ -104,7 +104,7 @@ static void train_steps(GptModel* m, uint64_t* rng, int from, int to, float* los
 // Trains `steps` steps on batches derived from seed; returns losses and the final master weights.
 static void train_run(float* losses, float* master, const GptConfig* c, uint64_t seed, int steps, const GpuContext* ctx) {
     GptModel m;
-    gpt_build(&m, c, B_, T_, 0, 1);
+    gpt_build(&m, c, B_, T_, 0, 1, FLCE_DEFAULT_SCRATCH);
     gpt_init_params(&m, seed, ctx);
     uint64_t rng = seed * 31 + 7;
     train_steps(&m, &rng, 0, steps, losses, ctx);
@@ -120,12 +120,12 @@ static void test_resume(const GptConfig* c, const GpuContext* ctx) {
     const uint64_t seed = 21;
     GptModel full, part, fresh;
     float loss_full[2 * N], loss_part[2 * N];
-    gpt_build(&full, c, B_, T_, 0, 1);
+    gpt_build(&full, c, B_, T_, 0, 1, FLCE_DEFAULT_SCRATCH);
     gpt_init_params(&full, seed, ctx);
     uint64_t rng = seed * 31 + 7;
     train_steps(&full, &rng, 0, 2 * N, loss_full, ctx);
 
-    gpt_build(&part, c, B_, T_, 0, 1);
+    gpt_build(&part, c, B_, T_, 0, 1, FLCE_DEFAULT_SCRATCH);
     gpt_init_params(&part, seed, ctx);
     rng = seed * 31 + 7;
     train_steps(&part, &rng, 0, N, loss_part, ctx);
@@ -141,7 +141,7 @@ static void test_resume(const GptConfig* c, const GpuContext* ctx) {
     EXPECT(rc == 0, "saving %s: %s", path, err);
     gpt_free(&part);
 
-    gpt_build(&fresh, c, B_, T_, 0, 1);
+    gpt_build(&fresh, c, B_, T_, 0, 1, FLCE_DEFAULT_SCRATCH);
     gpt_init_params(&fresh, seed + 1, ctx);
     CheckpointReader r;
     rc = checkpoint_reader_open(&r, path);
@@ -193,7 +193,7 @@ int main(void) {
     gpt_ref_build(&ref, &rc, B_, T_);
     gpt_ref_init_params(&ref, seed);
     GptModel m;
-    gpt_build(&m, &c, B_, T_, 0, 1);
+    gpt_build(&m, &c, B_, T_, 0, 1, FLCE_DEFAULT_SCRATCH);
     EXPECT(m.num_params == ref.num_params, "parameter count %zu vs reference %zu", m.num_params, ref.num_params);
     size_t n = m.num_params;
     float* host = (float*)malloc_check(n * sizeof(float));
@@ -253,7 +253,7 @@ int main(void) {
     // 3c. recompute: the GELU rerun in the backward is the same kernel on the same input: bitwise
     {
         GptModel r;
-        gpt_build(&r, &c, B_, T_, 1, 1);
+        gpt_build(&r, &c, B_, T_, 1, 1, FLCE_DEFAULT_SCRATCH);
         gpt_set_params(&r, ref.params_memory, &ctx);
         grads_of(&r, in, tg, 1, &ctx);
         copy_to_host(host, r.grads_memory, n);
@@ -268,7 +268,7 @@ int main(void) {
     // at init round to ~1e-3 absolute, so the loss agrees to 1e-3 relative and gradients to 3e-2 rel L2
     {
         GptModel u;
-        gpt_build(&u, &c, B_, T_, 0, 0);
+        gpt_build(&u, &c, B_, T_, 0, 0, FLCE_DEFAULT_SCRATCH);
         gpt_set_params(&u, ref.params_memory, &ctx);
         grads_of(&u, in, tg, 1, &ctx);
         copy_to_host(host, u.grads_memory, n);

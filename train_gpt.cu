@@ -36,6 +36,7 @@ typedef struct {
     float clip;                 // -clip
     const char* head;           // -head
     int recompute;              // -recompute
+    int head_scratch;           // -head_scratch (MiB)
     int val_every;              // -val_every
     int val_batches;            // -val_batches
     int sample_tokens;          // -sample_tokens
@@ -83,6 +84,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-clip", FLAG_FLOAT, &c->clip, "1.0", "optimizer", "clip gradients to this global norm (0: off)"},
         {"-head", FLAG_STR, &c->head, "fused", "memory", "LM head: fused (no logits stored) | unfused"},
         {"-recompute", FLAG_INT, &c->recompute, "0", "memory", "1: recompute GELU outputs in the backward"},
+        {"-head_scratch", FLAG_INT, &c->head_scratch, "64", "memory", "MiB of fp32 logits per chunk of the fused head (more: faster)"},
         {"-val_every", FLAG_INT, &c->val_every, "50", "eval", "validation loss every N steps (0: only at the end)"},
         {"-val_batches", FLAG_INT, &c->val_batches, "20", "eval", "batches per validation (-1: the whole split)"},
         {"-sample_tokens", FLAG_INT, &c->sample_tokens, "64", "sample", "tokens per sample, one at the end (0: none)"},
@@ -201,6 +203,9 @@ static void validate_or_exit(const TrainConfig* c) {
         snprintf(msg, sizeof(msg), "-head %s: choose fused or unfused", c->head);
     else if (c->profile != 0 && c->profile != 1)
         snprintf(msg, sizeof(msg), "-profile %d: choose 0 or 1", c->profile);
+    else if (c->head_scratch < 1 || c->head_scratch > 65536)
+        snprintf(msg, sizeof(msg), "-head_scratch %d: MiB in [1, 65536] (the fused head needs room for 16 rows "
+                 "of logits: at least 4 MiB at this vocabulary)", c->head_scratch);
     else if (c->recompute != 0 && c->recompute != 1)
         snprintf(msg, sizeof(msg), "-recompute %d: choose 0 or 1", c->recompute);
     else if (c->val_every < 0 || c->val_batches < -1 || c->val_batches == 0)
@@ -550,7 +555,7 @@ int main(int argc, char** argv) {
     mc.num_layers = cfg.depth;
     gpt2_size(cfg.depth, &mc.channels, &mc.num_heads);
     GptModel model;
-    gpt_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, strcmp(cfg.head, "fused") == 0);
+    gpt_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, strcmp(cfg.head, "fused") == 0, (size_t)cfg.head_scratch << 20);
     // the sampler's own stream, advanced by every sample and kept in checkpoints
     uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);
     if (resumed) {
@@ -580,7 +585,8 @@ int main(int argc, char** argv) {
     table_row("lr schedule", "peak %g, warmup %d, %s to %g x peak", cfg.lr, cfg.warmup, cfg.schedule, cfg.final_lr_frac);
     table_row("AdamW", "beta1 %g, beta2 %g, eps %g, wd %g", cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
     table_row("grad clip", "%g", cfg.clip);
-    table_row("LM head", "%s", cfg.head);
+    if (strcmp(cfg.head, "fused") == 0) table_row("LM head", "fused, chunks of %d rows (-head_scratch %d MiB)", model.head.chunk, cfg.head_scratch);
+    else table_row("LM head", "unfused (bf16 logits of all %d rows)", cfg.B * cfg.T);
     table_row("recompute", "%s", cfg.recompute ? "GELU" : "none");
     table_row("validation", "every %d steps, %d batches", cfg.val_every, val_batches);
     table_row("sampling", "%d tokens, every %d steps, temperature %g, top-k %d", cfg.sample_tokens, cfg.sample_every,

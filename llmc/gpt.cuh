@@ -182,9 +182,11 @@ static inline size_t gpt_point_acts(GptActs* a, const GptConfig* c, int B, int T
 
 // --- build / free --------------------------------------------------------------------------------
 
-// Everything for batches of up to B x T tokens. head_fused: 1 the fused LM head (fp32 logits in
-// 64 MiB chunks), 0 the unfused baseline (bf16 logits of all B·T rows at once).
-static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, int head_fused) {
+// Everything for batches of up to B x T tokens. head_fused: 1 the fused LM head (fp32 logits in chunks
+// that fit head_scratch bytes; FLCE_DEFAULT_SCRATCH is 64 MiB), 0 the unfused baseline (bf16 logits of
+// all B·T rows at once; head_scratch unused).
+static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, int head_fused,
+                             size_t head_scratch) {
     if (c->channels % 8 != 0 || c->num_heads <= 0 || c->channels % c->num_heads != 0 || c->num_layers <= 0 ||
         c->vocab_size > c->padded_vocab_size || c->padded_vocab_size % 8 != 0 || T > c->max_seq_len || B <= 0 || T <= 0)
         check_fail("gpt_build: bad model config or batch shape",
@@ -212,7 +214,7 @@ static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int 
     cuda_check(cudaMemset(m->acts_memory, 0, m->acts_bytes));
     gpt_point_acts(&m->acts, c, B, T, recompute, (char*)m->acts_memory);
     fused_lce_build(&m->head, B * T, c->channels, c->vocab_size, c->padded_vocab_size, flce_options_default(),
-                    head_fused, FLCE_DEFAULT_SCRATCH);
+                    head_fused, head_scratch);
     size_t BT = (size_t)B * T;
     cuda_check(cudaMallocHost(&m->h_inputs, BT * sizeof(int)));
     cuda_check(cudaMallocHost(&m->h_targets, BT * sizeof(int)));
