@@ -37,6 +37,7 @@ typedef struct {
     int chunk;             // rows per chunk
     int logits_fp32;       // 1: fp32 logits (fused head); 0: bf16 logits for all rows at once (unfused baseline)
     int mma_forward;       // loss-only calls use the fully fused kernel of fused_lce_mma.cuh (no logits at all)
+    int rows_smem;         // bytes of shared memory the row kernel stages an fp32 row in (0: too wide)
     int fused_backward;    // 0: the chunks above; 3 or 4: the fused backward of fused_lce_mma_backward.cuh
                            // (atomics, or deterministic), dx accumulating in the logits buffer; see
                            // fused_lce_use_fused_backward
@@ -107,10 +108,15 @@ __device__ void flce_block_reduce(float* m, float* s, float* sum) {
 // `grad` is set, reads them again and writes the bf16 gradient over them. For fp32 logits the gradient
 // of element j lands on bytes [2j, 2j+2), i.e. on fp32 element j/2: each step reads a span, waits at a
 // barrier, then writes the half-width span, which only covers elements read in this or earlier steps.
+// staged (fp32 rows whose Vp floats fit the block's shared memory): pass 1 also copies the row into
+// shared memory and pass 2 reads it from there, so the row leaves DRAM once, not twice (a chunk's 64 MiB
+// of logits do not stay in the 50 MB L2 between the passes), and no barrier is needed per span. Every
+// thread reads back only the spans it wrote (same mapping in both passes).
 template <typename T>
 __global__ void __launch_bounds__(FLCE_ROW_THREADS)
 flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* targets, const int* n_valid,
-                 const float* dloss_rows, float dloss, int V, int Vp, FlceOptions opt, int grad) {
+                 const float* dloss_rows, float dloss, int V, int Vp, FlceOptions opt, int grad, int staged) {
+    extern __shared__ __align__(16) float srow[];  // (Vp) when staged
     int row = blockIdx.x;
     T* z = (T*)logits_v + (size_t)row * Vp;
     bf16* g = (bf16*)logits_v + (size_t)row * (sizeof(T) / sizeof(bf16)) * Vp;  // in place, same row start
@@ -127,6 +133,10 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
         float v[2][per];
         flce_load8(v[0], z + j0);
         if (j0 + stride < V) flce_load8(v[1], z + j0 + stride);
+        if (staged) {
+            for (int k = 0; k < per; k++) srow[j0 + k] = v[0][k];
+            if (j0 + stride < V) for (int k = 0; k < per; k++) srow[j0 + stride + k] = v[1][k];
+        }
         for (int u = 0; u < 2; u++) {
             int j = j0 + u * stride;
             float vm = -INFINITY;
@@ -159,8 +169,12 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
     for (int j0 = 0; j0 < Vp; j0 += blockDim.x * per) {  // per elements per thread: one 16-byte bf16 store
         int j = j0 + threadIdx.x * per;
         float v[per];
-        if (j < Vp) flce_load8(v, z + j);
-        if (sizeof(T) > sizeof(bf16)) __syncthreads();  // every read of this span precedes any write
+        if (staged) {
+            if (j < Vp) for (int k = 0; k < per; k++) v[k] = srow[j + k];  // entries >= V are never used
+        } else {
+            if (j < Vp) flce_load8(v, z + j);
+            if (sizeof(T) > sizeof(bf16)) __syncthreads();  // every read of this span precedes any write
+        }
         for (int k = 0; k < per; k++) {
             int jj = j + k;
             float d = 0.0f;
@@ -230,9 +244,15 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
         h->chunk = max_n;
     }
     // the fused forward writes (splits, N, 3) floats; splits·N <= 2·SMs·BM + N + BM (see flce_mma_splits)
-    int dev, sms;
+    int dev, sms, smem_optin;
     cuda_check(cudaGetDevice(&dev));
     cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    cuda_check(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    // the row kernel stages an fp32 row in shared memory when it fits (Vp = 50304: 197 KiB of 227 on an H200)
+    size_t row_bytes = (size_t)Vp * sizeof(float) + 1024;  // + the block reduction's static arrays
+    h->rows_smem = logits_fp32 && row_bytes <= (size_t)smem_optin ? (int)((size_t)Vp * sizeof(float)) : 0;
+    if (h->rows_smem)
+        cuda_check(cudaFuncSetAttribute(flce_rows_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, h->rows_smem));
     h->mma_forward = logits_fp32 && C % FLCE_MMA_BK == 0;
     h->part_floats = h->mma_forward ? 3 * ((size_t)2 * sms * FLCE_MMA_BM + max_n + FLCE_MMA_BM) : 1;
     cuda_check(cudaMalloc(&h->part, h->part_floats * sizeof(float)));
@@ -274,11 +294,11 @@ static void flce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, 
         profile_mark(h->prof, "head: logits GEMM", ctx->stream);
         const float* dlr = dloss_rows ? dloss_rows + r0 : NULL;
         if (h->logits_fp32)
-            flce_rows_kernel<float><<<n, FLCE_ROW_THREADS, 0, ctx->stream>>>(h->logits, h->loss_rows + r0, h->lse + r0,
-                targets + r0, h->n_valid, dlr, dloss, h->V, Vp, h->opt, grad);
+            flce_rows_kernel<float><<<n, FLCE_ROW_THREADS, h->rows_smem, ctx->stream>>>(h->logits, h->loss_rows + r0,
+                h->lse + r0, targets + r0, h->n_valid, dlr, dloss, h->V, Vp, h->opt, grad, h->rows_smem > 0);
         else
             flce_rows_kernel<bf16><<<n, FLCE_ROW_THREADS, 0, ctx->stream>>>(h->logits, h->loss_rows + r0, h->lse + r0,
-                targets + r0, h->n_valid, dlr, dloss, h->V, Vp, h->opt, grad);
+                targets + r0, h->n_valid, dlr, dloss, h->V, Vp, h->opt, grad, 0);
         cuda_check_launch();
         profile_mark(h->prof, "head: softmax rows", ctx->stream);
         if (!grad) continue;

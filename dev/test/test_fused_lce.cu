@@ -34,6 +34,23 @@ static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, 
     flce_inputs_free(&in);
 }
 
+// The row kernel without its shared-memory staging (what vocabularies wider than shared memory use,
+// e.g. V = 128256): training and the recomputing backward against the reference.
+static void check_unstaged(const FlceCase* cs, const GpuContext* ctx) {
+    FlceInputs in = flce_inputs_make(cs, 43 + cs->N + cs->V);
+    FlceDevice d = flce_device_make(cs, &in);
+    FusedLce h;
+    fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, 1, (size_t)64 * cs->Vp * sizeof(float));
+    EXPECT(h.rows_smem > 0, "%s: expected the row kernel to stage rows of %d floats", cs->what, cs->Vp);
+    h.rows_smem = 0;
+    printf("  (row kernel without shared-memory staging)\n");
+    EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, cs, &in, &d, ctx), "%s: unstaged rows, training differs", cs->what);
+    EXPECT(flce_check_mode(&h, FLCE_MODE_BACKWARD, cs, &in, &d, ctx), "%s: unstaged rows, backward differs", cs->what);
+    fused_lce_free(&h);
+    flce_device_free(&d);
+    flce_inputs_free(&in);
+}
+
 // Two training calls on the same inputs give bit-identical loss, dx and dW (chunked head, or the
 // deterministic fused backward when fused_bwd == 4).
 static void check_determinism(int fused_bwd, const GpuContext* ctx) {
@@ -139,6 +156,8 @@ int main(void) {
             check(cs, 1, tiny, FLCE_MODE_BACKWARD, 4, &ctx);
         }
     }
+    check_unstaged(&cases[0], &ctx);
+    check_unstaged(&cases[7], &ctx);  // all features
     check_determinism(0, &ctx);
     check_determinism(1, &ctx);
     check_bad_target(&ctx);
