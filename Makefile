@@ -77,7 +77,8 @@ build/dev/%: dev/cuda/%.cu $(wildcard llmc/*.cuh llmc/*.h dev/cuda/*.h dev/cuda/
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # --- tests -------------------------------------------------------------------------------------
-# CPU tests: dev/test/test_<name>.c; GPU tests: dev/test/test_<name>.cu (run only where a GPU exists)
+# CPU tests: dev/test/test_<name>.c, and test_train_flags.sh (./train_gpt's flags and bad input);
+# GPU tests: dev/test/test_<name>.cu (run only where a GPU exists)
 CPU_TESTS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
 GPU_TESTS := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 build/test_%: dev/test/test_%.c $(wildcard llmc/*.h dev/test/*.h dev/cuda/*.h) | build need_pcre2
@@ -93,7 +94,7 @@ $(TIKTOKEN):
 
 # builds every CUDA target too, so that a compile error in any .cu fails the test run
 test: data test-deps $(CPU_TESTS) $(GPU_TESTS) $(DEV_KERNELS) train_gpt test_gpt
-	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) --gpu $(GPU_TESTS) ./test_gpt
+	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) dev/test/test_train_flags.sh --gpu $(GPU_TESTS) ./test_gpt
 
 clean:
 	rm -rf build train_gpt test_gpt

@@ -585,8 +585,10 @@ int main(int argc, char** argv) {
     table_row("lr schedule", "peak %g, warmup %d, %s to %g x peak", cfg.lr, cfg.warmup, cfg.schedule, cfg.final_lr_frac);
     table_row("AdamW", "beta1 %g, beta2 %g, eps %g, wd %g", cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
     table_row("grad clip", "%g", cfg.clip);
-    if (strcmp(cfg.head, "fused") == 0) table_row("LM head", "fused, chunks of %d rows (-head_scratch %d MiB)", model.head.chunk, cfg.head_scratch);
-    else table_row("LM head", "unfused (bf16 logits of all %d rows)", cfg.B * cfg.T);
+    if (strcmp(cfg.head, "fused") == 0)
+        table_row("LM head", "fused, chunks of %d rows (-head_scratch %d MiB)", model.head.chunk, cfg.head_scratch);
+    else
+        table_row("LM head", "unfused (bf16 logits of all %d rows)", cfg.B * cfg.T);
     table_row("recompute", "%s", cfg.recompute ? "GELU" : "none");
     table_row("validation", "every %d steps, %d batches", cfg.val_every, val_batches);
     table_row("sampling", "%d tokens, every %d steps, temperature %g, top-k %d", cfg.sample_tokens, cfg.sample_every,

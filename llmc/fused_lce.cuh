@@ -124,9 +124,9 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
     int ignored = (t == opt.ignore_index) || t < 0 || t >= V;
     float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
 
-    // pass 1: online max and Σexp per thread (8 consecutive logits per step, 16-byte loads; Vp % 8 == 0
-    // keeps every row start aligned), then across the block
-    // spans of 8 per thread, two spans per step: four 16-byte loads in flight before any arithmetic
+    // pass 1: online max and Σexp per thread, then across the block. A thread takes spans of 8 consecutive
+    // logits (16-byte loads; Vp % 8 == 0 keeps every row start aligned), two spans per step: four loads in
+    // flight before any arithmetic.
     const int per = 8, stride = FLCE_ROW_THREADS * per;
     float m = -INFINITY, s = 0.0f, sum = 0.0f;
     for (int j0 = threadIdx.x * per; j0 < V; j0 += 2 * stride) {
