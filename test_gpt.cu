@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include "llmc/gpt.cuh"
 #include "llmc/gpt_checkpoint.cuh"
+#include "llmc/checkpoint_dir.h"
 #include "dev/test/gpt_ref.h"
 #include "dev/test/testing.h"
 

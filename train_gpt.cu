@@ -16,6 +16,7 @@
 #include "llmc/tokenizer.h"    // GPT-2 decoding, for samples
 #include "llmc/rand.h"         // rand_next, for sampling
 #include "llmc/gpt_checkpoint.cuh"  // checkpoint files (llmc/checkpoint.h) to and from the model
+#include "llmc/checkpoint_dir.h"    // the run's checkpoint directory: names, latest, -resume, keep K
 
 // --- flags ---------------------------------------------------------------------------------------
 
