@@ -25,7 +25,6 @@
 // Errors: functions return 0, or -1 with a message naming the file and what to do in `err`; nothing
 // exits, so every failure is testable. The trainer wraps them in checkpoint_check.
 #pragma once
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>

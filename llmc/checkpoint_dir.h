@@ -4,6 +4,7 @@
 // The file format and its writer and reader are llmc/checkpoint.h. Errors as there: 0, or -1 with a
 // message in `err` naming the file and what to do.
 #pragma once
+#include <dirent.h>
 #include "checkpoint.h"
 
 // <dir>/ckpt_<step>.bin
