@@ -7,60 +7,129 @@
 #pragma once
 #include "cuda_common.cuh"
 
-// matmul_ex: the general form. bias (N,) bf16, or NULL: added to every row of D in cuBLASLt's epilogue
-// (the linear layer's forward, y = x Wᵀ + b, in one GEMM; needs a bf16 D). dgelu_at (M, N) bf16 with row
-// stride ld_dgelu, or NULL: the product is multiplied elementwise by GELU'(dgelu_at) before it is
-// stored (cuBLASLt's DGELU epilogue, GPT-2's tanh GELU: the MLP's backward through the GELU in the GEMM
-// that produces its input gradient). At most one of the two.
-static inline void matmul_ex(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
-                             const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
-                             int M, int N, int K, float alpha, float beta, const bf16* bias,
-                             const bf16* dgelu_at, int ld_dgelu) {
+// A plan: cuBLASLt's descriptors and the algorithm its heuristic picked for one GEMM shape (types,
+// transposes, leading dimensions, sizes, epilogue). The pointers and alpha/beta come with each run.
+// The heuristic assumes 256-byte aligned pointers (cuBLASLt's default preference), as every caller has.
+typedef struct {
+    cudaDataType_t d_type;
+    int ldd, lda, trans_a, ldb, trans_b, M, N, K, epilogue, ld_aux;  // the key (epilogue: 0, bias, dgelu)
     cublasLtMatmulDesc_t op;
-    cublas_check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} MatmulPlan;
+
+enum { MATMUL_EPILOGUE_NONE = 0, MATMUL_EPILOGUE_BIAS = 1, MATMUL_EPILOGUE_DGELU = 2 };
+
+static inline void matmul_plan_make(MatmulPlan* p, const GpuContext* ctx, cudaDataType_t d_type, int ldd,
+                                    int lda, int trans_a, int ldb, int trans_b, int M, int N, int K,
+                                    int epilogue, int ld_aux) {
+    p->d_type = d_type; p->ldd = ldd; p->lda = lda; p->trans_a = trans_a; p->ldb = ldb; p->trans_b = trans_b;
+    p->M = M; p->N = N; p->K = K; p->epilogue = epilogue; p->ld_aux = ld_aux;
+    cublas_check(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // first column-major operand is B
     cublasOperation_t tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (bias) {
+    cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    if (epilogue == MATMUL_EPILOGUE_BIAS) {
         // column-major D is (N, M): the bias runs along its rows, i.e. along our columns
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-        cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    } else if (dgelu_at) {
-        // the auxiliary matrix has D's column-major shape (N, M), leading dimension ld_dgelu
+        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+    } else if (epilogue == MATMUL_EPILOGUE_DGELU) {
+        // the auxiliary matrix has D's column-major shape (N, M), leading dimension ld_aux
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DGELU;
-        int64_t ld = ld_dgelu;
+        int64_t ld = ld_aux;
         cudaDataType_t at = CUDA_R_16BF;
-        cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-        cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &dgelu_at, sizeof(dgelu_at)));
-        cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-        cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof(at)));
+        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof(at)));
     }
     // column-major shapes as stored: B^T-view is (N, K) or (K, N); A^T-view is (K, M) or (M, K)
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublas_check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
-    cublas_check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda));
-    cublas_check(cublasLtMatrixLayoutCreate(&ld, d_type, N, M, ldd));
+    cublas_check(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
+    cublas_check(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda));
+    cublas_check(cublasLtMatrixLayoutCreate(&p->ld, d_type, N, M, ldd));
     cublasLtMatmulPreference_t pref;
     cublas_check(cublasLtMatmulPreferenceCreate(&pref));
     cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &ctx->lt_workspace_bytes, sizeof(ctx->lt_workspace_bytes)));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    cublas_check(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
+    cublas_check(cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &heur, &found));
     if (found == 0) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for M=%d N=%d K=%d (trans_a=%d trans_b=%d, lda=%d ldb=%d ldd=%d)\n"
                 "  hint: sizes and leading dimensions should be multiples of 8\n", M, N, K, trans_a, trans_b, lda, ldb, ldd);
         exit(EXIT_FAILURE);
     }
-    cublas_check(cublasLtMatmul(ctx->lt, op, &alpha, B, la, A, lb, &beta, D, ld, D, ld, &heur.algo,
-                                ctx->lt_workspace, ctx->lt_workspace_bytes, ctx->stream));
+    p->algo = heur.algo;
     cublas_check(cublasLtMatmulPreferenceDestroy(pref));
-    cublas_check(cublasLtMatrixLayoutDestroy(la));
-    cublas_check(cublasLtMatrixLayoutDestroy(lb));
-    cublas_check(cublasLtMatrixLayoutDestroy(ld));
-    cublas_check(cublasLtMatmulDescDestroy(op));
+}
+
+static inline void matmul_plan_free(MatmulPlan* p) {
+    cublas_check(cublasLtMatrixLayoutDestroy(p->la));
+    cublas_check(cublasLtMatrixLayoutDestroy(p->lb));
+    cublas_check(cublasLtMatrixLayoutDestroy(p->ld));
+    cublas_check(cublasLtMatmulDescDestroy(p->op));
+}
+
+// aux: the bias (N,) bf16 or the DGELU input (M, N) bf16, as the plan's epilogue asks
+static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, void* D, const bf16* A,
+                                   const bf16* B, float alpha, float beta, const bf16* aux) {
+    if (p->epilogue == MATMUL_EPILOGUE_BIAS)
+        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &aux, sizeof(aux)));
+    else if (p->epilogue == MATMUL_EPILOGUE_DGELU)
+        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    cublas_check(cublasLtMatmul(ctx->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, D, p->ld, D, p->ld, &p->algo,
+                                ctx->lt_workspace, ctx->lt_workspace_bytes, ctx->stream));
+}
+
+// matmul_ex: the general form. bias (N,) bf16, or NULL: added to every row of D in cuBLASLt's epilogue
+// (the linear layer's forward, y = x Wᵀ + b, in one GEMM; needs a bf16 D). dgelu_at (M, N) bf16 with row
+// stride ld_dgelu, or NULL: the product is multiplied elementwise by GELU'(dgelu_at) before it is
+// stored (cuBLASLt's DGELU epilogue, GPT-2's tanh GELU: the MLP's backward through the GELU in the GEMM
+// that produces its input gradient). At most one of the two. Plans the GEMM anew on every call (the
+// heuristic costs microseconds of CPU); loops of many small GEMMs keep a MatmulCache instead.
+static inline void matmul_ex(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
+                             const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
+                             int M, int N, int K, float alpha, float beta, const bf16* bias,
+                             const bf16* dgelu_at, int ld_dgelu) {
+    MatmulPlan p;
+    int epilogue = bias ? MATMUL_EPILOGUE_BIAS : dgelu_at ? MATMUL_EPILOGUE_DGELU : MATMUL_EPILOGUE_NONE;
+    matmul_plan_make(&p, ctx, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, epilogue, ld_dgelu);
+    matmul_plan_run(&p, ctx, D, A, B, alpha, beta, bias ? bias : dgelu_at);
+    matmul_plan_free(&p);
+}
+
+// A few plans kept for a loop that repeats the same shapes (the LM head's blocks: a dozen shapes,
+// thousands of calls per step). Full: the oldest plan is replaced.
+#define MATMUL_CACHE_PLANS 16
+typedef struct {
+    MatmulPlan plan[MATMUL_CACHE_PLANS];
+    int n, next;
+} MatmulCache;
+
+static inline void matmul_cache_build(MatmulCache* c) { c->n = 0; c->next = 0; }
+
+static inline void matmul_cache_free(MatmulCache* c) {
+    for (int i = 0; i < c->n; i++) matmul_plan_free(&c->plan[i]);
+    c->n = 0; c->next = 0;
+}
+
+// matmul (no epilogue) through the cache: same arguments as matmul below, plus the cache.
+static inline void matmul_cached(const GpuContext* ctx, MatmulCache* c, void* D, cudaDataType_t d_type, int ldd,
+                                 const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
+                                 int M, int N, int K, float alpha, float beta) {
+    MatmulPlan* p = NULL;
+    for (int i = 0; i < c->n && !p; i++) {
+        MatmulPlan* q = &c->plan[i];
+        if (q->d_type == d_type && q->ldd == ldd && q->lda == lda && q->trans_a == trans_a && q->ldb == ldb &&
+            q->trans_b == trans_b && q->M == M && q->N == N && q->K == K)
+            p = q;
+    }
+    if (!p) {
+        if (c->n < MATMUL_CACHE_PLANS) p = &c->plan[c->n++];
+        else { p = &c->plan[c->next]; c->next = (c->next + 1) % MATMUL_CACHE_PLANS; matmul_plan_free(p); }
+        matmul_plan_make(p, ctx, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, MATMUL_EPILOGUE_NONE, 0);
+    }
+    matmul_plan_run(p, ctx, D, A, B, alpha, beta, NULL);
 }
 
 // plus bias (N,) bf16 added to every row (bias == NULL: plain matmul)
