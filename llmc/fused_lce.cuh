@@ -11,7 +11,9 @@
 // FLOPs 3F (F = 2·N·C·V) when the gradient comes with the forward pass; 4F for forward then backward.
 // Bytes per chunk beyond the GEMM operands: logits written 4 B and read 8 B per element, G written 2 B
 // and read 4 B, plus dW read+written once per chunk (8·Vp·C B): the last term is why bigger chunks
-// are faster, and why this is a baseline and not the end point.
+// are faster. When the buffer holds few rows (under 512: 64 MiB holds 320 at V = 50304), the
+// two-dimensional blocks of fused_lce_blocks.cuh are faster (fused_lce_use_blocks; the trainer picks
+// with fused_lce_use_fastest): dW swept once per ~3000-row block, for a second logits GEMM (4F).
 //
 // Semantics (shared with the CPU reference dev/cuda/fused_lce_ref.h): rows j >= V never count; s_j =
 // softcap·tanh(z_j/softcap) when softcap > 0; lse = log Σ exp(s_j); loss_i = lse − (1−ε)·s_t − (ε/V)·Σ s_j
@@ -26,6 +28,7 @@
 #include "fused_lce_options.h"
 #include "fused_lce_mma.cuh"
 #include "fused_lce_mma_backward.cuh"
+#include "fused_lce_blocks.cuh"
 #include "profile.h"
 
 #define FLCE_ROW_THREADS 512
@@ -41,14 +44,19 @@ typedef struct {
     int fused_backward;    // 0: the chunks above; 3 or 4: the fused backward of fused_lce_mma_backward.cuh
                            // (atomics, or deterministic), dx accumulating in the logits buffer; see
                            // fused_lce_use_fused_backward
+    int blocks;            // 1: the two-dimensional blocks of fused_lce_blocks.cuh instead of the chunks, in the
+                           // same buffer (see fused_lce_use_blocks)
+    FlceBlocks blk;        // their layout, when blocks
     float* part;           // (part_floats) per-split row statistics of that kernel
     size_t part_floats;
-    void* logits;          // (chunk, Vp) fp32 or bf16; overwritten in place by the bf16 gradient
+    void* logits;          // (chunk, Vp) fp32 or bf16, overwritten in place by the bf16 gradient; or the blocks' buffers
     float* loss_rows;      // (max_n) fp32 per-row loss (also the caller's output when it asks for it)
     float* lse;            // (max_n) fp32 per-row logsumexp
     float* loss;           // (1) fp32 mean loss over valid rows
     int* n_valid;          // (1) rows that count
     int* error;            // (1) first bad target index + 1, 0 when all targets were in range
+    size_t logits_bytes;   // the size of that buffer
+    size_t budget;         // what the build was given to bound it
     size_t scratch_bytes;  // logits buffer, the memory this head adds beyond inputs and gradients
     Profile* prof;         // NULL, or where the chunk loop marks its phases (llmc/profile.h)
 } FusedLce;
@@ -73,35 +81,6 @@ __global__ void flce_count_kernel(int* n_valid, int* error, const int* targets, 
         for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += block_sum[w];
         *n_valid = total;
     }
-}
-
-__device__ __forceinline__ float flce_load(const float* p) { return *p; }
-__device__ __forceinline__ float flce_load(const bf16* p) { return __bfloat162float(*p); }
-// Eight consecutive logits from a 16-byte-aligned address: two 16-byte loads of fp32, one of bf16.
-__device__ __forceinline__ void flce_load8(float v[8], const float* p) {
-    float4 a = ((const float4*)p)[0], b = ((const float4*)p)[1];
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-}
-__device__ __forceinline__ void flce_load8(float v[8], const bf16* p) {
-    uint4 raw = *(const uint4*)p;
-    for (int k = 0; k < 8; k++) v[k] = __bfloat162float(((const bf16*)&raw)[k]);
-}
-
-// Block-wide reduction of (max, sum of exp relative to max, plain sum) triples.
-__device__ void flce_block_reduce(float* m, float* s, float* sum) {
-    __shared__ float sm[32], ss[32], su[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    // an empty partial has m = -inf and s = 0; its weight must be 0, not exp(-inf - -inf) = NaN
-    float wm = warp_reduce_max(*m);
-    float ws = warp_reduce_sum(*m == -INFINITY ? 0.0f : *s * __expf(*m - wm));
-    float wu = warp_reduce_sum(*sum);
-    if (lane == 0) { sm[warp] = wm; ss[warp] = ws; su[warp] = wu; }
-    __syncthreads();
-    float bm = -INFINITY, bs = 0.0f, bu = 0.0f;
-    for (int w = 0; w < nwarps; w++) bm = fmaxf(bm, sm[w]);
-    for (int w = 0; w < nwarps; w++) { bs += sm[w] == -INFINITY ? 0.0f : ss[w] * __expf(sm[w] - bm); bu += su[w]; }
-    __syncthreads();  // the shared arrays may be reused by the next call
-    *m = bm; *s = bs; *sum = bu;
 }
 
 // One block per row. Pass 1 reads the row's logits (fp32 or bf16) and forms max, Σexp, Σs; pass 2, when
@@ -154,18 +133,16 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
     float lse = m + logf(s);
     float st = 0.0f;
     if (!ignored) { st = flce_load(z + t); if (cap > 0.0f) st = cap * flce_tanh(st * inv_cap); }
-    float eps = opt.label_smoothing;
     if (threadIdx.x == 0) {
         lse_out[row] = lse;
-        loss_rows[row] = ignored ? 0.0f : lse - (1.0f - eps) * st - (eps / V) * sum + opt.z_loss * lse * lse;
+        loss_rows[row] = ignored ? 0.0f : flce_row_loss(lse, st, sum, opt, V);
     }
     if (!grad) return;
 
     // pass 2: dL/dz, scaled, rounded once to bf16
     int nv = *n_valid;
     float scale = ignored ? 0.0f : (dloss_rows ? dloss_rows[row] : (nv > 0 ? dloss / nv : 0.0f));
-    float pscale = scale * (1.0f + 2.0f * opt.z_loss * lse);
-    float smooth = scale * eps / V;
+    FlceRowGrad rg = flce_row_grad(lse, t, scale, opt, V);
     for (int j0 = 0; j0 < Vp; j0 += blockDim.x * per) {  // per elements per thread: one 16-byte bf16 store
         int j = j0 + threadIdx.x * per;
         float v[per];
@@ -175,18 +152,7 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
             if (j < Vp) flce_load8(v, z + j);
             if (sizeof(T) > sizeof(bf16)) __syncthreads();  // every read of this span precedes any write
         }
-        for (int k = 0; k < per; k++) {
-            int jj = j + k;
-            float d = 0.0f;
-            if (jj < V) {
-                float zz = v[k], sv = zz, dsdz = 1.0f;
-                if (cap > 0.0f) { float th = flce_tanh(zz * inv_cap); sv = cap * th; dsdz = 1.0f - th * th; }
-                d = pscale * __expf(sv - lse) - smooth;
-                if (jj == t) d -= scale * (1.0f - eps);
-                d *= dsdz;
-            }
-            v[k] = d;
-        }
+        for (int k = 0; k < per; k++) v[k] = j + k < V ? flce_dlogit(rg, v[k], j + k) : 0.0f;
         if (j + per <= Vp) {
             __align__(16) bf16 out[per];
             for (int k = 0; k < per; k++) out[k] = __float2bfloat16(v[k]);
@@ -231,6 +197,7 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
     h->max_n = max_n; h->C = C; h->V = V; h->Vp = Vp; h->opt = opt; h->logits_fp32 = logits_fp32;
     h->prof = NULL;
     h->fused_backward = 0;
+    h->blocks = 0;
     if (logits_fp32) {
         size_t rows = scratch_budget / ((size_t)Vp * sizeof(float));
         if (rows < 16) {
@@ -256,8 +223,10 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
     h->mma_forward = logits_fp32 && C % FLCE_MMA_BK == 0;
     h->part_floats = h->mma_forward ? 3 * ((size_t)2 * sms * FLCE_MMA_BM + max_n + FLCE_MMA_BM) : 1;
     cuda_check(cudaMalloc(&h->part, h->part_floats * sizeof(float)));
-    h->scratch_bytes = (size_t)h->chunk * Vp * (logits_fp32 ? sizeof(float) : sizeof(bf16)) + h->part_floats * sizeof(float);
-    cuda_check(cudaMalloc(&h->logits, (size_t)h->chunk * Vp * (logits_fp32 ? sizeof(float) : sizeof(bf16))));
+    h->budget = scratch_budget;
+    h->logits_bytes = (size_t)h->chunk * Vp * (logits_fp32 ? sizeof(float) : sizeof(bf16));
+    h->scratch_bytes = h->logits_bytes + h->part_floats * sizeof(float);
+    cuda_check(cudaMalloc(&h->logits, h->logits_bytes));
     cuda_check(cudaMalloc(&h->loss_rows, (size_t)max_n * sizeof(float)));
     cuda_check(cudaMalloc(&h->lse, (size_t)max_n * sizeof(float)));
     cuda_check(cudaMalloc(&h->loss, sizeof(float)));
@@ -267,6 +236,7 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
 }
 
 static inline void fused_lce_free(FusedLce* h) {
+    if (h->blocks) flce_blocks_free(&h->blk);
     cuda_check(cudaFree(h->logits));
     cuda_check(cudaFree(h->part));
     cuda_check(cudaFree(h->loss_rows));
@@ -286,6 +256,13 @@ static void flce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, 
     int C = h->C, Vp = h->Vp, grad = dx != NULL;
     flce_count_kernel<<<1, 1024, 0, ctx->stream>>>(h->n_valid, h->error, targets, N, h->V, h->opt.ignore_index);
     cuda_check_launch();
+    if (h->blocks) {
+        flce_blocks_run(&h->blk, h->loss_rows, h->lse, dx, dW, dloss_rows, dloss, h->n_valid, x, W, targets, N, C,
+                        h->V, Vp, h->opt, h->prof, ctx);
+        flce_mean_kernel<<<1, 1024, 0, ctx->stream>>>(h->loss, h->loss_rows, h->n_valid, N);
+        cuda_check_launch();
+        return;
+    }
     cudaDataType_t ltype = h->logits_fp32 ? CUDA_R_32F : CUDA_R_16BF;
     int ldg = h->logits_fp32 ? 2 * Vp : Vp;  // row stride of the in-place bf16 gradient
     for (int r0 = 0; r0 < N; r0 += h->chunk) {
@@ -315,7 +292,7 @@ static void flce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, 
 // Variants 3 and 4 of the playground instead of the chunks: forward and backward without any logits in
 // memory (4F and 5F of work; slower than the chunks today, see the README). Needs C % 64 == 0.
 static inline void fused_lce_use_fused_backward(FusedLce* h, int deterministic) {
-    if (!h->mma_forward) check_fail("fused_lce_use_fused_backward: needs the fused forward (fp32 head, C % 64 == 0)",
+    if (!h->mma_forward) check_fail("fused_lce_use_fused_backward: needs the fused forward (fp32 head, C % 64 == 0, not the blocks)",
                                     "use the chunked head");
     h->fused_backward = deterministic ? 4 : 3;
 }
@@ -323,11 +300,49 @@ static inline void fused_lce_use_fused_backward(FusedLce* h, int deterministic) 
 static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, const int* targets, int N,
                                      const GpuContext* ctx);
 
+// Variant 5 of the playground instead of the chunks: rows and vocabulary in blocks (fused_lce_blocks.cuh),
+// vocab blocks at most vb_max wide, carved from the same buffer. Every entry point then goes through them.
+static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
+    if (!h->logits_fp32) check_fail("fused_lce_use_blocks: needs the fused head (fp32 logits)", "build it with logits_fp32 = 1");
+    if (h->blocks) flce_blocks_free(&h->blk);
+    // within the budget: the blocks, and the per-row loss and lse (the fused forward's statistics go)
+    size_t rows_bytes = 2 * (size_t)h->max_n * sizeof(float);
+    size_t budget = h->budget > rows_bytes ? h->budget - rows_bytes : 0;
+    size_t bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, h->max_n, h->C, h->V, vb_max);
+    if (bytes == 0) {
+        fprintf(stderr, "error: fused_lce_use_blocks: a scratch budget of %zu bytes holds fewer than 16 rows of vocab "
+                "blocks of %d columns and C = %d\n  hint: a larger budget, or a smaller vb_max (at least 16)\n",
+                h->budget, vb_max, h->C);
+        exit(EXIT_FAILURE);
+    }
+    // the buffer is re-cut for the blocks (it may grow up to the budget when max_n is small)
+    cuda_check(cudaFree(h->logits));
+    cuda_check(cudaMalloc(&h->logits, bytes));
+    cuda_check(cudaFree(h->part));
+    h->part = NULL;
+    h->part_floats = 0;
+    h->mma_forward = 0;  // loss-only calls go through the blocks too (faster); the fused backward is off
+    h->fused_backward = 0;
+    h->logits_bytes = bytes;
+    h->scratch_bytes = bytes;
+    flce_blocks_carve(&h->blk, h->logits, h->C);
+    h->blocks = 1;
+}
+
+// The faster of the two cuBLASLt paths for the buffer the build sized, as measured on an H200 (README):
+// the blocks while a chunk holds fewer than FLCE_CHUNK_ROWS_MIN rows and not all of them (64 MiB holds
+// 320 rows at V = 50304, 128 at V = 128256), the chunks from there on, where the per-chunk dW sweep has
+// become cheaper than the blocks' second logits GEMM (at 512 MiB and C = 768: 1.45x the GEMMs against 1.96x).
+#define FLCE_CHUNK_ROWS_MIN 512
+static inline void fused_lce_use_fastest(FusedLce* h) {
+    if (h->logits_fp32 && h->chunk < FLCE_CHUNK_ROWS_MIN && h->chunk < h->max_n) fused_lce_use_blocks(h, FLCE_BLOCK_VOCAB);
+}
+
 // The fused path: lse from the fused forward, then the gradient tiles recomputed and used on the chip.
 static void flce_run_fused(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss,
                            const bf16* x, const bf16* W, const int* targets, int N, const GpuContext* ctx) {
     fused_lce_forward(h, x, W, targets, N, ctx);
-    flce_mma_backward(dx, dW, h->logits, (size_t)h->chunk * h->Vp * sizeof(float), h->lse, h->n_valid, dloss_rows,
+    flce_mma_backward(dx, dW, h->logits, h->logits_bytes, h->lse, h->n_valid, dloss_rows,
                       dloss, x, W, targets, N, h->C, h->V, h->opt, h->fused_backward == 4, ctx);
 }
 

@@ -12,7 +12,7 @@
 #pragma once
 #include "cuda_common.cuh"
 #include "mma.cuh"
-#include "fused_lce_options.h"
+#include "fused_lce_common.cuh"
 
 #define FLCE_MMA_BM 128
 #define FLCE_MMA_BN 128
@@ -35,20 +35,6 @@ typedef struct {
 } FlceMmaFwdArgs;
 
 // --- kernels ---------------------------------------------------------------------------------
-
-// tanh for soft-capping, used by every kernel of the head so that all see the same s_j: 1 − 2/(e^{2v}+1)
-// is within ~1e-7 absolute of tanh (tanh.approx.f32 is off by ~5e-4 relative, visible in lse·softcap).
-__device__ __forceinline__ float flce_tanh(float v) {
-    return 1.0f - __fdividef(2.0f, __expf(2.0f * v) + 1.0f);
-}
-
-// merge (m2, s2) into (m, s): both are (max, Σexp relative to max); empty states have m = -inf
-__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
-    float mx = fmaxf(m, m2);
-    if (mx == -INFINITY) return;
-    s = s * __expf(m - mx) + s2 * __expf(m2 - mx);
-    m = mx;
-}
 
 // Loads rows row0.. of x (nx rows valid) and rows col0.. of W (nw valid) at K offset k0 into a stage:
 // 128 rows x BK bf16 each, in 16-byte chunks; rows past the end are zero-filled.
@@ -224,9 +210,8 @@ __global__ void flce_mma_finish_kernel(float* loss_rows, float* lse_out, const f
         if (opt.softcap > 0.0f) dot = opt.softcap * flce_tanh(dot / opt.softcap);
     }
     if (lane == 0) {
-        float eps = opt.label_smoothing;
         lse_out[row] = lse;
-        loss_rows[row] = ignored ? 0.0f : lse - (1.0f - eps) * dot - (eps / V) * sum + opt.z_loss * lse * lse;
+        loss_rows[row] = ignored ? 0.0f : flce_row_loss(lse, dot, sum, opt, V);
     }
 }
 

@@ -74,7 +74,6 @@ __device__ __forceinline__ void flce_bwd_logits(float acc[4][4][4], bf16* sA, bf
 __device__ __forceinline__ void flce_bwd_gradient_tile(bf16* sG, float acc[4][4][4], const FlceMmaBwdArgs& a,
                                                        int row0, int col0, int wm, int wn, int lane) {
     int g = lane >> 2, c4 = lane & 3, nv = *a.n_valid;
-    float cap = a.opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f, eps = a.opt.label_smoothing;
     #pragma unroll
     for (int mi = 0; mi < 4; mi++)
         #pragma unroll
@@ -88,7 +87,7 @@ __device__ __forceinline__ void flce_bwd_gradient_tile(bf16* sG, float acc[4][4]
                 scale = ignored ? 0.0f : (a.dloss_rows ? a.dloss_rows[row] : (nv > 0 ? a.dloss / nv : 0.0f));
                 lse = a.lse[row];
             }
-            float pscale = scale * (1.0f + 2.0f * a.opt.z_loss * lse), smooth = scale * eps / a.V;
+            FlceRowGrad rg = flce_row_grad(lse, t, scale, a.opt, a.V);
             #pragma unroll
             for (int ni = 0; ni < 4; ni++) {
                 int cl = wn * 32 + ni * 8 + c4 * 2;
@@ -96,11 +95,7 @@ __device__ __forceinline__ void flce_bwd_gradient_tile(bf16* sG, float acc[4][4]
                 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     int col = col0 + cl + e;
-                    float z = acc[mi][ni][h * 2 + e], sv = z, dsdz = 1.0f;
-                    if (cap > 0.0f) { float th = flce_tanh(z * inv_cap); sv = cap * th; dsdz = 1.0f - th * th; }
-                    float v = pscale * __expf(sv - lse) - smooth;
-                    if (col == t) v -= scale * (1.0f - eps);
-                    d[e] = (col < a.V && scale != 0.0f) ? v * dsdz : 0.0f;
+                    d[e] = (col < a.V && scale != 0.0f) ? flce_dlogit(rg, acc[mi][ni][h * 2 + e], col) : 0.0f;
                 }
                 *(__nv_bfloat162*)(sG + r * FLCE_BWD_LDG + cl) = __floats2bfloat162_rn(d[0], d[1]);
             }

@@ -10,7 +10,7 @@
 #include <cuda_runtime.h>
 #include "check.h"
 
-#define PROFILE_MAX_MARKS 4096
+#define PROFILE_MAX_MARKS 16384  // the LM head in blocks marks ~6 per block: ~3000 per d12 step
 #define PROFILE_MAX_KINDS 32
 
 typedef struct {

@@ -7,6 +7,8 @@
 //   build/dev/fused_lce --check-only    correctness only      (--bench-only: timing only)
 //   build/dev/fused_lce --small         only the N=1024 shapes
 //   build/dev/fused_lce 2 --scratch 1024   variant 2 with a 1 GiB logits budget (speed against memory)
+//   build/dev/fused_lce 5 --vocab-block 2048   variant 5 with vocab blocks of at most 2048 columns
+//   build/dev/fused_lce 5 --shape 2 --profile  only the third shape, with the time of each phase
 //
 // Variants (all live in llmc/: one copy of every kernel):
 //   1 unfused: bf16 logits for all N rows (cuBLASLt), fp32 softmax/CE/gradient in place, 2 GEMMs
@@ -17,6 +19,9 @@
 //     (llmc/fused_lce_mma_backward.cuh). 4F.
 //   4 the same without floating-point atomics: one kernel owns row blocks (dx), one owns vocab tiles
 //     (dW); each recomputes the logits. 5F, bitwise repeatable.
+//   5 two-dimensional blocks with cuBLASLt: rows in blocks of nb, the vocabulary in blocks of at most
+//     --vocab-block columns (llmc/fused_lce_blocks.cuh): the lse of a row block first, then its gradient
+//     blocks recomputed; dW is swept once per row block, not once per chunk. 4F, bitwise repeatable.
 // The fwd column of variants 3 and 4 is the fused forward alone (what the chunked head also uses for
 // loss-only calls).
 // Columns: fwd = loss only; bwd = the recomputing backward with per-row upstream gradients; fwd+bwd =
@@ -32,12 +37,13 @@
 #include "../../llmc/fused_lce_mma.cuh"
 #include "fused_lce_check.cuh"
 
-typedef struct { int id; const char* name; int logits_fp32, mma_forward, has_backward, fused_backward; } Variant;
+typedef struct { int id; const char* name; int logits_fp32, mma_forward, has_backward, fused_backward, blocks; } Variant;
 static const Variant VARIANTS[] = {
-    {1, "unfused (bf16 logits, all rows)", 0, 0, 1, 0},
-    {2, "chunked fp32 logits (--scratch)", 1, 0, 1, 0},
-    {3, "fused mma.sync, atomic dx/dW", 1, 1, 1, 3},
-    {4, "fused mma.sync, deterministic", 1, 1, 1, 4},
+    {1, "unfused (bf16 logits, all rows)", 0, 0, 1, 0, 0},
+    {2, "chunked fp32 logits (--scratch)", 1, 0, 1, 0, 0},
+    {3, "fused mma.sync, atomic dx/dW", 1, 1, 1, 3, 0},
+    {4, "fused mma.sync, deterministic", 1, 1, 1, 4, 0},
+    {5, "2-D blocks (--vocab-block)", 1, 0, 1, 0, 1},
 };
 #define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
@@ -49,11 +55,14 @@ static const Shape BENCH_SHAPES[] = {
 };
 
 static size_t g_scratch = FLCE_DEFAULT_SCRATCH;  // --scratch MiB: the chunked variants' logits budget
+static int g_vocab_block = FLCE_BLOCK_VOCAB;       // --vocab-block: variant 5's widest vocab block
+static int g_profile = 0;                          // --profile: where the fwd+bwd time goes (variants 2, 5)
 
 static void build_variant(FusedLce* h, const Variant* v, int max_n, int C, int V, int Vp, FlceOptions opt) {
     fused_lce_build(h, max_n, C, V, Vp, opt, v->logits_fp32, g_scratch);
     h->mma_forward = h->mma_forward && v->mma_forward;
     if (v->fused_backward) fused_lce_use_fused_backward(h, v->fused_backward == 4);
+    if (v->blocks) fused_lce_use_blocks(h, g_vocab_block);
 }
 
 // --- inputs ------------------------------------------------------------------------------------
@@ -174,8 +183,23 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
         }
         float t_bwd = time_ms([&] { fused_lce_backward(&h, dx, dW, dloss_rows, x, W, t, N, ctx); }, ctx, reps);
         float t_fb = time_ms([&] { fused_lce_forward_backward(&h, dx, dW, 1.0f, x, W, t, N, ctx); }, ctx, reps);
-        printf("%6d x %4d x %6d | %d %-32s | %8.2f | %8.2f | %8.2f | %6.0f | %5.2fx | %9.1f MiB\n", N, C, V, v->id, v->name,
+        printf("%6d x %4d x %6d | %d %-32s | %8.2f | %8.2f | %8.2f | %6.0f | %5.2fx | %9.1f MiB", N, C, V, v->id, v->name,
                t_fwd, t_bwd, t_fb, 3 * F / t_fb * 1e-9, t_fb / t_gemm, scratch);
+        if (h.blocks) printf("  (blocks of %d rows x %d columns)", h.blk.nb, h.blk.vb);
+        printf("\n");
+        if (g_profile) {
+            Profile prof;
+            profile_build(&prof, 1);
+            h.prof = &prof;
+            for (int r = 0; r < 3; r++) {
+                profile_start(&prof, ctx->stream);
+                fused_lce_forward_backward(&h, dx, dW, 1.0f, x, W, t, N, ctx);
+                profile_step_end(&prof);
+            }
+            profile_print(&prof, stdout);
+            h.prof = NULL;
+            profile_free(&prof);
+        }
         fused_lce_check(&h, ctx);
         fused_lce_free(&h);
     }
@@ -184,14 +208,18 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
 }
 
 int main(int argc, char** argv) {
-    int only = 0, check = 1, bench = 1, small = 0;
+    int only = 0, check = 1, bench = 1, small = 0, shape = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--check-only")) bench = 0;
         else if (!strcmp(argv[i], "--bench-only")) check = 0;
         else if (!strcmp(argv[i], "--small")) small = 1;
         else if (!strcmp(argv[i], "--scratch") && i + 1 < argc && atoi(argv[i + 1]) > 0) g_scratch = (size_t)atoi(argv[++i]) << 20;
+        else if (!strcmp(argv[i], "--profile")) g_profile = 1;
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--vocab-block") && i + 1 < argc && atoi(argv[i + 1]) >= 16) g_vocab_block = atoi(argv[++i]);
         else if (atoi(argv[i]) >= 1 && atoi(argv[i]) <= NUM_VARIANTS) only = atoi(argv[i]);
-        else { fprintf(stderr, "usage: %s [variant 1..%d] [--check-only | --bench-only] [--small] [--scratch MiB]\n", argv[0], NUM_VARIANTS); return 2; }
+        else { fprintf(stderr, "usage: %s [variant 1..%d] [--check-only | --bench-only] [--small] [--shape i] [--scratch MiB]\n"
+                        "          [--vocab-block N] [--profile]\n", argv[0], NUM_VARIANTS); return 2; }
     }
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
@@ -203,7 +231,7 @@ int main(int argc, char** argv) {
         printf("\n%-22s | %-34s | %8s | %8s | %8s | %6s | %6s | %s\n", "N x C x V", "variant", "fwd ms", "bwd ms",
                "f+b ms", "TF/s", "xGEMMs", "scratch");
         for (size_t i = 0; i < sizeof(BENCH_SHAPES) / sizeof(BENCH_SHAPES[0]); i++)
-            if (!small || BENCH_SHAPES[i].N == 1024) bench_shape(&BENCH_SHAPES[i], only, &ctx);
+            if ((!small || BENCH_SHAPES[i].N == 1024) && (shape < 0 || shape == (int)i)) bench_shape(&BENCH_SHAPES[i], only, &ctx);
     }
     gpu_context_free(&ctx);
     if (!ok) { printf("CHECK FAILED\n"); return 1; }

@@ -1,7 +1,9 @@
 // test_fused_lce.cu: GPU test of the LM head API (llmc/fused_lce.cuh) against the CPU fp64 reference:
 // every entry point (training, loss only, recomputing backward with per-row upstream gradients), each
 // feature (ignore_index, z-loss, soft-capping, label smoothing), the unfused baseline, several chunks
-// per call, the fused backward (atomic and deterministic, several dx chunks), bitwise determinism, bad targets flagged, and bad sizes refused with an error exit.
+// per call, the fused backward (atomic and deterministic, several dx chunks), the two-dimensional blocks
+// (several row and vocab blocks), bitwise determinism, bad targets flagged, and bad sizes refused with an
+// error exit.
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../llmc/fused_lce.cuh"
@@ -15,13 +17,17 @@ static FlceOptions options(float z_loss, float softcap, float smoothing) {
 }
 
 // Builds the head (fused unless logits_fp32 == 0; `budget` bounds its logits buffer; fused_bwd 3 or 4
-// selects the fused backward, atomic or deterministic) and checks one mode.
+// selects the fused backward, atomic or deterministic; 5 the two-dimensional blocks, vocab blocks of at
+// most 1024 columns) and checks one mode.
 static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, int fused_bwd, const GpuContext* ctx) {
     FlceInputs in = flce_inputs_make(cs, 42 + cs->N + cs->V);
     FlceDevice d = flce_device_make(cs, &in);
     FusedLce h;
     fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, logits_fp32, budget);
-    if (fused_bwd) {
+    if (fused_bwd == 5) {
+        fused_lce_use_blocks(&h, 1024);
+        printf("  (blocks of %d rows x %d vocab columns)\n", h.blk.nb, h.blk.vb);
+    } else if (fused_bwd) {
         fused_lce_use_fused_backward(&h, fused_bwd == 4);
         printf("  (fused backward, variant %d)\n", fused_bwd);
     }
@@ -51,15 +57,16 @@ static void check_unstaged(const FlceCase* cs, const GpuContext* ctx) {
     flce_inputs_free(&in);
 }
 
-// Two training calls on the same inputs give bit-identical loss, dx and dW (chunked head, or the
-// deterministic fused backward when fused_bwd == 4).
+// Two training calls on the same inputs give bit-identical loss, dx and dW (chunked head, the
+// deterministic fused backward when fused_bwd == 4, the blocks when 5).
 static void check_determinism(int fused_bwd, const GpuContext* ctx) {
     FlceCase cs = {333, 256, 5000, 5120, options(1e-4f, 0.0f, 0.0f), 9, "determinism"};
     FlceInputs in = flce_inputs_make(&cs, 7);
     FlceDevice d = flce_device_make(&cs, &in);
     FusedLce h;
     fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, (size_t)100 * cs.Vp * sizeof(float));
-    if (fused_bwd) fused_lce_use_fused_backward(&h, 1);
+    if (fused_bwd == 4) fused_lce_use_fused_backward(&h, 1);
+    if (fused_bwd == 5) fused_lce_use_blocks(&h, 1024);
     FlceOutputs run[2];
     for (int r = 0; r < 2; r++) {
         flce_device_reset(&d, &cs, &in);
@@ -70,11 +77,34 @@ static void check_determinism(int fused_bwd, const GpuContext* ctx) {
     EXPECT(memcmp(run[0].dx, run[1].dx, (size_t)cs.N * cs.C * sizeof(float)) == 0, "determinism: dx differs between runs");
     EXPECT(memcmp(run[0].dW, run[1].dW, (size_t)cs.Vp * cs.C * sizeof(float)) == 0, "determinism: dW differs between runs");
     printf("determinism (%s): two runs of %d rows: loss, dx, dW bitwise %s\n",
-           fused_bwd ? "fused backward, variant 4" : "chunked", cs.N, test_failed ? "DIFFERENT" : "identical");
+           fused_bwd == 5 ? "blocks, variant 5" : fused_bwd ? "fused backward, variant 4" : "chunked", cs.N,
+           test_failed ? "DIFFERENT" : "identical");
     for (int r = 0; r < 2; r++) flce_outputs_free(&run[r]);
     fused_lce_free(&h);
     flce_device_free(&d);
     flce_inputs_free(&in);
+}
+
+// fused_lce_use_fastest: the blocks while a chunk would hold fewer than FLCE_CHUNK_ROWS_MIN rows and not
+// all of them, the chunks otherwise (the trainer's -head fused).
+static void check_choice(void) {
+    struct { int max_n; size_t mib; int blocks; } cases[] = {
+        {4096, 64, 1},   // 320-row chunks at V = 50304
+        {4096, 512, 0},  // 2656-row chunks
+        {200, 64, 0},    // one chunk holds all the rows: no second logits GEMM needed
+    };
+    for (int i = 0; i < 3; i++) {
+        FusedLce h;
+        fused_lce_build(&h, cases[i].max_n, 64, 50257, 50304, flce_options_default(), 1, cases[i].mib << 20);
+        fused_lce_use_fastest(&h);
+        EXPECT(h.blocks == cases[i].blocks, "fastest head for max_n %d and %zu MiB: %s, expected %s", cases[i].max_n,
+               cases[i].mib, h.blocks ? "blocks" : "chunks", cases[i].blocks ? "blocks" : "chunks");
+        EXPECT(h.scratch_bytes <= cases[i].mib << 20, "fastest head: scratch %zu bytes over the %zu MiB budget",
+               h.scratch_bytes, cases[i].mib);
+        printf("fastest head, max_n %d, %zu MiB: %s (%d-row chunks)\n", cases[i].max_n, cases[i].mib,
+               h.blocks ? "blocks" : "chunks", h.chunk);
+        fused_lce_free(&h);
+    }
 }
 
 // A target >= V (not ignore_index) is flagged with its row, and that row counts as ignored.
@@ -148,6 +178,11 @@ int main(void) {
         check(cs, 1, FLCE_DEFAULT_SCRATCH, FLCE_MODE_FORWARD, 0, &ctx);
         check(cs, 1, small, FLCE_MODE_BACKWARD, 0, &ctx);
         check(cs, 0, 0, FLCE_MODE_TRAIN, 0, &ctx);
+        // the blocks: one row block; then 64-row budgets, i.e. several row blocks and vocab blocks
+        check(cs, 1, FLCE_DEFAULT_SCRATCH, FLCE_MODE_TRAIN, 5, &ctx);
+        check(cs, 1, small, FLCE_MODE_TRAIN, 5, &ctx);
+        check(cs, 1, small, FLCE_MODE_FORWARD, 5, &ctx);
+        check(cs, 1, small, FLCE_MODE_BACKWARD, 5, &ctx);
         if (cs->C % 64 == 0) {  // the fused backward; a 16-row logits budget gives dx chunks of 16·Vp/C rows
             size_t tiny = (size_t)16 * cs->Vp * sizeof(float);
             check(cs, 1, tiny, FLCE_MODE_TRAIN, 3, &ctx);
@@ -159,8 +194,10 @@ int main(void) {
     check_unstaged(&cases[0], &ctx);
     check_unstaged(&cases[7], &ctx);  // all features
     check_determinism(0, &ctx);
-    check_determinism(1, &ctx);
+    check_determinism(4, &ctx);
+    check_determinism(5, &ctx);
     check_bad_target(&ctx);
+    check_choice();
     gpu_context_free(&ctx);
     return test_summary("test_fused_lce");
 }

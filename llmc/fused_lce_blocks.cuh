@@ -1,0 +1,206 @@
+// fused_lce_blocks.cuh: the LM head in two-dimensional blocks (variant 5 of dev/cuda/fused_lce.cu):
+// rows in blocks of nb, the vocabulary in blocks of vb, every GEMM through cuBLASLt, never more than one
+// (nb, vb) block of logits in memory.
+//
+// Why: the row chunks of fused_lce.cuh hold whole rows of fp32 logits, so within 64 MiB a chunk has 320
+// rows at V = 50304 (128 at V = 128256), and the fp32 dW (8·V·C bytes read and written) is swept once
+// per chunk: 8/(6·chunk) bytes per FLOP, 4e-3 at 320 rows, against the H200's 6.4e-3 (4.8 TB/s over
+// ~750 TF/s): the dW GEMMs run at memory speed. Here a row block sweeps dW once per nb rows (nb ~ 2000:
+// ~7e-4 B/FLOP) and its fp32 dx accumulator (nb·C·4 bytes, small enough to stay in L2) once per vocab
+// block. The price: a row's gradient needs its lse, i.e. all of its vocabulary, first, so each logit
+// block is computed twice: 4F of GEMMs for the training step instead of 3F (F = 2·N·C·V).
+//
+// Per row block (rows r0 .. r0+n):
+//   pass 1, each vocab block v0:  z (n, vb) fp32 = x_r · W_vᵀ; one thread block per row folds z into the
+//           running (max, Σexp, Σs, s_t) of the row; the last vocab block writes lse and the row's loss.
+//   pass 2, the vocab blocks in reverse (the last one is still in z, so its GEMM is skipped):
+//           z = x_r · W_vᵀ again; G = dL/dz rounded to bf16, in place over z (row stride 2·vb);
+//           dxacc (n, C) fp32 (+)= G · W_v;  dW_v (vb, C) fp32 += Gᵀ · x_r
+//   dx_r = bf16(dxacc)
+// Bytes beyond the GEMM operands, per logit: 4 written and 4 read in pass 1; 4 written, 4 read, 2 written
+// and 2·2 read in pass 2. A (nb, vb) block of 2000 × 4000 is 32 MB: it mostly stays in the 50 MB L2.
+// No floating-point atomics: the result is bitwise repeatable.
+#pragma once
+#include "cuda_common.cuh"
+#include "matmul.cuh"
+#include "fused_lce_common.cuh"
+#include "profile.h"
+
+#define FLCE_BLOCK_THREADS 256
+#define FLCE_BLOCK_VOCAB 4096  // the widest vocab block by default
+
+typedef struct {
+    int nb, vb;           // rows per row block (a multiple of 16), columns per vocab block (a multiple of 16)
+    float* z;             // (nb, vb) fp32 logits of one block; then its bf16 gradient in place (row stride 2·vb)
+    float* dxacc;         // (nb, C) fp32 dx of the current row block
+    float4* stats;        // (nb) running max, Σexp relative to it, Σs, s_t of each row
+    MatmulCache plans;    // the dozen GEMM shapes of the loop, planned once
+} FlceBlocks;
+
+// --- kernels ---------------------------------------------------------------------------------
+
+// One thread block per row of a (n, ncols) block of fp32 logits at vocabulary columns v0 ..: its max,
+// Σexp and Σs over the columns < V merge into the row's running statistics (started afresh when
+// `first`); the target's s_t is taken when it lies in the block. `last`: lse and the loss are written.
+__global__ void __launch_bounds__(FLCE_BLOCK_THREADS)
+flce_block_stats_kernel(float4* stats, float* loss_rows, float* lse_out, const float* z, int ldz,
+                        const int* targets, int v0, int ncols, int V, FlceOptions opt, int first, int last) {
+    int row = blockIdx.x;
+    const float* zr = z + (size_t)row * ldz;
+    float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+    int valid = ncols < V - v0 ? ncols : V - v0;  // columns of the block inside the vocabulary
+    // spans of 8 columns (16-byte loads; ncols is a multiple of 8, so a span exists even past `valid`),
+    // two per step and both loads issued before any arithmetic: the kernel is bound by DRAM latency
+    const int stride = FLCE_BLOCK_THREADS * 8;
+    float m = -INFINITY, s = 0.0f, sum = 0.0f;
+    for (int j0 = threadIdx.x * 8; j0 < valid; j0 += 2 * stride) {
+        float v[2][8];
+        flce_load8(v[0], zr + j0);
+        if (j0 + stride < valid) flce_load8(v[1], zr + j0 + stride);
+        for (int u = 0; u < 2; u++) {
+            int j = j0 + u * stride;
+            float vm = -INFINITY;
+            for (int k = 0; k < 8; k++) {
+                if (cap > 0.0f) v[u][k] = cap * flce_tanh(v[u][k] * inv_cap);
+                if (j + k >= valid) v[u][k] = -INFINITY;
+                vm = fmaxf(vm, v[u][k]);
+            }
+            if (vm > m) { s *= __expf(m - vm); m = vm; }
+            for (int k = 0; k < 8; k++)
+                if (j + k < valid) { s += __expf(v[u][k] - m); sum += v[u][k]; }
+        }
+    }
+    flce_block_reduce(&m, &s, &sum);
+    if (threadIdx.x != 0) return;
+    int t = targets[row];
+    int ignored = t == opt.ignore_index || t < 0 || t >= V;
+    float4 st = first ? make_float4(-INFINITY, 0.0f, 0.0f, 0.0f) : stats[row];
+    lse_merge(st.x, st.y, m, s);
+    st.z += sum;
+    if (!ignored && t >= v0 && t < v0 + valid) {
+        float zt = zr[t - v0];
+        st.w = cap > 0.0f ? cap * flce_tanh(zt * inv_cap) : zt;
+    }
+    if (!last) { stats[row] = st; return; }
+    float lse = st.x + logf(st.y);
+    lse_out[row] = lse;
+    loss_rows[row] = ignored ? 0.0f : flce_row_loss(lse, st.w, st.z, opt, V);
+}
+
+// One thread block per row: dL/dz of the block's logits, rounded once to bf16, written in place. The bf16
+// of column j lands on bytes [2j, 2j+2), i.e. on fp32 column j/2: each step reads the columns below some
+// c, waits at a barrier, then writes the bf16 of those columns, which lands below c/2: on columns read
+// already, never on ones a later step reads.
+__global__ void __launch_bounds__(FLCE_BLOCK_THREADS)
+flce_block_grad_kernel(float* z, int ldz, const float* lse, const int* targets, const int* n_valid,
+                       const float* dloss_rows, float dloss, int v0, int ncols, int V, FlceOptions opt) {
+    int row = blockIdx.x;
+    const float* zr = z + (size_t)row * ldz;
+    bf16* g = (bf16*)z + (size_t)row * 2 * ldz;
+    int t = targets[row], nv = *n_valid;
+    int ignored = t == opt.ignore_index || t < 0 || t >= V;
+    float scale = ignored ? 0.0f : (dloss_rows ? dloss_rows[row] : (nv > 0 ? dloss / nv : 0.0f));
+    FlceRowGrad rg = flce_row_grad(lse[row], t - v0, scale, opt, V);  // columns counted from v0
+    const int stride = FLCE_BLOCK_THREADS * 8;
+    for (int j0 = 0; j0 < ncols; j0 += 2 * stride) {  // two spans per step
+        float v[2][8];
+        for (int u = 0; u < 2; u++) {
+            int j = j0 + u * stride + threadIdx.x * 8;
+            if (j < ncols) flce_load8(v[u], zr + j);
+        }
+        __syncthreads();  // every read of this step precedes any write
+        for (int u = 0; u < 2; u++) {
+            int j = j0 + u * stride + threadIdx.x * 8;
+            if (j >= ncols) continue;
+            __align__(16) bf16 out[8];
+            for (int k = 0; k < 8; k++) out[k] = __float2bfloat16(v0 + j + k < V ? flce_dlogit(rg, v[u][k], j + k) : 0.0f);
+            *(uint4*)(g + j) = *(uint4*)out;
+        }
+    }
+}
+
+// dx (n) bf16 = acc (n) fp32, n a multiple of 8
+__global__ void flce_dx_store_kernel(bf16* dx, const float* acc, size_t n) {
+    for (size_t i = 8 * (blockIdx.x * (size_t)blockDim.x + threadIdx.x); i < n; i += 8 * (size_t)gridDim.x * blockDim.x) {
+        float v[8];
+        flce_load8(v, acc + i);
+        __align__(16) bf16 out[8];
+        for (int k = 0; k < 8; k++) out[k] = __float2bfloat16(v[k]);
+        *(uint4*)(dx + i) = *(uint4*)out;
+    }
+}
+
+// --- launchers -------------------------------------------------------------------------------
+
+// Lays the blocks out within `bytes` of scratch: vocab blocks of equal width, at most vb_max, then as many
+// rows per block as fit (no more than max_n needs). Returns the bytes the layout takes, 0 when fewer
+// than 16 rows fit. flce_blocks_carve then places it in a buffer of that size (from cudaMalloc).
+static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, int C, int V, int vb_max) {
+    int nvb = ceil_div(V, vb_max);
+    b->vb = ceil_div(ceil_div(V, nvb), 16) * 16;  // 16: keeps W + v0·C and dW + v0·C 256-byte aligned
+    size_t per_row = (size_t)b->vb * sizeof(float) + (size_t)C * sizeof(float) + sizeof(float4);
+    size_t nb = bytes / per_row / 16 * 16, rows = (size_t)ceil_div(max_n, 16) * 16;
+    if (nb < 16) return 0;
+    b->nb = (int)(nb < rows ? nb : rows);
+    return b->nb * per_row;
+}
+
+static inline void flce_blocks_carve(FlceBlocks* b, void* buf, int C) {
+    b->z = (float*)buf;
+    b->dxacc = b->z + (size_t)b->nb * b->vb;
+    b->stats = (float4*)(b->dxacc + (size_t)b->nb * C);
+    matmul_cache_build(&b->plans);
+}
+
+static inline void flce_blocks_free(FlceBlocks* b) { matmul_cache_free(&b->plans); }
+
+// z (n, ncols) fp32 = x_r · W_vᵀ
+static inline void flce_blocks_logits(FlceBlocks* b, const bf16* xr, const bf16* Wv, int n, int ncols, int C,
+                                      const GpuContext* ctx) {
+    matmul_cached(ctx, &b->plans, b->z, CUDA_R_32F, b->vb, xr, C, 0, Wv, C, 1, n, ncols, C, 1.0f, 0.0f);
+}
+
+// loss_rows and lse (N) of every row; with dx != NULL also dx (N, C) bf16 written and dW (Vp, C) fp32
+// accumulated, for the upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL).
+static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* dx, float* dW,
+                            const float* dloss_rows, float dloss, const int* n_valid,
+                            const bf16* x, const bf16* W, const int* targets, int N, int C, int V, int Vp,
+                            FlceOptions opt, Profile* prof, const GpuContext* ctx) {
+    int nvb = ceil_div(V, b->vb), vb = b->vb;
+    cudaStream_t st = ctx->stream;
+    const bf16* G = (const bf16*)b->z;
+    for (int r0 = 0; r0 < N; r0 += b->nb) {
+        int n = N - r0 < b->nb ? N - r0 : b->nb;
+        const bf16* xr = x + (size_t)r0 * C;
+        for (int i = 0; i < nvb; i++) {
+            int v0 = i * vb, ncols = Vp - v0 < vb ? Vp - v0 : vb;
+            flce_blocks_logits(b, xr, W + (size_t)v0 * C, n, ncols, C, ctx);
+            profile_mark(prof, "head: logits GEMM", st);
+            flce_block_stats_kernel<<<n, FLCE_BLOCK_THREADS, 0, st>>>(b->stats, loss_rows + r0, lse + r0, b->z, vb,
+                targets + r0, v0, ncols, V, opt, i == 0, i == nvb - 1);
+            cuda_check_launch();
+            profile_mark(prof, "head: softmax statistics", st);
+        }
+        if (!dx) continue;
+        for (int i = nvb - 1; i >= 0; i--) {
+            int v0 = i * vb, ncols = Vp - v0 < vb ? Vp - v0 : vb;
+            if (i < nvb - 1) {
+                flce_blocks_logits(b, xr, W + (size_t)v0 * C, n, ncols, C, ctx);
+                profile_mark(prof, "head: logits GEMM", st);
+            }
+            flce_block_grad_kernel<<<n, FLCE_BLOCK_THREADS, 0, st>>>(b->z, vb, lse + r0, targets + r0, n_valid,
+                dloss_rows ? dloss_rows + r0 : NULL, dloss, v0, ncols, V, opt);
+            cuda_check_launch();
+            profile_mark(prof, "head: gradient", st);
+            matmul_cached(ctx, &b->plans, b->dxacc, CUDA_R_32F, C, G, 2 * vb, 0, W + (size_t)v0 * C, C, 0,
+                          n, C, ncols, 1.0f, i == nvb - 1 ? 0.0f : 1.0f);
+            profile_mark(prof, "head: dx GEMM", st);
+            matmul_cached(ctx, &b->plans, dW + (size_t)v0 * C, CUDA_R_32F, C, G, 2 * vb, 1, xr, C, 0,
+                          ncols, C, n, 1.0f, 1.0f);
+            profile_mark(prof, "head: dW GEMM", st);
+        }
+        flce_dx_store_kernel<<<ctx->sm_count * 4, 256, 0, st>>>(dx + (size_t)r0 * C, b->dxacc, (size_t)n * C);
+        cuda_check_launch();
+        profile_mark(prof, "head: dx store", st);
+    }
+}
