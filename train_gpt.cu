@@ -83,9 +83,9 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-beta2", FLAG_FLOAT, &c->beta2, "0.95", "optimizer", "AdamW beta2"},
         {"-eps", FLAG_FLOAT, &c->eps, "1e-8", "optimizer", "AdamW epsilon"},
         {"-clip", FLAG_FLOAT, &c->clip, "1.0", "optimizer", "clip gradients to this global norm (0: off)"},
-        {"-head", FLAG_STR, &c->head, "fused", "memory", "LM head: fused (no logits stored) | unfused"},
+        {"-head", FLAG_STR, &c->head, "fused", "memory", "LM head: fused (no logits stored: the faster of blocks and chunks) | blocks | chunks | unfused"},
         {"-recompute", FLAG_INT, &c->recompute, "0", "memory", "1: recompute GELU outputs in the backward"},
-        {"-head_scratch", FLAG_INT, &c->head_scratch, "64", "memory", "MiB of fp32 logits per chunk of the fused head (more: faster)"},
+        {"-head_scratch", FLAG_INT, &c->head_scratch, "64", "memory", "MiB of scratch of the fused head (more: faster)"},
         {"-val_every", FLAG_INT, &c->val_every, "50", "eval", "validation loss every N steps (0: only at the end)"},
         {"-val_batches", FLAG_INT, &c->val_batches, "20", "eval", "batches per validation (-1: the whole split)"},
         {"-sample_tokens", FLAG_INT, &c->sample_tokens, "64", "sample", "tokens per sample, one at the end (0: none)"},
@@ -200,8 +200,9 @@ static void validate_or_exit(const TrainConfig* c) {
     else if (c->weight_decay < 0.0f || c->clip < 0.0f || c->eps <= 0.0f || c->beta1 < 0.0f || c->beta1 >= 1.0f ||
              c->beta2 < 0.0f || c->beta2 >= 1.0f)
         snprintf(msg, sizeof(msg), "optimizer: need wd >= 0, clip >= 0, eps > 0, beta1 and beta2 in [0, 1)");
-    else if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "unfused") != 0)
-        snprintf(msg, sizeof(msg), "-head %s: choose fused or unfused", c->head);
+    else if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "blocks") != 0 && strcmp(c->head, "chunks") != 0 &&
+             strcmp(c->head, "unfused") != 0)
+        snprintf(msg, sizeof(msg), "-head %s: choose fused, blocks, chunks or unfused", c->head);
     else if (c->profile != 0 && c->profile != 1)
         snprintf(msg, sizeof(msg), "-profile %d: choose 0 or 1", c->profile);
     else if (c->head_scratch < 1 || c->head_scratch > 65536)
@@ -556,7 +557,9 @@ int main(int argc, char** argv) {
     mc.num_layers = cfg.depth;
     gpt2_size(cfg.depth, &mc.channels, &mc.num_heads);
     GptModel model;
-    gpt_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, strcmp(cfg.head, "fused") == 0, (size_t)cfg.head_scratch << 20);
+    int head = !strcmp(cfg.head, "fused") ? GPT_HEAD_FUSED : !strcmp(cfg.head, "blocks") ? GPT_HEAD_BLOCKS
+             : !strcmp(cfg.head, "chunks") ? GPT_HEAD_CHUNKS : GPT_HEAD_UNFUSED;
+    gpt_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20);
     // the sampler's own stream, advanced by every sample and kept in checkpoints
     uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);
     if (resumed) {
@@ -586,7 +589,10 @@ int main(int argc, char** argv) {
     table_row("lr schedule", "peak %g, warmup %d, %s to %g x peak", cfg.lr, cfg.warmup, cfg.schedule, cfg.final_lr_frac);
     table_row("AdamW", "beta1 %g, beta2 %g, eps %g, wd %g", cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
     table_row("grad clip", "%g", cfg.clip);
-    if (strcmp(cfg.head, "fused") == 0)
+    if (model.head.blocks)
+        table_row("LM head", "fused, blocks of %d rows x %d vocab columns (-head_scratch %d MiB)", model.head.blk.nb,
+                  model.head.blk.vb, cfg.head_scratch);
+    else if (model.head.logits_fp32)
         table_row("LM head", "fused, chunks of %d rows (-head_scratch %d MiB)", model.head.chunk, cfg.head_scratch);
     else
         table_row("LM head", "unfused (bf16 logits of all %d rows)", cfg.B * cfg.T);

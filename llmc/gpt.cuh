@@ -182,10 +182,14 @@ static inline size_t gpt_point_acts(GptActs* a, const GptConfig* c, int B, int T
 
 // --- build / free --------------------------------------------------------------------------------
 
-// Everything for batches of up to B x T tokens. head_fused: 1 the fused LM head (fp32 logits in chunks
-// that fit head_scratch bytes; FLCE_DEFAULT_SCRATCH is 64 MiB), 0 the unfused baseline (bf16 logits of
-// all B·T rows at once; head_scratch unused).
-static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, int head_fused,
+// The LM head (llmc/fused_lce.cuh): fused, the faster of blocks and chunks for the scratch (FUSED), in
+// two-dimensional blocks, in row chunks; or unfused
+enum { GPT_HEAD_UNFUSED = 0, GPT_HEAD_CHUNKS = 1, GPT_HEAD_BLOCKS = 2, GPT_HEAD_FUSED = 3 };
+
+// Everything for batches of up to B x T tokens. head: GPT_HEAD_FUSED, _BLOCKS or _CHUNKS, a fused LM head
+// whose scratch fits head_scratch bytes (FLCE_DEFAULT_SCRATCH is 64 MiB), or GPT_HEAD_UNFUSED, the
+// baseline (bf16 logits of all B·T rows at once; head_scratch unused).
+static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, int head,
                              size_t head_scratch) {
     if (c->channels % 8 != 0 || c->num_heads <= 0 || c->channels % c->num_heads != 0 || c->num_layers <= 0 ||
         c->vocab_size > c->padded_vocab_size || c->padded_vocab_size % 8 != 0 || T > c->max_seq_len || B <= 0 || T <= 0)
@@ -214,7 +218,9 @@ static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int 
     cuda_check(cudaMemset(m->acts_memory, 0, m->acts_bytes));
     gpt_point_acts(&m->acts, c, B, T, recompute, (char*)m->acts_memory);
     fused_lce_build(&m->head, B * T, c->channels, c->vocab_size, c->padded_vocab_size, flce_options_default(),
-                    head_fused, head_scratch);
+                    head != GPT_HEAD_UNFUSED, head_scratch);
+    if (head == GPT_HEAD_BLOCKS) fused_lce_use_blocks(&m->head, FLCE_BLOCK_VOCAB);
+    if (head == GPT_HEAD_FUSED) fused_lce_use_fastest(&m->head);
     size_t BT = (size_t)B * T;
     cuda_check(cudaMallocHost(&m->h_inputs, BT * sizeof(int)));
     cuda_check(cudaMallocHost(&m->h_targets, BT * sizeof(int)));

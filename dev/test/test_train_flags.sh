@@ -31,7 +31,7 @@ expect_error "unknown flag" 'unknown flag "-nope"' -nope 1
 expect_error "missing value" "flag -b needs a value" -b
 expect_error "not an integer" 'flag -b expects an integer, got "x"' -b x
 expect_error "not a number" 'flag -lr expects a number' -lr fast
-expect_error "bad head" "-head foo: choose fused or unfused" -head foo
+expect_error "bad head" "-head foo: choose fused, blocks, chunks or unfused" -head foo
 expect_error "bad recompute" "-recompute 2: choose 0 or 1" -recompute 2
 expect_error "bad profile" "-profile 2: choose 0 or 1" -profile 2
 expect_error "bad head scratch" "-head_scratch 0" -head_scratch 0
