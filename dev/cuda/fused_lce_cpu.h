@@ -13,7 +13,8 @@
 // form the gradient tile from lse, round it to bf16 (the GPU feeds it to bf16 tensor-core MMAs), then
 // dx_block += G · W_tile and dW_tile += Gᵀ · x_block in fp32.
 // Columns j >= V are masked (logit -inf, gradient 0); rows of W >= Vp and rows of x >= N read as zeros,
-// like the GPU's zero-filled out-of-range loads.
+// like the GPU's zero-filled out-of-range loads. With BM = nb rows and BN = vb columns this is also the
+// algorithm of the two-dimensional blocks (llmc/fused_lce_blocks.cuh), whose GEMMs take all of C at once.
 #pragma once
 #include <math.h>
 #include <string.h>
