@@ -1,5 +1,5 @@
-// gpt.cuh: the GPT-2 model on the GPU: layout, init, forward, backward, update. It wires the layers
-// of llmc/ together; the kernels live in their own files.
+// gpt.cuh: the GPT-2 model on the GPU: build, init, forward, backward, update (what it is in memory:
+// gpt_layout.cuh). It wires the layers of llmc/ together; the kernels live in their own files.
 //   x = wte[inputs] + wpe[0:T]; per layer x += attproj(attn(qkv(ln1(x)))), x += fcproj(gelu(fc(ln2(x))));
 //   loss = CE(lnf(x) · wteᵀ, targets) through the fused head (llmc/fused_lce.cuh), tied to wte.
 // Precision: bf16 parameters and activations; fp32 master weights, gradients, AdamW moments, LayerNorm
@@ -8,9 +8,7 @@
 // gradients (fp32), activations + backward scratch, the head's scratch. The training step allocates
 // nothing. Never materialized: the (B·T, V) logits (fused head), the (B, NH, T, T) attention matrix.
 // Determinism: no floating-point atomics anywhere in the step (see each layer's header).
-// Parameters are in llm.c's order (as dev/test/gpt_ref.h): wte (Vp, C), wpe (maxT, C), ln1w, ln1b
-// (L, C), qkvw (L, 3C, C), qkvb (L, 3C), attprojw (L, C, C), attprojb (L, C), ln2w, ln2b (L, C),
-// fcw (L, 4C, C), fcb (L, 4C), fcprojw (L, C, 4C), fcprojb (L, C), lnfw, lnfb (C).
+// Parameters are in llm.c's order (as dev/test/gpt_ref.h), listed in gpt_layout.cuh.
 #pragma once
 #include <math.h>
 #include "cuda_common.cuh"
@@ -26,159 +24,7 @@
 #include "fused_lce.cuh"
 #include "profile.h"
 #include "rand.h"
-
-typedef struct {
-    int max_seq_len;        // maxT: rows of wpe
-    int vocab_size;         // V = 50257
-    int padded_vocab_size;  // Vp = 50304: rows of wte, a multiple of 128 for fast GEMMs
-    int num_layers;         // L
-    int num_heads;          // NH
-    int channels;           // C, a multiple of 8
-} GptConfig;
-
-enum {
-    GPT_WTE, GPT_WPE, GPT_LN1W, GPT_LN1B, GPT_QKVW, GPT_QKVB, GPT_ATTPROJW, GPT_ATTPROJB, GPT_LN2W, GPT_LN2B,
-    GPT_FCW, GPT_FCB, GPT_FCPROJW, GPT_FCPROJB, GPT_LNFW, GPT_LNFB, GPT_NUM_TENSORS
-};
-
-typedef struct {
-    bf16 *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;   // shapes in the header comment
-    bf16 *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb, *lnfw, *lnfb;
-} GptParams;
-
-typedef struct {
-    float *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;  // same shapes, fp32
-    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb, *lnfw, *lnfb;
-} GptGrads;
-
-// Per-layer tensors are (L, ...) with the layer stride of the allocated max_B·max_T rows (BT below).
-typedef struct {
-    bf16* encoded;     // (BT, C) the stream entering layer 0
-    bf16* ln1;         // (L, BT, C)
-    float* ln1_mean;   // (L, BT)
-    float* ln1_rstd;   // (L, BT)
-    bf16* qkv;         // (L, BT, 3C)
-    bf16* atty;        // (L, BT, C) attention output before attproj
-    float* att_lse;    // (L, B, NH, T) softmax logsumexp per query row
-    bf16* residual2;   // (L, BT, C) the stream after the attention half
-    bf16* ln2;         // (L, BT, C)
-    float* ln2_mean;   // (L, BT)
-    float* ln2_rstd;   // (L, BT)
-    bf16* fch;         // (L, BT, 4C) before GELU
-    bf16* fch_gelu;    // (L, BT, 4C), or (BT, 4C) with recompute (GELU rerun in the backward)
-    bf16* residual3;   // (L, BT, C) block output
-    bf16* lnf;         // (BT, C)
-    float* lnf_mean;   // (BT)
-    float* lnf_rstd;   // (BT)
-    // backward scratch, reused by every layer
-    bf16* dresidual;   // (BT, C) gradient of the stream at the current depth
-    bf16* dln;         // (BT, C) gradient of a LayerNorm output
-    bf16* datty;       // (BT, C)
-    bf16* dqkv;        // (BT, 3C)
-    bf16* dfch;        // (BT, 4C)
-    float* att_D;      // (B, NH, T) Σ p·dp per query row
-    float* scratch;    // (GPT_SCRATCH_FLOATS(C)) partial sums of the column reductions and the norm
-    float* norm;       // (2) grad norm and clip scale
-    float* loss;       // (1) mean loss over the micro-steps since gpt_zero_grad
-    float* logits_row; // (Vp) fp32 logits of one position, for sampling
-    int* inputs;       // (BT) device copy of the batch
-    int* targets;      // (BT)
-    EncoderBuckets buckets;  // device copy of the positions grouped by token
-} GptActs;
-
-// the largest of: the bias gradient's partials (widest layer 4C), LayerNorm's, the grad norm's
-#define GPT_MAX3(a, b, c) ((a) > (b) ? ((a) > (c) ? (a) : (c)) : ((b) > (c) ? (b) : (c)))
-#define GPT_SCRATCH_FLOATS(C) \
-    GPT_MAX3((size_t)LINEAR_BIAS_CHUNKS * 4 * (C), (size_t)LN_BWD_BLOCKS * 2 * (C), (size_t)GN_BLOCKS)
-
-typedef struct {
-    GptConfig config;
-    int max_B, max_T, recompute;
-    int B, T;                     // of the last gpt_forward
-    size_t num_params;
-    size_t tensor_offset[GPT_NUM_TENSORS], tensor_size[GPT_NUM_TENSORS];
-    bf16* params_memory;          // (num_params) bf16
-    float* master_memory;         // (num_params) fp32 master weights
-    float* grads_memory;          // (num_params) fp32
-    float* m_memory;              // (num_params) AdamW first moment
-    float* v_memory;              // (num_params) AdamW second moment
-    GptParams params;
-    GptGrads grads;
-    void* acts_memory;
-    size_t acts_bytes;
-    GptActs acts;
-    FusedLce head;
-    Profile* prof;                // NULL, or where gpt_forward/backward/update mark their work (profile.h)
-    // host staging (pinned): written only after `staged` has completed
-    int* h_inputs;                // (BT)
-    int* h_targets;               // (BT)
-    EncoderBuckets h_buckets;
-    int* h_count;                 // (V) pageable scratch of encoder_bucket
-    cudaEvent_t staged;           // recorded after the last copy out of the staging buffers
-} GptModel;
-
-// --- layout ------------------------------------------------------------------------------------
-
-static inline void gpt_tensor_sizes(size_t s[GPT_NUM_TENSORS], const GptConfig* c) {
-    size_t C = c->channels, L = c->num_layers;
-    size_t v[GPT_NUM_TENSORS] = {(size_t)c->padded_vocab_size * C, (size_t)c->max_seq_len * C, L * C, L * C,
-                                 L * 3 * C * C, L * 3 * C, L * C * C, L * C, L * C, L * C,
-                                 L * 4 * C * C, L * 4 * C, L * 4 * C * C, L * C, C, C};
-    for (int i = 0; i < GPT_NUM_TENSORS; i++) s[i] = v[i];
-}
-
-static inline const char* gpt_tensor_name(int i) {
-    static const char* const n[GPT_NUM_TENSORS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-                                                   "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
-    return n[i];
-}
-
-// Weight decay and random init apply to the 2-D matrices only.
-static inline int gpt_tensor_is_matrix(int i) {
-    return i == GPT_WTE || i == GPT_WPE || i == GPT_QKVW || i == GPT_ATTPROJW || i == GPT_FCW || i == GPT_FCPROJW;
-}
-
-static inline void gpt_point_params(GptModel* m) {
-    bf16** p[GPT_NUM_TENSORS] = {&m->params.wte, &m->params.wpe, &m->params.ln1w, &m->params.ln1b, &m->params.qkvw,
-        &m->params.qkvb, &m->params.attprojw, &m->params.attprojb, &m->params.ln2w, &m->params.ln2b, &m->params.fcw,
-        &m->params.fcb, &m->params.fcprojw, &m->params.fcprojb, &m->params.lnfw, &m->params.lnfb};
-    float** g[GPT_NUM_TENSORS] = {&m->grads.wte, &m->grads.wpe, &m->grads.ln1w, &m->grads.ln1b, &m->grads.qkvw,
-        &m->grads.qkvb, &m->grads.attprojw, &m->grads.attprojb, &m->grads.ln2w, &m->grads.ln2b, &m->grads.fcw,
-        &m->grads.fcb, &m->grads.fcprojw, &m->grads.fcprojb, &m->grads.lnfw, &m->grads.lnfb};
-    for (int i = 0; i < GPT_NUM_TENSORS; i++) {
-        *p[i] = m->params_memory + m->tensor_offset[i];
-        *g[i] = m->grads_memory + m->tensor_offset[i];
-    }
-}
-
-// Carves one allocation into n pieces of the given byte sizes (each 256-byte aligned); base NULL: sizing.
-static inline size_t gpt_carve(void** const ptrs[], const size_t bytes[], int n, char* base) {
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        if (base) *ptrs[i] = base + off;
-        off += (bytes[i] + 255) / 256 * 256;
-    }
-    return off;
-}
-
-static inline size_t gpt_point_acts(GptActs* a, const GptConfig* c, int B, int T, int recompute, char* base) {
-    size_t L = c->num_layers, C = c->channels, NH = c->num_heads, BT = (size_t)B * T, h = sizeof(bf16), f = sizeof(float);
-    void** const p[] = {(void**)&a->encoded, (void**)&a->ln1, (void**)&a->ln1_mean, (void**)&a->ln1_rstd,
-        (void**)&a->qkv, (void**)&a->atty, (void**)&a->att_lse, (void**)&a->residual2, (void**)&a->ln2,
-        (void**)&a->ln2_mean, (void**)&a->ln2_rstd, (void**)&a->fch, (void**)&a->fch_gelu, (void**)&a->residual3,
-        (void**)&a->lnf, (void**)&a->lnf_mean, (void**)&a->lnf_rstd, (void**)&a->dresidual, (void**)&a->dln,
-        (void**)&a->datty, (void**)&a->dqkv, (void**)&a->dfch, (void**)&a->att_D, (void**)&a->scratch,
-        (void**)&a->norm, (void**)&a->loss, (void**)&a->logits_row, (void**)&a->inputs, (void**)&a->targets,
-        (void**)&a->buckets.tokens, (void**)&a->buckets.offsets, (void**)&a->buckets.pos};
-    const size_t bytes[] = {BT * C * h, L * BT * C * h, L * BT * f, L * BT * f,
-        L * BT * 3 * C * h, L * BT * C * h, L * BT * NH * f, L * BT * C * h, L * BT * C * h,
-        L * BT * f, L * BT * f, L * BT * 4 * C * h, (recompute ? 1 : L) * BT * 4 * C * h, L * BT * C * h,
-        BT * C * h, BT * f, BT * f, BT * C * h, BT * C * h,
-        BT * C * h, BT * 3 * C * h, BT * 4 * C * h, BT * NH * f, GPT_SCRATCH_FLOATS(C) * f,
-        2 * f, f, (size_t)c->padded_vocab_size * f, BT * sizeof(int), BT * sizeof(int),
-        BT * sizeof(int), (BT + 1) * sizeof(int), BT * sizeof(int)};
-    return gpt_carve(p, bytes, (int)(sizeof(bytes) / sizeof(bytes[0])), base);
-}
+#include "gpt_layout.cuh"          // GptConfig, GptModel and their memory layout
 
 // --- build / free --------------------------------------------------------------------------------
 

@@ -179,15 +179,6 @@ static inline void layernorm_check_width(int C) {
         default: kernel<8><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                    \
     }
 
-// out (N, C) bf16, mean, rstd (N,) fp32 from inp (N, C) bf16, weight, bias (C,) bf16.
-static inline void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
-                                     const bf16* weight, const bf16* bias, int N, int C, cudaStream_t stream) {
-    layernorm_check_width(C);
-    LN_DISPATCH(layernorm_forward_kernel, C, ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0, stream,
-                out, mean, rstd, NULL, inp, NULL, weight, bias, N, C);
-    cuda_check_launch();
-}
-
 // resid_out (N, C) = a + b (bf16, may alias a or b), then out, mean, rstd = LayerNorm(resid_out).
 static inline void residual_layernorm_forward(bf16* resid_out, bf16* out, float* mean, float* rstd,
                                               const bf16* a, const bf16* b, const bf16* weight, const bf16* bias,
@@ -196,6 +187,13 @@ static inline void residual_layernorm_forward(bf16* resid_out, bf16* out, float*
     LN_DISPATCH(layernorm_forward_kernel, C, ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0, stream,
                 out, mean, rstd, resid_out, a, b, weight, bias, N, C);
     cuda_check_launch();
+}
+
+// out (N, C) bf16, mean, rstd (N,) fp32 from inp (N, C) bf16, weight, bias (C,) bf16: the same kernel
+// with no residual (resid_out and b NULL).
+static inline void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
+                                     const bf16* weight, const bf16* bias, int N, int C, cudaStream_t stream) {
+    residual_layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, stream);
 }
 
 // dinp (N, C) bf16 +=, dweight, dbias (C,) fp32 += from dout (N, C) bf16 and the forward's inp, mean,
