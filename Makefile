@@ -25,7 +25,7 @@ ifeq ($(GPU_ARCH),)
 endif
 # Hopper gets the arch-specific target so that wgmma/TMA paths (guarded in the code) can be compiled.
 ifeq ($(GPU_ARCH),90)
-  NVARCH := -gencode arch=compute_90a,code=sm_90a
+  NVARCH := -gencode arch=compute_90a,code=sm_90a -DLLMC_SM90A
 else
   NVARCH := -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
 endif

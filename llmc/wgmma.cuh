@@ -1,0 +1,179 @@
+// wgmma.cuh: the Hopper (sm_90a) pieces a tensor-core GEMM is built from: mbarriers, the bulk tensor
+// copy engine (TMA) with its tensor maps, the shared-memory matrix descriptors of wgmma, the m64n256k16
+// bf16 warpgroup MMA, and the warp-specialised K loop over a ring of stages that the GEMM kernels share
+// (dev/cuda/wgmma_gemm.cu: a plain GEMM, checked against cuBLASLt; llmc/fused_lce_wgmma.cuh: the LM
+// head's forward with the softmax statistics in the epilogue).
+//
+// Layout contract (what makes TMA, the descriptors and wgmma agree): a tile of R rows x 64 bf16 (128
+// bytes per row, K contiguous) is copied with 128-byte swizzling into a 1024-byte-aligned buffer; the
+// tensor cores then read it through a descriptor in "128-byte swizzle, K-major" mode whose stride byte
+// offset is 1024 (eight 128-byte rows form one swizzle atom) and whose start address moves by 32 bytes
+// per 16-column K step.
+#pragma once
+#include <stdint.h>
+#include <cuda.h>            // CUtensorMap and its enums (the encoder is fetched at run time: no -lcuda)
+#include <cudaTypedefs.h>
+#include "cuda_common.cuh"
+
+// Compiled only for sm_90a (the Makefile builds Hopper with -gencode arch=compute_90a and defines
+// LLMC_SM90A for the host code, which picks these kernels only then); other targets get empty bodies.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_DEVICE_CODE 1
+#endif
+
+// --- device --------------------------------------------------------------------------------------
+#if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+// makes the initialised barriers visible to the copy engine and the other threads (then a __syncthreads)
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+// one arrival, and `bytes` more bytes the phase waits for (the copies' complete_tx count them down)
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+// waits until the phase of parity `parity` has completed
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+}
+
+// a box of the 2-D tensor `map` at (inner c0, outer c1) into shared memory at dst; completes on `bar`.
+// Out-of-range elements arrive as zeros.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+
+// descriptor of a K-major bf16 tile with 128-byte swizzling (see the layout contract above)
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr) {
+    uint64_t d = (uint64_t)((smem_addr & 0x3FFFF) >> 4);  // start address, 16-byte units
+    d |= (uint64_t)1 << 16;                                // leading byte offset: unused in this mode
+    d |= (uint64_t)(1024 >> 4) << 32;                      // stride byte offset: one 8-row swizzle atom
+    d |= (uint64_t)1 << 62;                                // 128-byte swizzle
+    return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+
+// registers per thread for the warpgroup's role (sm_90a; needs __launch_bounds__(threads, 1))
+template <int R> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(R)); }
+template <int R> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(R)); }
+
+// D (64 x 256 per warpgroup, fp32, 128 registers per thread) (+)= A (64 x 16) · B (256 x 16)ᵀ, both bf16
+// K-major in shared memory behind descriptors; accumulate: 0 overwrites D, 1 adds to it.
+__device__ __forceinline__ void wgmma_m64n256k16(float d[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+#endif  // device code
+
+// --- the ring and the K loop that every GEMM kernel on these pieces shares ----------------------
+// A block of 384 threads owns a 128 x 256 tile of the product at a time. Warpgroup 0 produces: one
+// thread issues the TMA copies of the A (128 x 64) and B (256 x 64) tiles of each K step into a ring of
+// WG_STAGES stages (48 KiB each), refilling a stage once both consumers have released it. Warpgroups 1
+// and 2 consume: each multiplies its 64 rows of A by all of B, four m64n256k16 wgmmas per stage, fp32
+// accumulators in registers (128 per thread). A running stage counter `it`, kept alike by producer and
+// consumers, carries the ring's position (and the barriers' phases) from one tile to the next, so a
+// block may walk many tiles without draining the pipeline.
+#define WG_BM 128
+#define WG_BN 256
+#define WG_BK 64
+#define WG_STAGES 4
+#define WG_THREADS 384
+#define WG_A_BYTES (WG_BM * WG_BK * 2)
+#define WG_STAGE_BYTES (WG_A_BYTES + WG_BN * WG_BK * 2)
+#define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 1024 + 16 * WG_STAGES)  // + alignment slack + barriers
+
+typedef struct { uint32_t base, full, empty; } WgRing;  // shared addresses: stages, then the barriers
+
+#if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
+
+// every thread calls it (it ends in a barrier)
+__device__ __forceinline__ WgRing wg_ring_init(unsigned char* smem_raw) {
+    WgRing r;
+    r.base = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzled tiles need 1024-byte alignment
+    r.full = r.base + WG_STAGES * WG_STAGE_BYTES;
+    r.empty = r.full + 8 * WG_STAGES;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; s++) { mbar_init(r.full + 8 * s, 1); mbar_init(r.empty + 8 * s, 2); }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    return r;
+}
+
+// producer (one thread): the K steps of the tile at rows m0 of A, rows n0 of B
+__device__ __forceinline__ void wg_produce(const WgRing& r, const CUtensorMap* ta, const CUtensorMap* tb, int m0,
+                                           int n0, int kt_count, int& it) {
+    for (int kt = 0; kt < kt_count; kt++, it++) {
+        int s = it % WG_STAGES;
+        if (it >= WG_STAGES) mbar_wait(r.empty + 8 * s, (it / WG_STAGES - 1) & 1);
+        uint32_t a = r.base + s * WG_STAGE_BYTES;
+        mbar_arrive_expect_tx(r.full + 8 * s, WG_STAGE_BYTES);
+        tma_load_2d(a, ta, kt * WG_BK, m0, r.full + 8 * s);
+        tma_load_2d(a + WG_A_BYTES, tb, kt * WG_BK, n0, r.full + 8 * s);
+    }
+}
+
+// consumer warpgroup c (0 or 1, rows 64c .. 64c+63 of the tile): d = the tile's product, overwritten
+__device__ __forceinline__ void wg_consume(const WgRing& r, float d[128], int c, int kt_count, int& it) {
+    for (int kt = 0; kt < kt_count; kt++, it++) {
+        int s = it % WG_STAGES;
+        mbar_wait(r.full + 8 * s, (it / WG_STAGES) & 1);
+        uint32_t a = r.base + s * WG_STAGE_BYTES + c * (64 * WG_BK * 2), b = r.base + s * WG_STAGE_BYTES + WG_A_BYTES;
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; kk++)
+            wgmma_m64n256k16(d, wgmma_desc(a + kk * 32), wgmma_desc(b + kk * 32), kt > 0 || kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (threadIdx.x % 128 == 0) mbar_arrive(r.empty + 8 * s);
+    }
+}
+#endif  // device code
+
+// --- host ----------------------------------------------------------------------------------------
+
+// A tensor map for a row-major bf16 matrix (rows, cols), row stride ld elements, read in boxes of
+// box_rows x 64 columns with 128-byte swizzling. The pointer and ld must be 16-byte aligned.
+static inline CUtensorMap tma_map_bf16(const bf16* p, int rows, int cols, int ld, int box_rows) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        cuda_check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !encode)
+            check_fail("tma_map_bf16: the driver has no cuTensorMapEncodeTiled", "a CUDA 12+ driver is needed");
+    }
+    CUtensorMap map;
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)ld * sizeof(bf16)};
+    cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+    cuuint32_t estr[2] = {1, 1};
+    CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void*)p, dims, strides, box, estr,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "error: cuTensorMapEncodeTiled failed (%d) for a %d x %d bf16 matrix, ld %d, box %d x 64\n"
+                "  hint: the pointer and the row stride must be 16-byte aligned\n", (int)r, rows, cols, ld, box_rows);
+        exit(EXIT_FAILURE);
+    }
+    return map;
+}
