@@ -8,8 +8,8 @@
 // Tiling (llmc/wgmma.cuh): a block of 384 threads owns a 128 x 256 tile of D; warpgroup 0 copies the
 // operand tiles with TMA into a ring of 4 stages, warpgroups 1 and 2 multiply with m64n256k16 wgmmas
 // into fp32 registers and store them. Needs K % 64 == 0, N % 8 == 0.
-// Napkin: per stage 2·128·256·64 = 4.2 MFLOP against 48 KiB of copies: 85 FLOP/B, well above the
-// H200's ~200 FLOP/B ridge only thanks to L2 (each A tile is re-read by every column block).
+// Napkin: per stage 2·128·256·64 = 4.2 MFLOP against 48 KiB of copies: 85 FLOP/B, below the H200's
+// ~200 FLOP/B DRAM ridge, so the copies must mostly hit L2 (each A tile is re-read by every column block).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
