@@ -29,6 +29,7 @@
 #include "fused_lce_mma.cuh"
 #include "fused_lce_mma_backward.cuh"
 #include "fused_lce_blocks.cuh"
+#include "fused_lce_wgmma.cuh"
 #include "profile.h"
 
 #define FLCE_ROW_THREADS 512
@@ -40,6 +41,8 @@ typedef struct {
     int chunk;             // rows per chunk
     int logits_fp32;       // 1: fp32 logits (fused head); 0: bf16 logits for all rows at once (unfused baseline)
     int mma_forward;       // loss-only calls use the fully fused kernel of fused_lce_mma.cuh (no logits at all)
+    int wgmma;             // 1 (Hopper, sm_90a build): that forward, and the blocks' pass 1, run the wgmma
+                           // kernel of fused_lce_wgmma.cuh instead
     int rows_smem;         // bytes of shared memory the row kernel stages an fp32 row in (0: too wide)
     int fused_backward;    // 0: the chunks above; 3 or 4: the fused backward of fused_lce_mma_backward.cuh
                            // (atomics, or deterministic), dx accumulating in the logits buffer; see
@@ -221,7 +224,10 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
     if (h->rows_smem)
         cuda_check(cudaFuncSetAttribute(flce_rows_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, h->rows_smem));
     h->mma_forward = logits_fp32 && C % FLCE_MMA_BK == 0;
+    h->wgmma = h->mma_forward && flce_wgmma_available();
     h->part_floats = h->mma_forward ? 3 * ((size_t)2 * sms * FLCE_MMA_BM + max_n + FLCE_MMA_BM) : 1;
+    size_t wg_floats = h->wgmma ? flce_wgmma_part_floats(max_n, V, sms) : 0;
+    if (wg_floats > h->part_floats) h->part_floats = wg_floats;
     cuda_check(cudaMalloc(&h->part, h->part_floats * sizeof(float)));
     h->budget = scratch_budget;
     h->logits_bytes = (size_t)h->chunk * Vp * (logits_fp32 ? sizeof(float) : sizeof(bf16));
@@ -257,8 +263,15 @@ static void flce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, 
     flce_count_kernel<<<1, 1024, 0, ctx->stream>>>(h->n_valid, h->error, targets, N, h->V, h->opt.ignore_index);
     cuda_check_launch();
     if (h->blocks) {
-        flce_blocks_run(&h->blk, h->loss_rows, h->lse, dx, dW, dloss_rows, dloss, h->n_valid, x, W, targets, N, C,
-                        h->V, Vp, h->opt, h->prof, ctx);
+        // pass 1 (lse of every row) in one fused kernel on Hopper; else in the blocks
+        if (h->wgmma) {
+            flce_wgmma_forward(h->loss_rows, h->lse, h->part, h->part_floats, x, W, targets, N, C, h->V, Vp, h->opt,
+                               ctx);
+            profile_mark(h->prof, "head: forward (wgmma)", ctx->stream);
+        }
+        if (grad || !h->wgmma)
+            flce_blocks_run(&h->blk, h->loss_rows, h->lse, dx, dW, dloss_rows, dloss, h->n_valid, x, W, targets, N,
+                            C, h->V, Vp, h->opt, h->wgmma, h->prof, ctx);
         flce_mean_kernel<<<1, 1024, 0, ctx->stream>>>(h->loss, h->loss_rows, h->n_valid, N);
         cuda_check_launch();
         return;
@@ -305,8 +318,19 @@ static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, 
 static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     if (!h->logits_fp32) check_fail("fused_lce_use_blocks: needs the fused head (fp32 logits)", "build it with logits_fp32 = 1");
     if (h->blocks) flce_blocks_free(&h->blk);
-    // within the budget: the blocks, and the per-row loss and lse (the fused forward's statistics go)
-    size_t rows_bytes = 2 * (size_t)h->max_n * sizeof(float);
+    // within the budget: the blocks, the per-row loss and lse, and the wgmma forward's statistics (the
+    // mma.sync forward's go: the blocks replace it)
+    cuda_check(cudaFree(h->part));
+    h->part = NULL;
+    h->part_floats = 0;
+    if (h->wgmma) {  // only what the wgmma forward needs (the mma.sync forward's bound can be far larger)
+        int dev, sms;
+        cuda_check(cudaGetDevice(&dev));
+        cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        h->part_floats = flce_wgmma_part_floats(h->max_n, h->V, sms);
+        cuda_check(cudaMalloc(&h->part, h->part_floats * sizeof(float)));
+    }
+    size_t rows_bytes = (2 * (size_t)h->max_n + h->part_floats) * sizeof(float);
     size_t budget = h->budget > rows_bytes ? h->budget - rows_bytes : 0;
     size_t bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, h->max_n, h->C, h->V, vb_max);
     if (bytes == 0) {
@@ -318,13 +342,10 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     // the buffer is re-cut for the blocks (it may grow up to the budget when max_n is small)
     cuda_check(cudaFree(h->logits));
     cuda_check(cudaMalloc(&h->logits, bytes));
-    cuda_check(cudaFree(h->part));
-    h->part = NULL;
-    h->part_floats = 0;
-    h->mma_forward = 0;  // loss-only calls go through the blocks too (faster); the fused backward is off
+    h->mma_forward = 0;  // loss-only calls go through the blocks' pass 1 too; the fused backward is off
     h->fused_backward = 0;
     h->logits_bytes = bytes;
-    h->scratch_bytes = bytes;
+    h->scratch_bytes = bytes + h->part_floats * sizeof(float);
     flce_blocks_carve(&h->blk, h->logits, h->C);
     h->blocks = 1;
 }
@@ -366,7 +387,11 @@ static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, 
     }
     flce_count_kernel<<<1, 1024, 0, ctx->stream>>>(h->n_valid, h->error, targets, N, h->V, h->opt.ignore_index);
     cuda_check_launch();
-    flce_mma_forward(h->loss_rows, h->lse, h->part, x, W, targets, N, h->C, h->V, h->Vp, h->opt, ctx);
+    if (h->wgmma)
+        flce_wgmma_forward(h->loss_rows, h->lse, h->part, h->part_floats, x, W, targets, N, h->C, h->V, h->Vp, h->opt,
+                           ctx);
+    else
+        flce_mma_forward(h->loss_rows, h->lse, h->part, x, W, targets, N, h->C, h->V, h->Vp, h->opt, ctx);
     flce_mean_kernel<<<1, 1024, 0, ctx->stream>>>(h->loss, h->loss_rows, h->n_valid, N);
     cuda_check_launch();
 }

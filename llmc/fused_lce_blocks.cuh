@@ -160,19 +160,20 @@ static inline void flce_blocks_logits(FlceBlocks* b, const bf16* xr, const bf16*
     matmul_cached(ctx, &b->plans, b->z, CUDA_R_32F, b->vb, xr, C, 0, Wv, C, 1, n, ncols, C, 1.0f, 0.0f);
 }
 
-// loss_rows and lse (N) of every row; with dx != NULL also dx (N, C) bf16 written and dW (Vp, C) fp32
-// accumulated, for the upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL).
+// loss_rows and lse (N) of every row (unless lse_ready: another kernel wrote them, and pass 1 is
+// skipped); with dx != NULL also dx (N, C) bf16 written and dW (Vp, C) fp32 accumulated, for the
+// upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL).
 static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* dx, float* dW,
                             const float* dloss_rows, float dloss, const int* n_valid,
                             const bf16* x, const bf16* W, const int* targets, int N, int C, int V, int Vp,
-                            FlceOptions opt, Profile* prof, const GpuContext* ctx) {
+                            FlceOptions opt, int lse_ready, Profile* prof, const GpuContext* ctx) {
     int nvb = ceil_div(V, b->vb), vb = b->vb;
     cudaStream_t st = ctx->stream;
     const bf16* G = (const bf16*)b->z;
     for (int r0 = 0; r0 < N; r0 += b->nb) {
         int n = N - r0 < b->nb ? N - r0 : b->nb;
         const bf16* xr = x + (size_t)r0 * C;
-        for (int i = 0; i < nvb; i++) {
+        for (int i = 0; i < nvb && !lse_ready; i++) {
             int v0 = i * vb, ncols = Vp - v0 < vb ? Vp - v0 : vb;
             flce_blocks_logits(b, xr, W + (size_t)v0 * C, n, ncols, C, ctx);
             profile_mark(prof, "head: logits GEMM", st);
@@ -184,7 +185,7 @@ static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* d
         if (!dx) continue;
         for (int i = nvb - 1; i >= 0; i--) {
             int v0 = i * vb, ncols = Vp - v0 < vb ? Vp - v0 : vb;
-            if (i < nvb - 1) {
+            if (i < nvb - 1 || lse_ready) {  // the last block is still in z after pass 1
                 flce_blocks_logits(b, xr, W + (size_t)v0 * C, n, ncols, C, ctx);
                 profile_mark(prof, "head: logits GEMM", st);
             }

@@ -2,7 +2,7 @@
 // every entry point (training, loss only, recomputing backward with per-row upstream gradients), each
 // feature (ignore_index, z-loss, soft-capping, label smoothing), the unfused baseline, several chunks
 // per call, the fused backward (atomic and deterministic, several dx chunks), the two-dimensional blocks
-// (several row and vocab blocks), bitwise determinism, bad targets flagged, and bad sizes refused with an
+// (several row and vocab blocks), the Hopper wgmma forward and what runs without it, bitwise determinism, bad targets flagged, and bad sizes refused with an
 // error exit.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,7 +26,8 @@ static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, 
     fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, logits_fp32, budget);
     if (fused_bwd == 5) {
         fused_lce_use_blocks(&h, 1024);
-        printf("  (blocks of %d rows x %d vocab columns)\n", h.blk.nb, h.blk.vb);
+        printf("  (blocks of %d rows x %d vocab columns, pass 1 %s)\n", h.blk.nb, h.blk.vb,
+               h.wgmma ? "by the wgmma forward" : "in the blocks");
     } else if (fused_bwd) {
         fused_lce_use_fused_backward(&h, fused_bwd == 4);
         printf("  (fused backward, variant %d)\n", fused_bwd);
@@ -52,6 +53,28 @@ static void check_unstaged(const FlceCase* cs, const GpuContext* ctx) {
     printf("  (row kernel without shared-memory staging)\n");
     EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, cs, &in, &d, ctx), "%s: unstaged rows, training differs", cs->what);
     EXPECT(flce_check_mode(&h, FLCE_MODE_BACKWARD, cs, &in, &d, ctx), "%s: unstaged rows, backward differs", cs->what);
+    fused_lce_free(&h);
+    flce_device_free(&d);
+    flce_inputs_free(&in);
+}
+
+// What GPUs without the Hopper kernel run (and what this one runs with it switched off): the mma.sync
+// forward for loss-only calls, and the blocks' own pass 1 (a statistics kernel per block of logits).
+static void check_without_wgmma(const FlceCase* cs, const GpuContext* ctx) {
+    FlceInputs in = flce_inputs_make(cs, 44 + cs->N + cs->V);
+    FlceDevice d = flce_device_make(cs, &in);
+    FusedLce h;
+    fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, 1, FLCE_DEFAULT_SCRATCH);
+    h.wgmma = 0;
+    printf("  (mma.sync forward, no wgmma)\n");
+    EXPECT(flce_check_mode(&h, FLCE_MODE_FORWARD, cs, &in, &d, ctx), "%s: mma.sync forward differs", cs->what);
+    fused_lce_free(&h);
+    fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, 1, (size_t)64 * cs->Vp * sizeof(float));
+    h.wgmma = 0;
+    fused_lce_use_blocks(&h, 1024);
+    printf("  (blocks of %d rows x %d vocab columns, their own pass 1)\n", h.blk.nb, h.blk.vb);
+    EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, cs, &in, &d, ctx), "%s: blocks without wgmma differ", cs->what);
+    EXPECT(flce_check_mode(&h, FLCE_MODE_FORWARD, cs, &in, &d, ctx), "%s: blocks' forward without wgmma differs", cs->what);
     fused_lce_free(&h);
     flce_device_free(&d);
     flce_inputs_free(&in);
@@ -191,6 +214,8 @@ int main(void) {
             check(cs, 1, tiny, FLCE_MODE_BACKWARD, 4, &ctx);
         }
     }
+    for (int i = 0; i < ncases; i++)
+        if (cases[i].C % 64 == 0) check_without_wgmma(&cases[i], &ctx);
     check_unstaged(&cases[0], &ctx);
     check_unstaged(&cases[7], &ctx);  // all features
     check_determinism(0, &ctx);

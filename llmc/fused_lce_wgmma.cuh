@@ -1,0 +1,141 @@
+// fused_lce_wgmma.cuh: the LM head's forward on Hopper tensor cores (sm_90a): the logits GEMM of
+// llmc/wgmma.cuh (TMA ring, m64n256k16 wgmmas, fp32 accumulators) with the softmax statistics in its
+// epilogue. Each 128 x 256 logit tile is folded, while still in registers, into a running (max, Σexp,
+// Σs) of each row; only those three floats per row and vocab split leave the chip, and
+// flce_mma_finish_kernel (fused_lce_mma.cuh, shared with the mma.sync forward) merges the splits and
+// adds the target logit. No logits in memory, not even a block of them.
+//
+// A block owns 128 rows and walks the vocab tiles split, split + splits, ... without draining its
+// pipeline between tiles (the producer runs ahead into the next tile while the consumers reduce).
+// Napkin at C = 768: a tile is 2·128·256·768 = 50 MFLOP (~12k cycles of one SM's tensor cores) against
+// 32k exps (~2k cycles of its special-function units): the epilogue costs ~15% while the tensor cores
+// wait, the price of keeping both consumers on the same tile.
+#pragma once
+#include "wgmma.cuh"
+#include "fused_lce_common.cuh"
+#include "fused_lce_mma.cuh"
+
+// --- kernels ---------------------------------------------------------------------------------
+
+// part (splits, N, 3): running max, Σexp relative to it, Σs of each row over its split's tiles
+__global__ void __launch_bounds__(WG_THREADS, 1)
+flce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
+                          float* part, int N, int C, int V, int splits, float softcap) {
+#if defined(WG_DEVICE_CODE)
+    extern __shared__ unsigned char smem_raw[];
+    WgRing ring = wg_ring_init(smem_raw);
+    int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
+    int m0 = blockIdx.x * WG_BM, split = blockIdx.y, ntiles = ceil_div(V, WG_BN), kt_count = C / WG_BK;
+    if (wg == 0) {  // producer
+        regs_dec<40>();
+        if (t == 0)
+            for (int nt = split; nt < ntiles; nt += splits) wg_produce(ring, &tx, &tw, m0, nt * WG_BN, kt_count, it);
+        return;
+    }
+    regs_inc<232>();
+    float cap = softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+    int lane = t % 32, warp = t / 32;
+    float m[2] = {-INFINITY, -INFINITY}, s[2] = {0.0f, 0.0f}, sum[2] = {0.0f, 0.0f};  // rows lane/4, lane/4 + 8
+    float d[128];
+    #pragma unroll
+    for (int i = 0; i < 128; i++) d[i] = 0.0f;
+    for (int nt = split; nt < ntiles; nt += splits) {
+        wg_consume(ring, d, wg - 1, kt_count, it);
+        // register 4j + 2h + e: row lane/4 + 8h, column 8j + 2·(lane % 4) + e of the tile
+        int c0 = nt * WG_BN + 2 * (lane % 4);
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float tm = -INFINITY;
+            #pragma unroll
+            for (int j = 0; j < 32; j++)
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float z = d[4 * j + 2 * h + e];
+                    if (cap > 0.0f) z = cap * flce_tanh(z * inv_cap);
+                    d[4 * j + 2 * h + e] = z;
+                    if (c0 + 8 * j + e < V) tm = fmaxf(tm, z);
+                }
+            float nm = fmaxf(m[h], tm);
+            if (nm == -INFINITY) continue;  // none of this thread's columns so far is in the vocabulary
+            float acc = 0.0f, su = 0.0f;
+            #pragma unroll
+            for (int j = 0; j < 32; j++)
+                #pragma unroll
+                for (int e = 0; e < 2; e++)
+                    if (c0 + 8 * j + e < V) { float z = d[4 * j + 2 * h + e]; acc += __expf(z - nm); su += z; }
+            s[h] = s[h] * __expf(m[h] - nm) + acc;  // m = -inf before the first tile: weight 0
+            m[h] = nm;
+            sum[h] += su;
+        }
+    }
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+        #pragma unroll
+        for (int o = 1; o <= 2; o <<= 1) {  // the 4 lanes that share a row
+            float m2 = __shfl_xor_sync(0xffffffffu, m[h], o), s2 = __shfl_xor_sync(0xffffffffu, s[h], o);
+            sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], o);
+            lse_merge(m[h], s[h], m2, s2);
+        }
+        int row = m0 + (wg - 1) * 64 + warp * 16 + lane / 4 + 8 * h;
+        if (lane % 4 == 0 && row < N) {
+            float* p = part + ((size_t)split * N + row) * 3;
+            p[0] = m[h]; p[1] = s[h]; p[2] = sum[h];
+        }
+    }
+#endif
+}
+
+// --- launchers -------------------------------------------------------------------------------
+
+// Vocab splits per row block: enough blocks for the SMs (one block each: the ring takes 193 KiB),
+// choosing among up to four times that many splits the count whose last wave is fullest.
+static inline int flce_wgmma_splits(int N, int V, int sm_count) {
+    int rb = ceil_div(N, WG_BM), tiles = ceil_div(V, WG_BN), lo = ceil_div(sm_count, rb), best = 1;
+    double best_eff = 0.0;
+    for (int s = lo < tiles ? lo : tiles; s <= 4 * lo && s <= tiles; s++) {
+        int blocks = rb * s, waves = ceil_div(blocks, sm_count);
+        double eff = (double)blocks / ((double)waves * sm_count);
+        if (eff > best_eff + 1e-9) { best_eff = eff; best = s; }
+    }
+    return best;
+}
+
+// The part floats any N <= max_n needs: splits <= min(tiles, 4·ceil(SMs / row blocks)), so splits·N <=
+// min(tiles·N, 4·(128·SMs + N)).
+static inline size_t flce_wgmma_part_floats(int max_n, int V, int sm_count) {
+    size_t a = (size_t)ceil_div(V, WG_BN) * max_n, b = 4 * ((size_t)WG_BM * sm_count + max_n);
+    return 3 * (a < b ? a : b);
+}
+
+// loss_rows, lse (N) from x (N, C), W (Vp, C), targets (N); part (part_floats) holds at least
+// flce_wgmma_part_floats(N, ...) floats. Needs C % 64 == 0 and an sm_90a build (LLMC_SM90A) on Hopper.
+static inline void flce_wgmma_forward(float* loss_rows, float* lse, float* part, size_t part_floats, const bf16* x,
+                                      const bf16* W, const int* targets, int N, int C, int V, int Vp, FlceOptions opt,
+                                      const GpuContext* ctx) {
+    if (C % WG_BK != 0) {
+        fprintf(stderr, "error: flce_wgmma_forward needs C %% %d == 0 (C = %d)\n", WG_BK, C);
+        exit(EXIT_FAILURE);
+    }
+    int splits = flce_wgmma_splits(N, V, ctx->sm_count);
+    if (3 * (size_t)splits * N > part_floats) check_fail("flce_wgmma_forward: the statistics buffer is too small", "size it with flce_wgmma_part_floats");
+    CUtensorMap tx = tma_map_bf16(x, N, C, C, WG_BM), tw = tma_map_bf16(W, Vp, C, C, WG_BN);
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+    dim3 grid(ceil_div(N, WG_BM), splits);
+    flce_wgmma_forward_kernel<<<grid, WG_THREADS, WG_SMEM, ctx->stream>>>(tx, tw, part, N, C, V, splits, opt.softcap);
+    cuda_check_launch();
+    flce_mma_finish_kernel<<<ceil_div(N, 8), 256, 0, ctx->stream>>>(loss_rows, lse, part, x, W, targets, N, C, V,
+                                                                    splits, opt);
+    cuda_check_launch();
+}
+
+// Whether this build and the current GPU run flce_wgmma_forward
+static inline int flce_wgmma_available(void) {
+#ifdef LLMC_SM90A
+    int dev, major;
+    cuda_check(cudaGetDevice(&dev));
+    cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major == 9;
+#else
+    return 0;
+#endif
+}
