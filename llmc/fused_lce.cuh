@@ -225,6 +225,7 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
         cuda_check(cudaFuncSetAttribute(flce_rows_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, h->rows_smem));
     h->mma_forward = logits_fp32 && C % FLCE_MMA_BK == 0;
     h->wgmma = h->mma_forward && flce_wgmma_available();
+    if (h->wgmma) flce_wgmma_setup();
     h->part_floats = h->mma_forward ? 3 * ((size_t)2 * sms * FLCE_MMA_BM + max_n + FLCE_MMA_BM) : 1;
     size_t wg_floats = h->wgmma ? flce_wgmma_part_floats(max_n, V, sms) : 0;
     if (wg_floats > h->part_floats) h->part_floats = wg_floats;
@@ -332,7 +333,7 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     }
     size_t rows_bytes = (2 * (size_t)h->max_n + h->part_floats) * sizeof(float);
     size_t budget = h->budget > rows_bytes ? h->budget - rows_bytes : 0;
-    size_t bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, h->max_n, h->C, h->V, vb_max);
+    size_t bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, h->max_n, h->C, h->V, vb_max, h->wgmma);
     if (bytes == 0) {
         fprintf(stderr, "error: fused_lce_use_blocks: a scratch budget of %zu bytes holds fewer than 16 rows of vocab "
                 "blocks of %d columns and C = %d\n  hint: a larger budget, or a smaller vb_max (at least 16)\n",

@@ -24,13 +24,16 @@
 #include "cuda_common.cuh"
 #include "matmul.cuh"
 #include "fused_lce_common.cuh"
+#include "fused_lce_wgmma.cuh"
 #include "profile.h"
 
 #define FLCE_BLOCK_THREADS 256
 #define FLCE_BLOCK_VOCAB 4096  // the widest vocab block by default
 
 typedef struct {
-    int nb, vb;           // rows per row block (a multiple of 16), columns per vocab block (a multiple of 16)
+    int nb, vb;           // rows per row block (a multiple of 16), columns per vocab block (a multiple of 16;
+                          // of 256 with wgmma)
+    int wgmma;            // pass 2 by flce_wgmma_grad (Hopper): z holds only the bf16 gradient, row stride vb
     float* z;             // (nb, vb) fp32 logits of one block; then its bf16 gradient in place (row stride 2·vb)
     float* dxacc;         // (nb, C) fp32 dx of the current row block
     float4* stats;        // (nb) running max, Σexp relative to it, Σs, s_t of each row
@@ -132,13 +135,15 @@ __global__ void flce_dx_store_kernel(bf16* dx, const float* acc, size_t n) {
 
 // --- launchers -------------------------------------------------------------------------------
 
-// Lays the blocks out within `bytes` of scratch: vocab blocks of equal width, at most vb_max, then as many
-// rows per block as fit (no more than max_n needs). Returns the bytes the layout takes, 0 when fewer
-// than 16 rows fit. flce_blocks_carve then places it in a buffer of that size (from cudaMalloc).
-static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, int C, int V, int vb_max) {
-    int nvb = ceil_div(V, vb_max);
-    b->vb = ceil_div(ceil_div(V, nvb), 16) * 16;  // 16: keeps W + v0·C and dW + v0·C 256-byte aligned
-    size_t per_row = (size_t)b->vb * sizeof(float) + (size_t)C * sizeof(float) + sizeof(float4);
+// Lays the blocks out within `bytes` of scratch: vocab blocks of equal width, at most vb_max (rounded up to
+// whole 256-column tiles with wgmma), then as many rows per block as fit (no more than max_n needs).
+// Returns the bytes the layout takes, 0 when fewer than 16 rows fit. flce_blocks_carve then places it in
+// a buffer of that size (from cudaMalloc).
+static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, int C, int V, int vb_max, int wgmma) {
+    int nvb = ceil_div(V, vb_max), align = wgmma ? WG_BN : 16;  // 16: keeps W + v0·C, dW + v0·C 256-byte aligned
+    b->wgmma = wgmma;
+    b->vb = ceil_div(ceil_div(V, nvb), align) * align;
+    size_t per_row = (size_t)b->vb * (wgmma ? sizeof(bf16) : sizeof(float)) + (size_t)C * sizeof(float) + sizeof(float4);
     size_t nb = bytes / per_row / 16 * 16, rows = (size_t)ceil_div(max_n, 16) * 16;
     if (nb < 16) return 0;
     b->nb = (int)(nb < rows ? nb : rows);
@@ -147,7 +152,7 @@ static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, in
 
 static inline void flce_blocks_carve(FlceBlocks* b, void* buf, int C) {
     b->z = (float*)buf;
-    b->dxacc = b->z + (size_t)b->nb * b->vb;
+    b->dxacc = (float*)((char*)buf + (size_t)b->nb * b->vb * (b->wgmma ? sizeof(bf16) : sizeof(float)));
     b->stats = (float4*)(b->dxacc + (size_t)b->nb * C);
     matmul_cache_build(&b->plans);
 }
@@ -161,15 +166,19 @@ static inline void flce_blocks_logits(FlceBlocks* b, const bf16* xr, const bf16*
 }
 
 // loss_rows and lse (N) of every row (unless lse_ready: another kernel wrote them, and pass 1 is
-// skipped); with dx != NULL also dx (N, C) bf16 written and dW (Vp, C) fp32 accumulated, for the
-// upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL).
+// skipped; b->wgmma needs that); with dx != NULL also dx (N, C) bf16 written and dW (Vp, C) fp32
+// accumulated, for the upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL).
 static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* dx, float* dW,
                             const float* dloss_rows, float dloss, const int* n_valid,
                             const bf16* x, const bf16* W, const int* targets, int N, int C, int V, int Vp,
                             FlceOptions opt, int lse_ready, Profile* prof, const GpuContext* ctx) {
     int nvb = ceil_div(V, b->vb), vb = b->vb;
     cudaStream_t st = ctx->stream;
-    const bf16* G = (const bf16*)b->z;
+    bf16* G = (bf16*)b->z;
+    int ldg = b->wgmma ? vb : 2 * vb;
+    if (b->wgmma && !lse_ready) check_fail("flce_blocks_run: wgmma blocks need the lse first", "run flce_wgmma_forward");
+    FlceWgmmaMaps maps;
+    if (b->wgmma) maps = flce_wgmma_maps(x, W, N, C, Vp);
     for (int r0 = 0; r0 < N; r0 += b->nb) {
         int n = N - r0 < b->nb ? N - r0 : b->nb;
         const bf16* xr = x + (size_t)r0 * C;
@@ -185,18 +194,24 @@ static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* d
         if (!dx) continue;
         for (int i = nvb - 1; i >= 0; i--) {
             int v0 = i * vb, ncols = Vp - v0 < vb ? Vp - v0 : vb;
-            if (i < nvb - 1 || lse_ready) {  // the last block is still in z after pass 1
-                flce_blocks_logits(b, xr, W + (size_t)v0 * C, n, ncols, C, ctx);
-                profile_mark(prof, "head: logits GEMM", st);
+            if (b->wgmma) {
+                flce_wgmma_grad(G, ldg, &maps, lse, targets, n_valid, dloss_rows, dloss, r0, n, v0, ncols, C, V, opt,
+                                ctx);
+                profile_mark(prof, "head: gradient (wgmma logits)", st);
+            } else {
+                if (i < nvb - 1 || lse_ready) {  // the last block is still in z after pass 1
+                    flce_blocks_logits(b, xr, W + (size_t)v0 * C, n, ncols, C, ctx);
+                    profile_mark(prof, "head: logits GEMM", st);
+                }
+                flce_block_grad_kernel<<<n, FLCE_BLOCK_THREADS, 0, st>>>(b->z, vb, lse + r0, targets + r0, n_valid,
+                    dloss_rows ? dloss_rows + r0 : NULL, dloss, v0, ncols, V, opt);
+                cuda_check_launch();
+                profile_mark(prof, "head: gradient", st);
             }
-            flce_block_grad_kernel<<<n, FLCE_BLOCK_THREADS, 0, st>>>(b->z, vb, lse + r0, targets + r0, n_valid,
-                dloss_rows ? dloss_rows + r0 : NULL, dloss, v0, ncols, V, opt);
-            cuda_check_launch();
-            profile_mark(prof, "head: gradient", st);
-            matmul_cached(ctx, &b->plans, b->dxacc, CUDA_R_32F, C, G, 2 * vb, 0, W + (size_t)v0 * C, C, 0,
+            matmul_cached(ctx, &b->plans, b->dxacc, CUDA_R_32F, C, G, ldg, 0, W + (size_t)v0 * C, C, 0,
                           n, C, ncols, 1.0f, i == nvb - 1 ? 0.0f : 1.0f);
             profile_mark(prof, "head: dx GEMM", st);
-            matmul_cached(ctx, &b->plans, dW + (size_t)v0 * C, CUDA_R_32F, C, G, 2 * vb, 1, xr, C, 0,
+            matmul_cached(ctx, &b->plans, dW + (size_t)v0 * C, CUDA_R_32F, C, G, ldg, 1, xr, C, 0,
                           ncols, C, n, 1.0f, 1.0f);
             profile_mark(prof, "head: dW GEMM", st);
         }

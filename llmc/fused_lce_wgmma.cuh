@@ -85,7 +85,73 @@ flce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_c
 #endif
 }
 
+// G (n, ncols) bf16, row stride ldg: dL/dz of rows r0 .. r0+n-1 and vocab columns v0 .. v0+ncols-1 (0 for
+// the padding columns >= V), from the logit tiles straight out of the tensor cores: no logits in memory.
+// The grid walks the tiles (128 rows x 256 columns) of the block, tile b, b + gridDim.x, ...; the maps
+// cover all of x (N, C) and W (Vp, C), so rows past the block and columns past the vocab block are
+// computed (or arrive as zeros past Vp) but not stored.
+__global__ void __launch_bounds__(WG_THREADS, 1)
+flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw, bf16* G,
+                       int ldg, const float* lse, const int* targets, const int* n_valid, const float* dloss_rows,
+                       float dloss, int r0, int n, int v0, int ncols, int C, int V, FlceOptions opt) {
+#if defined(WG_DEVICE_CODE)
+    extern __shared__ unsigned char smem_raw[];
+    WgRing ring = wg_ring_init(smem_raw);
+    int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
+    int mtiles = ceil_div(n, WG_BM), tiles = mtiles * ceil_div(ncols, WG_BN), kt_count = C / WG_BK;
+    if (wg == 0) {  // producer
+        regs_dec<40>();
+        if (t == 0)
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x)
+                wg_produce(ring, &tx, &tw, r0 + tile % mtiles * WG_BM, v0 + tile / mtiles * WG_BN, kt_count, it);
+        return;
+    }
+    regs_inc<232>();
+    int lane = t % 32, warp = t / 32, nv = *n_valid;
+    float d[128];
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        wg_consume(ring, d, wg - 1, kt_count, it);
+        // register 4j + 2h + e: row lane/4 + 8h, column 8j + 2·(lane % 4) + e of the tile
+        int c0 = tile / mtiles * WG_BN + 2 * (lane % 4);  // within the vocab block
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int row = tile % mtiles * WG_BM + (wg - 1) * 64 + warp * 16 + lane / 4 + 8 * h;  // within the row block
+            if (row >= n) continue;
+            int tg = targets[r0 + row];
+            int ignored = tg == opt.ignore_index || tg < 0 || tg >= V;
+            float scale = ignored ? 0.0f : (dloss_rows ? dloss_rows[r0 + row] : (nv > 0 ? dloss / nv : 0.0f));
+            FlceRowGrad rg = flce_row_grad(lse[r0 + row], tg - v0, scale, opt, V);  // columns counted from v0
+            bf16* g = G + (size_t)row * ldg;
+            #pragma unroll
+            for (int j = 0; j < 32; j++) {
+                int c = c0 + 8 * j;  // even, and ncols is even: both columns of the pair are in or out
+                if (c >= ncols) continue;
+                float a = v0 + c < V ? flce_dlogit(rg, d[4 * j + 2 * h], c) : 0.0f;
+                float b = v0 + c + 1 < V ? flce_dlogit(rg, d[4 * j + 2 * h + 1], c + 1) : 0.0f;
+                *(__nv_bfloat162*)(g + c) = __floats2bfloat162_rn(a, b);
+            }
+        }
+    }
+#endif
+}
+
 // --- launchers -------------------------------------------------------------------------------
+
+// The tensor maps the kernels read x (N, C) and W (Vp, C) through; made once per call of the head
+typedef struct { CUtensorMap x, W; } FlceWgmmaMaps;
+
+static inline FlceWgmmaMaps flce_wgmma_maps(const bf16* x, const bf16* W, int N, int C, int Vp) {
+    FlceWgmmaMaps m;
+    m.x = tma_map_bf16(x, N, C, C, WG_BM);
+    m.W = tma_map_bf16(W, Vp, C, C, WG_BN);
+    return m;
+}
+
+// Once per process before the kernels run: their shared memory (the ring) is above the 48 KiB default
+static inline void flce_wgmma_setup(void) {
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_grad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+}
 
 // Vocab splits per row block: enough blocks for the SMs (one block each: the ring takes 193 KiB),
 // choosing among up to four times that many splits the count whose last wave is fullest.
@@ -118,13 +184,25 @@ static inline void flce_wgmma_forward(float* loss_rows, float* lse, float* part,
     }
     int splits = flce_wgmma_splits(N, V, ctx->sm_count);
     if (3 * (size_t)splits * N > part_floats) check_fail("flce_wgmma_forward: the statistics buffer is too small", "size it with flce_wgmma_part_floats");
-    CUtensorMap tx = tma_map_bf16(x, N, C, C, WG_BM), tw = tma_map_bf16(W, Vp, C, C, WG_BN);
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+    FlceWgmmaMaps maps = flce_wgmma_maps(x, W, N, C, Vp);
     dim3 grid(ceil_div(N, WG_BM), splits);
-    flce_wgmma_forward_kernel<<<grid, WG_THREADS, WG_SMEM, ctx->stream>>>(tx, tw, part, N, C, V, splits, opt.softcap);
+    flce_wgmma_forward_kernel<<<grid, WG_THREADS, WG_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V, splits,
+                                                                         opt.softcap);
     cuda_check_launch();
     flce_mma_finish_kernel<<<ceil_div(N, 8), 256, 0, ctx->stream>>>(loss_rows, lse, part, x, W, targets, N, C, V,
                                                                     splits, opt);
+    cuda_check_launch();
+}
+
+// G (n, ncols) bf16 (row stride ldg, even; ncols even) = dL/dz of rows r0.. and vocab columns v0.. for the
+// upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL); lse (N) from the forward.
+static inline void flce_wgmma_grad(bf16* G, int ldg, const FlceWgmmaMaps* maps, const float* lse, const int* targets,
+                                   const int* n_valid, const float* dloss_rows, float dloss, int r0, int n, int v0,
+                                   int ncols, int C, int V, FlceOptions opt, const GpuContext* ctx) {
+    int tiles = ceil_div(n, WG_BM) * ceil_div(ncols, WG_BN);
+    int grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
+    flce_wgmma_grad_kernel<<<grid, WG_THREADS, WG_SMEM, ctx->stream>>>(maps->x, maps->W, G, ldg, lse, targets, n_valid,
+        dloss_rows, dloss, r0, n, v0, ncols, C, V, opt);
     cuda_check_launch();
 }
 

@@ -186,7 +186,7 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
         printf("%6d x %4d x %6d | %d %-32s | %8.2f | %8.2f | %8.2f | %6.0f | %5.2fx | %9.1f MiB", N, C, V, v->id, v->name,
                t_fwd, t_bwd, t_fb, 3 * F / t_fb * 1e-9, t_fb / t_gemm, scratch);
         if (h.blocks) printf("  (blocks of %d rows x %d columns)", h.blk.nb, h.blk.vb);
-        if (h.wgmma) printf("  (forward: wgmma)");
+        if (h.wgmma) printf(h.blocks ? "  (forward and gradient: wgmma)" : "  (forward: wgmma)");
         printf("\n");
         if (g_profile) {
             Profile prof;

@@ -27,7 +27,7 @@ static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, 
     if (fused_bwd == 5) {
         fused_lce_use_blocks(&h, 1024);
         printf("  (blocks of %d rows x %d vocab columns, pass 1 %s)\n", h.blk.nb, h.blk.vb,
-               h.wgmma ? "by the wgmma forward" : "in the blocks");
+               h.blk.wgmma ? "by the wgmma forward, pass 2 by the wgmma gradient" : "in the blocks");
     } else if (fused_bwd) {
         fused_lce_use_fused_backward(&h, fused_bwd == 4);
         printf("  (fused backward, variant %d)\n", fused_bwd);
