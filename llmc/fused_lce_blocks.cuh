@@ -178,7 +178,7 @@ static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* d
     int ldg = b->wgmma ? vb : 2 * vb;
     if (b->wgmma && !lse_ready) check_fail("flce_blocks_run: wgmma blocks need the lse first", "run flce_wgmma_forward");
     FlceWgmmaMaps maps;
-    if (b->wgmma) maps = flce_wgmma_maps(x, W, N, C, Vp);
+    if (b->wgmma) maps = flce_wgmma_maps(x, W, N, C, Vp, 64);
     for (int r0 = 0; r0 < N; r0 += b->nb) {
         int n = N - r0 < b->nb ? N - r0 : b->nb;
         const bf16* xr = x + (size_t)r0 * C;

@@ -23,7 +23,7 @@ flce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_c
                           float* part, int N, int C, int V, int splits, float softcap) {
 #if defined(WG_DEVICE_CODE)
     extern __shared__ unsigned char smem_raw[];
-    WgRing ring = wg_ring_init(smem_raw);
+    WgRing ring = wg_ring_init(smem_raw, WG_COOP_STAGES, WG_BM, 2);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
     int m0 = blockIdx.x * WG_BM, split = blockIdx.y, ntiles = ceil_div(V, WG_BN), kt_count = C / WG_BK;
     if (wg == 0) {  // producer
@@ -40,7 +40,7 @@ flce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_c
     #pragma unroll
     for (int i = 0; i < 128; i++) d[i] = 0.0f;
     for (int nt = split; nt < ntiles; nt += splits) {
-        wg_consume(ring, d, wg - 1, kt_count, it);
+        wg_consume(ring, d, (wg - 1) * 64 * WG_BK * 2, kt_count, it);
         // register 4j + 2h + e: row lane/4 + 8h, column 8j + 2·(lane % 4) + e of the tile
         int c0 = nt * WG_BN + 2 * (lane % 4);
         #pragma unroll
@@ -87,35 +87,40 @@ flce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_c
 
 // G (n, ncols) bf16, row stride ldg: dL/dz of rows r0 .. r0+n-1 and vocab columns v0 .. v0+ncols-1 (0 for
 // the padding columns >= V), from the logit tiles straight out of the tensor cores: no logits in memory.
-// The grid walks the tiles (128 rows x 256 columns) of the block, tile b, b + gridDim.x, ...; the maps
-// cover all of x (N, C) and W (Vp, C), so rows past the block and columns past the vocab block are
-// computed (or arrive as zeros past Vp) but not stored.
+// Ping-pong (wgmma.cuh): the block's tiles of 64 rows x 256 columns, b, b + gridDim.x, ..., go to the two
+// consumers in turn, so that one's epilogue (an exp, and a bf16 store, per logit) runs beside the other's
+// K loop. The maps cover all of x (N, C; boxes of 64 rows) and W (Vp, C), so rows past the block and
+// columns past the vocab block are computed (or arrive as zeros past Vp) but not stored.
 __global__ void __launch_bounds__(WG_THREADS, 1)
 flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw, bf16* G,
                        int ldg, const float* lse, const int* targets, const int* n_valid, const float* dloss_rows,
                        float dloss, int r0, int n, int v0, int ncols, int C, int V, FlceOptions opt) {
 #if defined(WG_DEVICE_CODE)
     extern __shared__ unsigned char smem_raw[];
-    WgRing ring = wg_ring_init(smem_raw);
+    WgRing ring = wg_ring_init(smem_raw, WG_PP_STAGES, 64, 1);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
-    int mtiles = ceil_div(n, WG_BM), tiles = mtiles * ceil_div(ncols, WG_BN), kt_count = C / WG_BK;
+    int mtiles = ceil_div(n, 64), tiles = mtiles * ceil_div(ncols, WG_BN), kt_count = C / WG_BK;
     if (wg == 0) {  // producer
         regs_dec<40>();
         if (t == 0)
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x)
-                wg_produce(ring, &tx, &tw, r0 + tile % mtiles * WG_BM, v0 + tile / mtiles * WG_BN, kt_count, it);
+                wg_produce(ring, &tx, &tw, r0 + tile % mtiles * 64, v0 + tile / mtiles * WG_BN, kt_count, it);
         return;
     }
     regs_inc<232>();
-    int lane = t % 32, warp = t / 32, nv = *n_valid;
+    int c = wg - 1, lane = t % 32, warp = t / 32, nv = *n_valid;
     float d[128];
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        wg_consume(ring, d, wg - 1, kt_count, it);
-        // register 4j + 2h + e: row lane/4 + 8h, column 8j + 2·(lane % 4) + e of the tile
+    it = c * kt_count;  // consumer 1 starts at the block's second tile
+    for (int k = c, tile = blockIdx.x + c * gridDim.x; tile < tiles; k += 2, tile += 2 * gridDim.x) {
+        if (k > 0) wg_turn_wait(c);
+        wg_consume(ring, d, 0, kt_count, it);
+        if (tile + gridDim.x < tiles) wg_turn_pass(c);
+        it += kt_count;  // past the other consumer's next tile
+        // register 4j + 2h + e: row lane/4 + 8h, column 8j + 2·(lane % 4) + e of the warp's 16 x 256
         int c0 = tile / mtiles * WG_BN + 2 * (lane % 4);  // within the vocab block
         #pragma unroll
         for (int h = 0; h < 2; h++) {
-            int row = tile % mtiles * WG_BM + (wg - 1) * 64 + warp * 16 + lane / 4 + 8 * h;  // within the row block
+            int row = tile % mtiles * 64 + warp * 16 + lane / 4 + 8 * h;  // within the row block
             if (row >= n) continue;
             int tg = targets[r0 + row];
             int ignored = tg == opt.ignore_index || tg < 0 || tg >= V;
@@ -124,11 +129,11 @@ flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_cons
             bf16* g = G + (size_t)row * ldg;
             #pragma unroll
             for (int j = 0; j < 32; j++) {
-                int c = c0 + 8 * j;  // even, and ncols is even: both columns of the pair are in or out
-                if (c >= ncols) continue;
-                float a = v0 + c < V ? flce_dlogit(rg, d[4 * j + 2 * h], c) : 0.0f;
-                float b = v0 + c + 1 < V ? flce_dlogit(rg, d[4 * j + 2 * h + 1], c + 1) : 0.0f;
-                *(__nv_bfloat162*)(g + c) = __floats2bfloat162_rn(a, b);
+                int col = c0 + 8 * j;  // even, and ncols is even: both columns of the pair are in or out
+                if (col >= ncols) continue;
+                float a = v0 + col < V ? flce_dlogit(rg, d[4 * j + 2 * h], col) : 0.0f;
+                float b = v0 + col + 1 < V ? flce_dlogit(rg, d[4 * j + 2 * h + 1], col + 1) : 0.0f;
+                *(__nv_bfloat162*)(g + col) = __floats2bfloat162_rn(a, b);
             }
         }
     }
@@ -137,20 +142,21 @@ flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_cons
 
 // --- launchers -------------------------------------------------------------------------------
 
-// The tensor maps the kernels read x (N, C) and W (Vp, C) through; made once per call of the head
+// The tensor maps the kernels read x (N, C) and W (Vp, C) through (x in boxes of x_rows: 128 for the
+// forward, 64 for the gradient); made once per call of the head
 typedef struct { CUtensorMap x, W; } FlceWgmmaMaps;
 
-static inline FlceWgmmaMaps flce_wgmma_maps(const bf16* x, const bf16* W, int N, int C, int Vp) {
+static inline FlceWgmmaMaps flce_wgmma_maps(const bf16* x, const bf16* W, int N, int C, int Vp, int x_rows) {
     FlceWgmmaMaps m;
-    m.x = tma_map_bf16(x, N, C, C, WG_BM);
+    m.x = tma_map_bf16(x, N, C, C, x_rows);
     m.W = tma_map_bf16(W, Vp, C, C, WG_BN);
     return m;
 }
 
 // Once per process before the kernels run: their shared memory (the ring) is above the 48 KiB default
 static inline void flce_wgmma_setup(void) {
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_grad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_grad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_PP_SMEM));
 }
 
 // Vocab splits per row block: enough blocks for the SMs (one block each: the ring takes 193 KiB),
@@ -184,9 +190,9 @@ static inline void flce_wgmma_forward(float* loss_rows, float* lse, float* part,
     }
     int splits = flce_wgmma_splits(N, V, ctx->sm_count);
     if (3 * (size_t)splits * N > part_floats) check_fail("flce_wgmma_forward: the statistics buffer is too small", "size it with flce_wgmma_part_floats");
-    FlceWgmmaMaps maps = flce_wgmma_maps(x, W, N, C, Vp);
+    FlceWgmmaMaps maps = flce_wgmma_maps(x, W, N, C, Vp, WG_BM);
     dim3 grid(ceil_div(N, WG_BM), splits);
-    flce_wgmma_forward_kernel<<<grid, WG_THREADS, WG_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V, splits,
+    flce_wgmma_forward_kernel<<<grid, WG_THREADS, WG_COOP_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V, splits,
                                                                          opt.softcap);
     cuda_check_launch();
     flce_mma_finish_kernel<<<ceil_div(N, 8), 256, 0, ctx->stream>>>(loss_rows, lse, part, x, W, targets, N, C, V,
@@ -199,9 +205,9 @@ static inline void flce_wgmma_forward(float* loss_rows, float* lse, float* part,
 static inline void flce_wgmma_grad(bf16* G, int ldg, const FlceWgmmaMaps* maps, const float* lse, const int* targets,
                                    const int* n_valid, const float* dloss_rows, float dloss, int r0, int n, int v0,
                                    int ncols, int C, int V, FlceOptions opt, const GpuContext* ctx) {
-    int tiles = ceil_div(n, WG_BM) * ceil_div(ncols, WG_BN);
+    int tiles = ceil_div(n, 64) * ceil_div(ncols, WG_BN);
     int grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
-    flce_wgmma_grad_kernel<<<grid, WG_THREADS, WG_SMEM, ctx->stream>>>(maps->x, maps->W, G, ldg, lse, targets, n_valid,
+    flce_wgmma_grad_kernel<<<grid, WG_THREADS, WG_PP_SMEM, ctx->stream>>>(maps->x, maps->W, G, ldg, lse, targets, n_valid,
         dloss_rows, dloss, r0, n, v0, ncols, C, V, opt);
     cuda_check_launch();
 }

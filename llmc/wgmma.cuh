@@ -2,7 +2,7 @@
 // copy engine (TMA) with its tensor maps, the shared-memory matrix descriptors of wgmma, the m64n256k16
 // bf16 warpgroup MMA, and the warp-specialised K loop over a ring of stages that the GEMM kernels share
 // (dev/cuda/wgmma_gemm.cu: a plain GEMM, checked against cuBLASLt; llmc/fused_lce_wgmma.cuh: the LM
-// head's forward with the softmax statistics in the epilogue).
+// head's forward with the softmax statistics in the epilogue, and its gradient).
 //
 // Layout contract (what makes TMA, the descriptors and wgmma agree): a tile of R rows x 64 bf16 (128
 // bytes per row, K contiguous) is copied with 128-byte swizzling into a 1024-byte-aligned buffer; the
@@ -86,59 +86,76 @@ __device__ __forceinline__ void wgmma_m64n256k16(float d[128], uint64_t desc_a, 
 #endif  // device code
 
 // --- the ring and the K loop that every GEMM kernel on these pieces shares ----------------------
-// A block of 384 threads owns a 128 x 256 tile of the product at a time. Warpgroup 0 produces: one
-// thread issues the TMA copies of the A (128 x 64) and B (256 x 64) tiles of each K step into a ring of
-// WG_STAGES stages (48 KiB each), refilling a stage once both consumers have released it. Warpgroups 1
-// and 2 consume: each multiplies its 64 rows of A by all of B, four m64n256k16 wgmmas per stage, fp32
-// accumulators in registers (128 per thread). A running stage counter `it`, kept alike by producer and
-// consumers, carries the ring's position (and the barriers' phases) from one tile to the next, so a
-// block may walk many tiles without draining the pipeline.
+// A block of 384 threads: warpgroup 0 produces, one thread issuing the TMA copies of each K step's A
+// tile (rows x 64) and B tile (256 x 64) into a ring of stages, refilling a stage once its consumers
+// have released it; warpgroups 1 and 2 consume, each multiplying 64 rows of A by all of B, four
+// m64n256k16 wgmmas per stage, fp32 accumulators in registers (128 per thread). Two shapes of ring:
+//   cooperative (WG_COOP_*): 4 stages of 128 rows of A; both consumers work on one 128 x 256 tile,
+//     each on its half of the stage's A (a_off = 64·128 bytes for the second).
+//   ping-pong (WG_PP_*): 5 stages of 64 rows of A; each consumer owns a whole 64 x 256 tile and the
+//     two take turns: one runs its K loop on the tensor cores while the other runs its epilogue
+//     (wg_turn_wait / wg_turn_pass order them), so an epilogue costs no tensor-core time when it is
+//     shorter than a K loop. Each stage belongs to one consumer.
+// A running stage counter `it`, kept alike by producer and consumers (a ping-pong consumer skips the
+// other's stages), carries the ring's position and the barriers' phases from tile to tile, so a block
+// walks many tiles without draining the pipeline.
 #define WG_BM 128
 #define WG_BN 256
 #define WG_BK 64
-#define WG_STAGES 4
 #define WG_THREADS 384
-#define WG_A_BYTES (WG_BM * WG_BK * 2)
-#define WG_STAGE_BYTES (WG_A_BYTES + WG_BN * WG_BK * 2)
-#define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 1024 + 16 * WG_STAGES)  // + alignment slack + barriers
+#define WG_B_BYTES (WG_BN * WG_BK * 2)
+#define WG_COOP_STAGES 4
+#define WG_COOP_STAGE_BYTES (WG_BM * WG_BK * 2 + WG_B_BYTES)
+#define WG_COOP_SMEM (WG_COOP_STAGES * WG_COOP_STAGE_BYTES + 1024 + 16 * WG_COOP_STAGES)  // + alignment, barriers
+#define WG_PP_STAGES 5
+#define WG_PP_STAGE_BYTES (64 * WG_BK * 2 + WG_B_BYTES)
+#define WG_PP_SMEM (WG_PP_STAGES * WG_PP_STAGE_BYTES + 1024 + 16 * WG_PP_STAGES)
 
-typedef struct { uint32_t base, full, empty; } WgRing;  // shared addresses: stages, then the barriers
+typedef struct {
+    uint32_t base, full, empty;  // shared addresses: the stages, then the barriers
+    int stages, stage_bytes, a_bytes;
+} WgRing;
 
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
 
-// every thread calls it (it ends in a barrier)
-__device__ __forceinline__ WgRing wg_ring_init(unsigned char* smem_raw) {
+// every thread calls it (it ends in a barrier). a_rows: rows of A per stage (128 cooperative, 64
+// ping-pong); releases: consumers that release each stage (2 cooperative, 1 ping-pong).
+__device__ __forceinline__ WgRing wg_ring_init(unsigned char* smem_raw, int stages, int a_rows, int releases) {
     WgRing r;
+    r.stages = stages;
+    r.a_bytes = a_rows * WG_BK * 2;
+    r.stage_bytes = r.a_bytes + WG_B_BYTES;
     r.base = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzled tiles need 1024-byte alignment
-    r.full = r.base + WG_STAGES * WG_STAGE_BYTES;
-    r.empty = r.full + 8 * WG_STAGES;
+    r.full = r.base + stages * r.stage_bytes;
+    r.empty = r.full + 8 * stages;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < WG_STAGES; s++) { mbar_init(r.full + 8 * s, 1); mbar_init(r.empty + 8 * s, 2); }
+        for (int s = 0; s < stages; s++) { mbar_init(r.full + 8 * s, 1); mbar_init(r.empty + 8 * s, releases); }
         mbar_fence_init();
     }
     __syncthreads();
     return r;
 }
 
-// producer (one thread): the K steps of the tile at rows m0 of A, rows n0 of B
+// producer (one thread): the K steps of the tile at rows m0 of A, rows n0 of B (A's tensor map has
+// boxes of the ring's rows of A)
 __device__ __forceinline__ void wg_produce(const WgRing& r, const CUtensorMap* ta, const CUtensorMap* tb, int m0,
                                            int n0, int kt_count, int& it) {
     for (int kt = 0; kt < kt_count; kt++, it++) {
-        int s = it % WG_STAGES;
-        if (it >= WG_STAGES) mbar_wait(r.empty + 8 * s, (it / WG_STAGES - 1) & 1);
-        uint32_t a = r.base + s * WG_STAGE_BYTES;
-        mbar_arrive_expect_tx(r.full + 8 * s, WG_STAGE_BYTES);
+        int s = it % r.stages;
+        if (it >= r.stages) mbar_wait(r.empty + 8 * s, (it / r.stages - 1) & 1);
+        uint32_t a = r.base + s * r.stage_bytes;
+        mbar_arrive_expect_tx(r.full + 8 * s, r.stage_bytes);
         tma_load_2d(a, ta, kt * WG_BK, m0, r.full + 8 * s);
-        tma_load_2d(a + WG_A_BYTES, tb, kt * WG_BK, n0, r.full + 8 * s);
+        tma_load_2d(a + r.a_bytes, tb, kt * WG_BK, n0, r.full + 8 * s);
     }
 }
 
-// consumer warpgroup c (0 or 1, rows 64c .. 64c+63 of the tile): d = the tile's product, overwritten
-__device__ __forceinline__ void wg_consume(const WgRing& r, float d[128], int c, int kt_count, int& it) {
+// a consumer warpgroup: d = (64 rows of the stages' A from byte a_off) · Bᵀ over the tile's K steps
+__device__ __forceinline__ void wg_consume(const WgRing& r, float d[128], int a_off, int kt_count, int& it) {
     for (int kt = 0; kt < kt_count; kt++, it++) {
-        int s = it % WG_STAGES;
-        mbar_wait(r.full + 8 * s, (it / WG_STAGES) & 1);
-        uint32_t a = r.base + s * WG_STAGE_BYTES + c * (64 * WG_BK * 2), b = r.base + s * WG_STAGE_BYTES + WG_A_BYTES;
+        int s = it % r.stages;
+        mbar_wait(r.full + 8 * s, (it / r.stages) & 1);
+        uint32_t a = r.base + s * r.stage_bytes + a_off, b = r.base + s * r.stage_bytes + r.a_bytes;
         wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++)
@@ -148,6 +165,14 @@ __device__ __forceinline__ void wg_consume(const WgRing& r, float d[128], int c,
         if (threadIdx.x % 128 == 0) mbar_arrive(r.empty + 8 * s);
     }
 }
+
+// Ping-pong turns, on named barriers 1 and 2 (consumer c waits on 1 + c): before each K loop but its
+// first, consumer c waits for the other to pass the turn; after a K loop it passes the turn when the
+// other has a tile left (so every wait has its pass and no barrier is left half-arrived). A consumer
+// must not wait on a stage's barrier before the stage's previous use was waited for, which the turns
+// also guarantee.
+__device__ __forceinline__ void wg_turn_wait(int c) { asm volatile("bar.sync %0, 256;" :: "r"(1 + c) : "memory"); }
+__device__ __forceinline__ void wg_turn_pass(int c) { asm volatile("bar.arrive %0, 256;" :: "r"(2 - c) : "memory"); }
 #endif  // device code
 
 // --- host ----------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ wg_gemm_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ C
                int M, int N, int K) {
 #if defined(WG_DEVICE_CODE)
     extern __shared__ unsigned char smem_raw[];
-    WgRing ring = wg_ring_init(smem_raw);
+    WgRing ring = wg_ring_init(smem_raw, WG_COOP_STAGES, WG_BM, 2);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
     int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * WG_BN;
     if (wg == 0) {  // producer
@@ -36,7 +36,7 @@ wg_gemm_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ C
     }
     regs_inc<232>();
     float d[128];
-    wg_consume(ring, d, wg - 1, K / WG_BK, it);
+    wg_consume(ring, d, (wg - 1) * 64 * WG_BK * 2, K / WG_BK, it);
     // the accumulator fragment: warp w of the warpgroup holds rows 16w .. 16w+15; register 4j+e sits at
     // row lane/4 (+8 for e >= 2), column 8j + 2·(lane % 4) + (e & 1)
     int warp = t / 32, lane = t % 32;
@@ -55,7 +55,7 @@ static void wg_gemm(float* D, const bf16* A, const bf16* B, int M, int N, int K,
     if (K % WG_BK != 0 || N % 8 != 0) check_fail("wg_gemm: needs K % 64 == 0 and N % 8 == 0", "pad the operands");
     CUtensorMap ta = tma_map_bf16(A, M, K, K, WG_BM), tb = tma_map_bf16(B, N, K, K, WG_BN);
     dim3 grid(ceil_div(N, WG_BN), ceil_div(M, WG_BM));
-    wg_gemm_kernel<<<grid, WG_THREADS, WG_SMEM, stream>>>(ta, tb, D, M, N, K);
+    wg_gemm_kernel<<<grid, WG_THREADS, WG_COOP_SMEM, stream>>>(ta, tb, D, M, N, K);
     cuda_check_launch();
 }
 
@@ -137,7 +137,7 @@ int main(void) {
     return 0;
 #endif
     if (prop.major != 9) { printf("wgmma_gemm: needs a Hopper GPU (sm_90), found sm_%d%d\n", prop.major, prop.minor); return 0; }
-    cuda_check(cudaFuncSetAttribute(wg_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+    cuda_check(cudaFuncSetAttribute(wg_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
     int ok = 1;
     // awkward sizes: M and N not multiples of the tile, one K step, a single row
     ok &= check_and_time(300, 1000, 256, 0, &ctx);
