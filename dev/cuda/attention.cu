@@ -21,6 +21,7 @@
 #include "../../llmc/attention.cuh"
 #include "../../llmc/flash_attention_backward.cuh"
 #include "attention_check.cuh"
+#include "timing.cuh"
 
 // --- variant 1: naive ------------------------------------------------------------------------
 
@@ -194,25 +195,6 @@ static int check_variant(const Variant* v, cudaStream_t st) {
 }
 
 // --- timing ------------------------------------------------------------------------------------
-
-template <typename F>
-static float time_ms(F fn, cudaStream_t st, int reps) {
-    cudaEvent_t a, b;
-    cuda_check(cudaEventCreate(&a)); cuda_check(cudaEventCreate(&b));
-    fn(); fn();  // warm-up: first-call allocations, clocks
-    float times[64];
-    reps = reps > 64 ? 64 : reps;
-    for (int r = 0; r < reps; r++) {
-        cuda_check(cudaEventRecord(a, st));
-        fn();
-        cuda_check(cudaEventRecord(b, st));
-        cuda_check(cudaEventSynchronize(b));
-        cuda_check(cudaEventElapsedTime(&times[r], a, b));
-    }
-    cuda_check(cudaEventDestroy(a)); cuda_check(cudaEventDestroy(b));
-    std::sort(times, times + reps);
-    return times[reps / 2];
-}
 
 __global__ void fill_uniform_kernel(bf16* p, size_t n, float scale, uint64_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)

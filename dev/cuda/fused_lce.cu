@@ -36,6 +36,7 @@
 #include "../../llmc/fused_lce.cuh"
 #include "../../llmc/fused_lce_mma.cuh"
 #include "fused_lce_check.cuh"
+#include "timing.cuh"
 
 typedef struct { int id; const char* name; int logits_fp32, mma_forward, has_backward, fused_backward, blocks; } Variant;
 static const Variant VARIANTS[] = {
@@ -114,25 +115,6 @@ static int check_variant(const Variant* v, const GpuContext* ctx) {
 
 // --- timing ------------------------------------------------------------------------------------
 
-template <typename F>
-static float time_ms(F fn, const GpuContext* ctx, int reps) {
-    cudaEvent_t a, b;
-    cuda_check(cudaEventCreate(&a)); cuda_check(cudaEventCreate(&b));
-    fn(); fn();  // warm-up: handles, heuristics, clocks
-    float times[64];
-    reps = reps > 64 ? 64 : reps;
-    for (int r = 0; r < reps; r++) {
-        cuda_check(cudaEventRecord(a, ctx->stream));
-        fn();
-        cuda_check(cudaEventRecord(b, ctx->stream));
-        cuda_check(cudaEventSynchronize(b));
-        cuda_check(cudaEventElapsedTime(&times[r], a, b));
-    }
-    cuda_check(cudaEventDestroy(a)); cuda_check(cudaEventDestroy(b));
-    std::sort(times, times + reps);
-    return times[reps / 2];
-}
-
 static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx) {
     int N = s->N, C = s->C, V = s->V, Vp = s->Vp;
     bf16 *x, *W, *dx, *logits; float *dW, *dloss_rows; int* t;
@@ -160,7 +142,7 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
         matmul(ctx, logits, CUDA_R_16BF, Vp, x, C, 0, W, C, 1, N, Vp, C, 1.0f, 0.0f);
         matmul(ctx, dx, CUDA_R_16BF, C, logits, Vp, 0, W, C, 0, N, C, Vp, 1.0f, 0.0f);
         matmul(ctx, dWb, CUDA_R_16BF, C, logits, Vp, 1, x, C, 0, Vp, C, N, 1.0f, 0.0f);
-    }, ctx, reps);
+    }, ctx->stream, reps);
     cuda_check(cudaFree(logits)); cuda_check(cudaFree(dWb));
     printf("%6d x %4d x %6d | %-34s |          |          | %8.2f | %6.0f |  1.00x |\n", N, C, V,
            "0 three cuBLASLt GEMMs", t_gemm, 3 * F / t_gemm * 1e-9);
@@ -173,7 +155,7 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
         if (!v->logits_fp32 && (size_t)N * Vp * sizeof(bf16) > free_b / 2) { printf("  variant %d: skipped, logits do not fit\n", v->id); continue; }
         FusedLce h;
         build_variant(&h, v, N, C, V, Vp, flce_options_default());
-        float t_fwd = time_ms([&] { fused_lce_forward(&h, x, W, t, N, ctx); }, ctx, reps);
+        float t_fwd = time_ms([&] { fused_lce_forward(&h, x, W, t, N, ctx); }, ctx->stream, reps);
         double scratch = (double)(h.scratch_bytes + 2 * (size_t)N * sizeof(float)) / (1 << 20);
         if (!v->has_backward) {
             printf("%6d x %4d x %6d | %d %-32s | %8.2f |        - |        - |      - |      - | %9.1f MiB  (fwd %.0f TF/s, %.2fx one GEMM)\n",
@@ -181,8 +163,8 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
             fused_lce_free(&h);
             continue;
         }
-        float t_bwd = time_ms([&] { fused_lce_backward(&h, dx, dW, dloss_rows, x, W, t, N, ctx); }, ctx, reps);
-        float t_fb = time_ms([&] { fused_lce_forward_backward(&h, dx, dW, 1.0f, x, W, t, N, ctx); }, ctx, reps);
+        float t_bwd = time_ms([&] { fused_lce_backward(&h, dx, dW, dloss_rows, x, W, t, N, ctx); }, ctx->stream, reps);
+        float t_fb = time_ms([&] { fused_lce_forward_backward(&h, dx, dW, 1.0f, x, W, t, N, ctx); }, ctx->stream, reps);
         printf("%6d x %4d x %6d | %d %-32s | %8.2f | %8.2f | %8.2f | %6.0f | %5.2fx | %9.1f MiB", N, C, V, v->id, v->name,
                t_fwd, t_bwd, t_fb, 3 * F / t_fb * 1e-9, t_fb / t_gemm, scratch);
         if (h.blocks) printf("  (blocks of %d rows x %d columns)", h.blk.nb, h.blk.vb);

@@ -19,6 +19,7 @@
 #include "../../llmc/cuda_common.cuh"
 #include "../../llmc/matmul.cuh"
 #include "../../llmc/wgmma.cuh"
+#include "timing.cuh"
 
 // the plain GEMM: one tile per block, the accumulators stored as they are
 __global__ void __launch_bounds__(WG_THREADS, 1)
@@ -67,24 +68,6 @@ __global__ void fill_kernel(bf16* p, size_t n, float scale, uint32_t seed) {
         h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
         p[i] = __float2bfloat16(scale * ((float)(h & 0xFFFFFF) / 8388608.0f - 1.0f));
     }
-}
-
-template <typename F>
-static float time_ms(F fn, cudaStream_t stream, int reps) {
-    cudaEvent_t a, b;
-    cuda_check(cudaEventCreate(&a)); cuda_check(cudaEventCreate(&b));
-    fn(); fn();
-    std::vector<float> t(reps);
-    for (int r = 0; r < reps; r++) {
-        cuda_check(cudaEventRecord(a, stream));
-        fn();
-        cuda_check(cudaEventRecord(b, stream));
-        cuda_check(cudaEventSynchronize(b));
-        cuda_check(cudaEventElapsedTime(&t[r], a, b));
-    }
-    cuda_check(cudaEventDestroy(a)); cuda_check(cudaEventDestroy(b));
-    std::sort(t.begin(), t.end());
-    return t[reps / 2];
 }
 
 // ours against cuBLASLt (fp32 out) on one shape: both accumulate bf16 products in fp32 in different
