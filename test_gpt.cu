@@ -62,6 +62,20 @@ static void grads_of(GptModel* m, const int* in, const int* tg, int times, const
 
 // Compares tensor by tensor: relative L2 error ‖a − b‖/‖b‖ and max |a − b| (with where and the
 // reference's max |b|). Returns the largest relative L2 error.
+// The same parameters in a second model built with other choices (recompute, head): its gradients of
+// the batch into out (num_params floats); returns its loss
+static float grads_with(const GptConfig* c, int recompute, int head, const float* params, const int* in, const int* tg,
+                        float* out, const GpuContext* ctx) {
+    GptModel o;
+    gpt_build(&o, c, B_, T_, recompute, head, FLCE_DEFAULT_SCRATCH);
+    gpt_set_params(&o, params, ctx);
+    grads_of(&o, in, tg, 1, ctx);
+    copy_to_host(out, o.grads_memory, o.num_params);
+    float l = model_loss(&o, ctx);
+    gpt_free(&o);
+    return l;
+}
+
 static double compare_tensors(const char* what, const float* got, const float* ref, const GptModel* m, double tol) {
     double worst = 0.0;
     for (int i = 0; i < GPT_NUM_TENSORS; i++) {
@@ -253,31 +267,19 @@ int main(void) {
 
     // 3c. recompute: the GELU rerun in the backward is the same kernel on the same input: bitwise
     {
-        GptModel r;
-        gpt_build(&r, &c, B_, T_, 1, GPT_HEAD_BLOCKS, FLCE_DEFAULT_SCRATCH);
-        gpt_set_params(&r, ref.params_memory, &ctx);
-        grads_of(&r, in, tg, 1, &ctx);
-        copy_to_host(host, r.grads_memory, n);
-        float rl = model_loss(&r, &ctx);
+        float rl = grads_with(&c, 1, GPT_HEAD_BLOCKS, ref.params_memory, in, tg, host, &ctx);
         int same = bitwise_equal(host, grads, n) && rl == loss;
         printf("recompute: loss %.6f, gradients bitwise equal to no recompute: %s\n", rl, same ? "yes" : "no");
         EXPECT(same, "recompute changes the loss or the gradients");
-        gpt_free(&r);
     }
 
     // 3d. unfused head (bf16 logits, rounded before the softmax) vs fused (fp32 logits): logits near 0
     // at init round to ~1e-3 absolute, so the loss agrees to 1e-3 relative and gradients to 3e-2 rel L2
     {
-        GptModel u;
-        gpt_build(&u, &c, B_, T_, 0, GPT_HEAD_UNFUSED, FLCE_DEFAULT_SCRATCH);
-        gpt_set_params(&u, ref.params_memory, &ctx);
-        grads_of(&u, in, tg, 1, &ctx);
-        copy_to_host(host, u.grads_memory, n);
-        float ul = model_loss(&u, &ctx);
+        float ul = grads_with(&c, 0, GPT_HEAD_UNFUSED, ref.params_memory, in, tg, host, &ctx);
         printf("unfused head: loss %.6f vs fused %.6f (rel diff %.2e, tol 1e-3)\n", ul, loss, fabs(ul - loss) / loss);
         EXPECT(fabs(ul - loss) <= 1e-3 * loss, "unfused loss %.6f vs fused %.6f", ul, loss);
         compare_tensors("unfused", host, grads, &m, 3e-2);
-        gpt_free(&u);
     }
 
     // 3e. the fused head in row chunks instead of blocks: the same fp32 logits from GEMMs of other shapes
@@ -286,16 +288,10 @@ int main(void) {
     // 2·2^-8 = 7.8e-3 of the exact one (test_fused_lce's bound); that bound, carried linearly back through
     // the layers, is the tolerance here (measured: 1.6e-3 to 3.5e-3). A wrong head is off by O(1).
     {
-        GptModel k;
-        gpt_build(&k, &c, B_, T_, 0, GPT_HEAD_CHUNKS, FLCE_DEFAULT_SCRATCH);
-        gpt_set_params(&k, ref.params_memory, &ctx);
-        grads_of(&k, in, tg, 1, &ctx);
-        copy_to_host(host, k.grads_memory, n);
-        float kl = model_loss(&k, &ctx);
+        float kl = grads_with(&c, 0, GPT_HEAD_CHUNKS, ref.params_memory, in, tg, host, &ctx);
         printf("chunked head: loss %.6f vs blocks %.6f (rel diff %.2e, tol 1e-5)\n", kl, loss, fabs(kl - loss) / loss);
         EXPECT(fabs(kl - loss) <= 1e-5 * loss, "chunked-head loss %.7f vs blocks %.7f", kl, loss);
         compare_tensors("chunked head", host, grads, &m, 7.8e-3);
-        gpt_free(&k);
     }
 
     // 4. ten AdamW steps on the same batch, both sides from the same parameters. The GPU updates fp32
