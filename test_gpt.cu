@@ -60,8 +60,6 @@ static void grads_of(GptModel* m, const int* in, const int* tg, int times, const
     cuda_check(cudaStreamSynchronize(ctx->stream));
 }
 
-// Compares tensor by tensor: relative L2 error ‖a − b‖/‖b‖ and max |a − b| (with where and the
-// reference's max |b|). Returns the largest relative L2 error.
 // The same parameters in a second model built with other choices (recompute, head): its gradients of
 // the batch into out (num_params floats); returns its loss
 static float grads_with(const GptConfig* c, int recompute, int head, const float* params, const int* in, const int* tg,
@@ -76,6 +74,8 @@ static float grads_with(const GptConfig* c, int recompute, int head, const float
     return l;
 }
 
+// Compares tensor by tensor: relative L2 error ‖a − b‖/‖b‖ and max |a − b| (with where and the
+// reference's max |b|). Returns the largest relative L2 error.
 static double compare_tensors(const char* what, const float* got, const float* ref, const GptModel* m, double tol) {
     double worst = 0.0;
     for (int i = 0; i < GPT_NUM_TENSORS; i++) {
