@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <algorithm>
 #include "../../llmc/attention.cuh"
 #include "../../llmc/flash_attention_backward.cuh"
 #include "attention_check.cuh"

@@ -31,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
-#include <algorithm>
 #include <vector>
 #include "../../llmc/fused_lce.cuh"
 #include "../../llmc/fused_lce_mma.cuh"

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
-#include <algorithm>
 #include <vector>
 #include "../../llmc/cuda_common.cuh"
 #include "../../llmc/matmul.cuh"
