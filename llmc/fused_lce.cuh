@@ -324,16 +324,16 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     cuda_check(cudaFree(h->part));
     h->part = NULL;
     h->part_floats = 0;
+    int dev, sms;
+    cuda_check(cudaGetDevice(&dev));
+    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     if (h->wgmma) {  // only what the wgmma forward needs (the mma.sync forward's bound can be far larger)
-        int dev, sms;
-        cuda_check(cudaGetDevice(&dev));
-        cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         h->part_floats = flce_wgmma_part_floats(h->max_n, h->V, sms);
         cuda_check(cudaMalloc(&h->part, h->part_floats * sizeof(float)));
     }
     size_t rows_bytes = (2 * (size_t)h->max_n + h->part_floats) * sizeof(float);
     size_t budget = h->budget > rows_bytes ? h->budget - rows_bytes : 0;
-    size_t bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, h->max_n, h->C, h->V, vb_max, h->wgmma);
+    size_t bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, h->max_n, h->C, h->V, vb_max, h->wgmma, sms);
     if (bytes == 0) {
         fprintf(stderr, "error: fused_lce_use_blocks: a scratch budget of %zu bytes holds fewer than 16 rows of vocab "
                 "blocks of %d columns and C = %d\n  hint: a larger budget, or a smaller vb_max (at least 16)\n",

@@ -24,6 +24,7 @@
 #include "cuda_common.cuh"
 #include "matmul.cuh"
 #include "fused_lce_common.cuh"
+#include "fused_lce_plan.h"
 #include "fused_lce_wgmma.cuh"
 #include "profile.h"
 
@@ -135,19 +136,16 @@ __global__ void flce_dx_store_kernel(bf16* dx, const float* acc, size_t n) {
 
 // --- launchers -------------------------------------------------------------------------------
 
-// Lays the blocks out within `bytes` of scratch: vocab blocks of equal width, at most vb_max (rounded up to
-// whole 256-column tiles with wgmma), then as many rows per block as fit (no more than max_n needs).
-// Returns the bytes the layout takes, 0 when fewer than 16 rows fit. flce_blocks_carve then places it in
-// a buffer of that size (from cudaMalloc).
-static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, int C, int V, int vb_max, int wgmma) {
-    int nvb = ceil_div(V, vb_max), align = wgmma ? WG_BN : 16;  // 16: keeps W + v0·C, dW + v0·C 256-byte aligned
+// Lays the blocks out within `bytes` of scratch (llmc/fused_lce_plan.h: the layout, and why). Returns the
+// bytes the layout takes, 0 when fewer than 16 rows fit. flce_blocks_carve then places it in a buffer of
+// that size (from cudaMalloc).
+static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, int C, int V, int vb_max, int wgmma,
+                                      int sm_count) {
+    FlceBlockPlan p = flce_block_plan(bytes, max_n, C, V, vb_max, wgmma, FLCE_GRAD_ROWS, WG_BN, sm_count);
     b->wgmma = wgmma;
-    b->vb = ceil_div(ceil_div(V, nvb), align) * align;
-    size_t per_row = (size_t)b->vb * (wgmma ? sizeof(bf16) : sizeof(float)) + (size_t)C * sizeof(float) + sizeof(float4);
-    size_t nb = bytes / per_row / 16 * 16, rows = (size_t)ceil_div(max_n, 16) * 16;
-    if (nb < 16) return 0;
-    b->nb = (int)(nb < rows ? nb : rows);
-    return b->nb * per_row;
+    b->nb = p.nb;
+    b->vb = p.vb;
+    return p.bytes;
 }
 
 static inline void flce_blocks_carve(FlceBlocks* b, void* buf, int C) {
@@ -178,7 +176,7 @@ static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* d
     int ldg = b->wgmma ? vb : 2 * vb;
     if (b->wgmma && !lse_ready) check_fail("flce_blocks_run: wgmma blocks need the lse first", "run flce_wgmma_forward");
     FlceWgmmaMaps maps;
-    if (b->wgmma) maps = flce_wgmma_maps(x, W, N, C, Vp, 64);
+    if (b->wgmma) maps = flce_wgmma_maps(x, W, N, C, Vp, FLCE_GRAD_ROWS);
     for (int r0 = 0; r0 < N; r0 += b->nb) {
         int n = N - r0 < b->nb ? N - r0 : b->nb;
         const bf16* xr = x + (size_t)r0 * C;

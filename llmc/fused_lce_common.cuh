@@ -58,14 +58,16 @@ __device__ __forceinline__ float flce_row_loss(float lse, float st, float sum, c
 // What the gradient of one row needs: dL/ds_j = scale·(p_j·(1 + 2·z_loss·lse) − (1−ε)·[j=t] − ε/V),
 // times ds/dz = 1 − tanh² under softcap. scale = 0 for rows that do not count.
 typedef struct {
-    float lse, pscale, smooth, target_w, cap, inv_cap;
+    float lse2, pscale, smooth, target_w, cap, inv_cap;  // lse2 = lse·log2(e): p_j = 2^(s_j·log2(e) − lse2)
     int t;
 } FlceRowGrad;
+
+#define FLCE_LOG2E 1.4426950408889634f
 
 // scale: the row's upstream gradient (dloss / N_valid in training), or 0 when the row is ignored
 __device__ __forceinline__ FlceRowGrad flce_row_grad(float lse, int t, float scale, const FlceOptions& opt, int V) {
     FlceRowGrad g;
-    g.lse = lse;
+    g.lse2 = lse * FLCE_LOG2E;
     g.t = t;
     g.pscale = scale * (1.0f + 2.0f * opt.z_loss * lse);
     g.smooth = scale * opt.label_smoothing / V;
@@ -75,11 +77,15 @@ __device__ __forceinline__ FlceRowGrad flce_row_grad(float lse, int t, float sca
     return g;
 }
 
-// dL/dz of the logit z in column j (j < V; callers write 0 for the padded columns)
+// dL/dz of the logit z in column j (j < V; callers write 0 for the padded columns). The tensor-core
+// kernels unroll it over a whole tile, where a run-time branch becomes predicated code that runs anyway;
+// so CAP = false (only when g.cap == 0) compiles the tanh out (one special-function op per logit instead
+// of three), and TARGET = false leaves out the target's term (for a column known not to be the target).
+template <bool CAP = true, bool TARGET = true>
 __device__ __forceinline__ float flce_dlogit(const FlceRowGrad& g, float z, int j) {
     float sv = z, dsdz = 1.0f;
-    if (g.cap > 0.0f) { float th = flce_tanh(z * g.inv_cap); sv = g.cap * th; dsdz = 1.0f - th * th; }
-    float d = g.pscale * __expf(sv - g.lse) - g.smooth;
-    if (j == g.t) d -= g.target_w;
-    return d * dsdz;
+    if (CAP && g.cap > 0.0f) { float th = flce_tanh(z * g.inv_cap); sv = g.cap * th; dsdz = 1.0f - th * th; }
+    float d = g.pscale * exp2f(fmaf(sv, FLCE_LOG2E, -g.lse2)) - g.smooth;
+    if (TARGET && j == g.t) d -= g.target_w;
+    return CAP ? d * dsdz : d;
 }

@@ -1,15 +1,21 @@
-// fused_lce_wgmma.cuh: the LM head's forward on Hopper tensor cores (sm_90a): the logits GEMM of
-// llmc/wgmma.cuh (TMA ring, m64n256k16 wgmmas, fp32 accumulators) with the softmax statistics in its
-// epilogue. Each 128 x 256 logit tile is folded, while still in registers, into a running (max, Σexp,
-// Σs) of each row; only those three floats per row and vocab split leave the chip, and
-// flce_mma_finish_kernel (fused_lce_mma.cuh, shared with the mma.sync forward) merges the splits and
-// adds the target logit. No logits in memory, not even a block of them.
-//
-// A block owns 128 rows and walks the vocab tiles split, split + splits, ... without draining its
-// pipeline between tiles (the producer runs ahead into the next tile while the consumers reduce).
-// Napkin at C = 768: a tile is 2·128·256·768 = 50 MFLOP (~12k cycles of one SM's tensor cores) against
-// 32k exps (~2k cycles of its special-function units): the epilogue costs ~15% while the tensor cores
-// wait, the price of keeping both consumers on the same tile.
+// fused_lce_wgmma.cuh: the LM head's two logits GEMMs on Hopper tensor cores (sm_90a), on the TMA ring
+// and m64n256k16 wgmmas of llmc/wgmma.cuh, with fp32 accumulators that never leave the chip as logits:
+//   forward (cooperative, 128 x 256 tiles): each tile is folded, while still in registers, into a
+//     running (max, Σexp, Σs) of each row; only those three floats per row and vocab split are stored,
+//     and flce_mma_finish_kernel (fused_lce_mma.cuh, shared with the mma.sync forward) merges the splits
+//     and adds the target logit. A block owns 128 rows and walks the vocab tiles split, split + splits,
+//     ... without draining its pipeline between tiles. (A ping-pong forward, 64-row blocks whose two
+//     consumers fold alternate tiles, measured 8.0 ms against this one's 7.5.)
+//   gradient (ping-pong, 64 x 256 tiles): dL/dz of a (row block, vocab block) of fused_lce_blocks.cuh,
+//     as bf16, staged in shared memory and stored by the copy engine. (Cooperative 128 x 256 tiles, whose
+//     epilogue stalls both consumers, measured 9.5 ms against ping-pong's 8.6, both without the stores.)
+// Both are bound by their epilogues more than by the tensor cores (65536 x 768 x 50257 on the H200,
+// build/dev/fused_lce 5 --bench-only --shape 2 --profile): the forward takes 7.4 ms against 6.1 with its
+// epilogue compiled out, the gradient 8.8 against 7.6. Two things the epilogues must avoid: a run-time
+// option branch inside the unrolled loop over a tile (predicated, it runs anyway: soft-capping's tanh
+// made three special-function ops per logit of one; hence the CAP template parameter), and 4-byte
+// stores straight from the accumulator layout (8 rows x 16 bytes per warp instruction: 3.5 ms of the
+// gradient's then 11.3, now through stmatrix and TMA stores of whole lines).
 #pragma once
 #include "wgmma.cuh"
 #include "fused_lce_common.cuh"
@@ -17,7 +23,45 @@
 
 // --- kernels ---------------------------------------------------------------------------------
 
+// Folds this thread's logits of a 64 x 256 accumulator tile (register 4j + 2h + e: row lane/4 + 8h,
+// column c0 + 8j + e of the vocabulary, c0 = tile's first column + 2·(lane % 4)) into the running (max,
+// Σexp relative to it, Σs) of its two rows. CAP: soft-capping on (the logits are replaced by s); FULL:
+// every column of the tile is < V (no per-logit bounds checks).
+template <bool CAP, bool FULL>
+__device__ __forceinline__ void flce_wgmma_fold(float d[128], float m[2], float s[2], float sum[2], int c0, int V,
+                                                float cap, float inv_cap) {
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float tm = -INFINITY;
+        #pragma unroll
+        for (int j = 0; j < 32; j++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float z = d[4 * j + 2 * h + e];
+                if (CAP) z = cap * flce_tanh(z * inv_cap);
+                d[4 * j + 2 * h + e] = z;
+                if (FULL || c0 + 8 * j + e < V) tm = fmaxf(tm, z);
+            }
+        float nm = fmaxf(m[h], tm);
+        if (nm == -INFINITY) continue;  // none of this thread's columns so far is in the vocabulary
+        float nml = nm * FLCE_LOG2E, acc = 0.0f, su = 0.0f;
+        #pragma unroll
+        for (int j = 0; j < 32; j++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++)
+                if (FULL || c0 + 8 * j + e < V) {
+                    float z = d[4 * j + 2 * h + e];
+                    acc += exp2f(fmaf(z, FLCE_LOG2E, -nml));
+                    su += z;
+                }
+        s[h] = s[h] * exp2f(m[h] * FLCE_LOG2E - nml) + acc;  // m = -inf before the first tile: weight 0
+        m[h] = nm;
+        sum[h] += su;
+    }
+}
+
 // part (splits, N, 3): running max, Σexp relative to it, Σs of each row over its split's tiles
+template <bool CAP>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 flce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                           float* part, int N, int C, int V, int splits, float softcap) {
@@ -41,32 +85,9 @@ flce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_c
     for (int i = 0; i < 128; i++) d[i] = 0.0f;
     for (int nt = split; nt < ntiles; nt += splits) {
         wg_consume(ring, d, (wg - 1) * 64 * WG_BK * 2, kt_count, it);
-        // register 4j + 2h + e: row lane/4 + 8h, column 8j + 2·(lane % 4) + e of the tile
         int c0 = nt * WG_BN + 2 * (lane % 4);
-        #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float tm = -INFINITY;
-            #pragma unroll
-            for (int j = 0; j < 32; j++)
-                #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float z = d[4 * j + 2 * h + e];
-                    if (cap > 0.0f) z = cap * flce_tanh(z * inv_cap);
-                    d[4 * j + 2 * h + e] = z;
-                    if (c0 + 8 * j + e < V) tm = fmaxf(tm, z);
-                }
-            float nm = fmaxf(m[h], tm);
-            if (nm == -INFINITY) continue;  // none of this thread's columns so far is in the vocabulary
-            float acc = 0.0f, su = 0.0f;
-            #pragma unroll
-            for (int j = 0; j < 32; j++)
-                #pragma unroll
-                for (int e = 0; e < 2; e++)
-                    if (c0 + 8 * j + e < V) { float z = d[4 * j + 2 * h + e]; acc += __expf(z - nm); su += z; }
-            s[h] = s[h] * __expf(m[h] - nm) + acc;  // m = -inf before the first tile: weight 0
-            m[h] = nm;
-            sum[h] += su;
-        }
+        if ((nt + 1) * WG_BN <= V) flce_wgmma_fold<CAP, true>(d, m, s, sum, c0, V, cap, inv_cap);
+        else flce_wgmma_fold<CAP, false>(d, m, s, sum, c0, V, cap, inv_cap);
     }
     #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -85,16 +106,94 @@ flce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_c
 #endif
 }
 
+// v = c ? x : v, as a select the compiler cannot turn back into an indexed load
+__device__ __forceinline__ void flce_select(float& v, bool c, float x) {
+    asm("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\nselp.f32 %0, %2, %0, p;\n}" : "+f"(v) : "r"((int)c), "f"(x));
+}
+
+// Where column col (< 256) of row row (< 64) of a consumer's bf16 gradient tile lies in its staging
+// buffer: four boxes of 64 rows x 64 columns, 128-byte rows with 128-byte swizzling (16-byte chunk k
+// of row r at chunk k ^ (r % 8)), as the TMA store expects them (and free of bank conflicts)
+__device__ __forceinline__ uint32_t flce_stage_addr(uint32_t out, int row, int col) {
+    return out + (col / 64) * (64 * 128) + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4) + (col % 8) * 2;
+}
+
+// The gradient of this warp's 16 x 256 logits of a consumer's 64 x 256 tile (register layout as in
+// flce_wgmma_fold: this thread's rows are lane/4 and lane/4 + 8 of the warp's, row0 and row0 + 8 of the
+// row block; its columns c0 + 8j + e of the vocab block), rounded to bf16, into the staging buffer at
+// `out` by stmatrix: rows warp·16 .. of the tile. The target's term is left out of the unrolled loop,
+// and the thread that holds the target's column writes it again. CAP as in flce_wgmma_fold; FULL:
+// every column of the tile is inside the vocab block and < V (no per-logit bounds checks).
+template <bool CAP, bool FULL>
+__device__ __forceinline__ void flce_wgmma_grad_tile(const float d[128], uint32_t out, int warp, int lane, int row0,
+                                                     int c0, const float* lse, const int* targets,
+                                                     const float* dloss_rows, float dloss_nv, int r0, int n, int v0,
+                                                     int ncols, int V, const FlceOptions& opt) {
+    FlceRowGrad rg[2];
+    int counts[2];
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int row = row0 + 8 * h;  // within the row block; rows past it are computed, never stored
+        int tg = row < n ? targets[r0 + row] : -1;
+        counts[h] = row < n && !(tg == opt.ignore_index || tg < 0 || tg >= V);
+        float scale = counts[h] ? (dloss_rows ? dloss_rows[r0 + row] : dloss_nv) : 0.0f;
+        rg[h] = flce_row_grad(row < n ? lse[r0 + row] : 0.0f, tg - v0, scale, opt, V);  // columns counted from v0
+    }
+    // matrix i of an x4 store: 8 rows (h = i % 2) x 8 columns (j + i / 2); lane l addresses row l % 8 of l / 8
+    int i = lane / 8, trow = warp * 16 + 8 * (i % 2) + lane % 8;
+    #pragma unroll
+    for (int j = 0; j < 32; j += 2) {
+        uint32_t r[4];
+        #pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int jj = j + q / 2, h = q % 2, col = c0 + 8 * jj;  // col even, ncols even: the pair is in or out
+            float a = flce_dlogit<CAP, false>(rg[h], d[4 * jj + 2 * h], col);
+            float b = flce_dlogit<CAP, false>(rg[h], d[4 * jj + 2 * h + 1], col + 1);
+            if (!FULL) {
+                if (col >= ncols || v0 + col >= V) a = 0.0f;
+                if (col + 1 >= ncols || v0 + col + 1 >= V) b = 0.0f;
+            }
+            __nv_bfloat162 pr = __floats2bfloat162_rn(a, b);
+            r[q] = *(uint32_t*)&pr;
+        }
+        stmatrix_x4(flce_stage_addr(out, trow, 8 * (j + i / 2)), r[0], r[1], r[2], r[3]);
+    }
+    __syncwarp();  // the target's element below lands after the stmatrix that wrote it
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int tt = rg[h].t - c0;  // the target's place among this thread's columns, if it is one of them
+        if (!counts[h] || tt < 0 || tt >= WG_BN || tt % 8 >= 2 || rg[h].t >= ncols) continue;
+        float zt = 0.0f;  // d[4·(tt/8) + 2h + tt%2] by selects (an index would put d in local memory)
+        #pragma unroll
+        for (int j = 0; j < 32; j++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) flce_select(zt, tt == 8 * j + e, d[4 * j + 2 * h + e]);
+        bf16 g = __float2bfloat16(flce_dlogit<CAP, true>(rg[h], zt, rg[h].t));
+        int tcol = c0 % WG_BN + tt;  // within the tile
+        asm volatile("st.shared.b16 [%0], %1;" :: "r"(flce_stage_addr(out, warp * 16 + lane / 4 + 8 * h, tcol)),
+                     "h"(*(unsigned short*)&g) : "memory");
+    }
+}
+
+#define FLCE_GRAD_ROWS 64  // rows of a gradient tile (flce_blocks_plan sizes the blocks for them)
+#define FLCE_GRAD_OUT_BYTES (FLCE_GRAD_ROWS * WG_BN * 2)  // a consumer's staging buffer: one 64 x 256 bf16 tile
+#define FLCE_GRAD_SMEM (WG_PP_STAGES * WG_PP_STAGE_BYTES + 2048 + 2 * FLCE_GRAD_OUT_BYTES)  // + alignment, barriers
+
 // G (n, ncols) bf16, row stride ldg: dL/dz of rows r0 .. r0+n-1 and vocab columns v0 .. v0+ncols-1 (0 for
 // the padding columns >= V), from the logit tiles straight out of the tensor cores: no logits in memory.
 // Ping-pong (wgmma.cuh): the block's tiles of 64 rows x 256 columns, b, b + gridDim.x, ..., go to the two
-// consumers in turn, so that one's epilogue (an exp, and a bf16 store, per logit) runs beside the other's
-// K loop. The maps cover all of x (N, C; boxes of 64 rows) and W (Vp, C), so rows past the block and
+// consumers in turn, so that one's epilogue runs beside the other's K loop. An epilogue stages its bf16
+// tile in shared memory (stmatrix) and one thread stores it with the copy engine through tg, the map of
+// G (boxes of 64 x 64, clipped to n x ncols): full 128-byte lines, off the consumer's critical path (the
+// warps' own 4-byte stores, 8 rows x 16 bytes per instruction, had cost ~3.5 ms of 11.3 at 65536 x 768).
+// The maps tx (x, boxes of 64 rows) and tw cover all of x (N, C) and W (Vp, C), so rows past the block and
 // columns past the vocab block are computed (or arrive as zeros past Vp) but not stored.
+template <bool CAP>
 __global__ void __launch_bounds__(WG_THREADS, 1)
-flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw, bf16* G,
-                       int ldg, const float* lse, const int* targets, const int* n_valid, const float* dloss_rows,
-                       float dloss, int r0, int n, int v0, int ncols, int C, int V, FlceOptions opt) {
+flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
+                       const __grid_constant__ CUtensorMap tg, const float* lse, const int* targets,
+                       const int* n_valid, const float* dloss_rows, float dloss, int r0, int n, int v0, int ncols,
+                       int C, int V, FlceOptions opt) {
 #if defined(WG_DEVICE_CODE)
     extern __shared__ unsigned char smem_raw[];
     WgRing ring = wg_ring_init(smem_raw, WG_PP_STAGES, 64, 1);
@@ -109,34 +208,32 @@ flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_cons
     }
     regs_inc<232>();
     int c = wg - 1, lane = t % 32, warp = t / 32, nv = *n_valid;
-    float d[128];
+    float dloss_nv = nv > 0 ? dloss / nv : 0.0f, d[128];
+    uint32_t out = ring.base + WG_PP_STAGES * WG_PP_STAGE_BYTES + 1024 + c * FLCE_GRAD_OUT_BYTES;  // past the barriers
     it = c * kt_count;  // consumer 1 starts at the block's second tile
     for (int k = c, tile = blockIdx.x + c * gridDim.x; tile < tiles; k += 2, tile += 2 * gridDim.x) {
         if (k > 0) wg_turn_wait(c);
         wg_consume(ring, d, 0, kt_count, it);
         if (tile + gridDim.x < tiles) wg_turn_pass(c);
         it += kt_count;  // past the other consumer's next tile
-        // register 4j + 2h + e: row lane/4 + 8h, column 8j + 2·(lane % 4) + e of the warp's 16 x 256
-        int c0 = tile / mtiles * WG_BN + 2 * (lane % 4);  // within the vocab block
-        #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int row = tile % mtiles * 64 + warp * 16 + lane / 4 + 8 * h;  // within the row block
-            if (row >= n) continue;
-            int tg = targets[r0 + row];
-            int ignored = tg == opt.ignore_index || tg < 0 || tg >= V;
-            float scale = ignored ? 0.0f : (dloss_rows ? dloss_rows[r0 + row] : (nv > 0 ? dloss / nv : 0.0f));
-            FlceRowGrad rg = flce_row_grad(lse[r0 + row], tg - v0, scale, opt, V);  // columns counted from v0
-            bf16* g = G + (size_t)row * ldg;
-            #pragma unroll
-            for (int j = 0; j < 32; j++) {
-                int col = c0 + 8 * j;  // even, and ncols is even: both columns of the pair are in or out
-                if (col >= ncols) continue;
-                float a = v0 + col < V ? flce_dlogit(rg, d[4 * j + 2 * h], col) : 0.0f;
-                float b = v0 + col + 1 < V ? flce_dlogit(rg, d[4 * j + 2 * h + 1], col + 1) : 0.0f;
-                *(__nv_bfloat162*)(g + col) = __floats2bfloat162_rn(a, b);
-            }
+        if (t == 0) bulk_wait_read();  // the previous tile's store has read the staging buffer
+        asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
+        int cb = tile / mtiles * WG_BN, c0 = cb + 2 * (lane % 4);  // within the vocab block
+        int rb = tile % mtiles * 64, row0 = rb + warp * 16 + lane / 4;  // within the row block
+        if (cb + WG_BN <= ncols && v0 + cb + WG_BN <= V)
+            flce_wgmma_grad_tile<CAP, true>(d, out, warp, lane, row0, c0, lse, targets, dloss_rows, dloss_nv, r0, n, v0,
+                                            ncols, V, opt);
+        else
+            flce_wgmma_grad_tile<CAP, false>(d, out, warp, lane, row0, c0, lse, targets, dloss_rows, dloss_nv, r0, n, v0,
+                                             ncols, V, opt);
+        fence_proxy_async();
+        asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
+        if (t == 0) {
+            for (int b = 0; b < WG_BN / 64 && cb + 64 * b < ncols; b++) tma_store_2d(&tg, cb + 64 * b, rb, out + b * 64 * 128);
+            bulk_commit();
         }
     }
+    if (t == 0) bulk_wait();
 #endif
 }
 
@@ -155,8 +252,10 @@ static inline FlceWgmmaMaps flce_wgmma_maps(const bf16* x, const bf16* W, int N,
 
 // Once per process before the kernels run: their shared memory (the ring) is above the 48 KiB default
 static inline void flce_wgmma_setup(void) {
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_grad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_PP_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_grad_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_grad_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
 }
 
 // Vocab splits per row block: enough blocks for the SMs (one block each: the ring takes 193 KiB),
@@ -192,8 +291,12 @@ static inline void flce_wgmma_forward(float* loss_rows, float* lse, float* part,
     if (3 * (size_t)splits * N > part_floats) check_fail("flce_wgmma_forward: the statistics buffer is too small", "size it with flce_wgmma_part_floats");
     FlceWgmmaMaps maps = flce_wgmma_maps(x, W, N, C, Vp, WG_BM);
     dim3 grid(ceil_div(N, WG_BM), splits);
-    flce_wgmma_forward_kernel<<<grid, WG_THREADS, WG_COOP_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V, splits,
-                                                                         opt.softcap);
+    if (opt.softcap > 0.0f)
+        flce_wgmma_forward_kernel<true><<<grid, WG_THREADS, WG_COOP_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V,
+                                                                                   splits, opt.softcap);
+    else
+        flce_wgmma_forward_kernel<false><<<grid, WG_THREADS, WG_COOP_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V,
+                                                                                    splits, opt.softcap);
     cuda_check_launch();
     flce_mma_finish_kernel<<<ceil_div(N, 8), 256, 0, ctx->stream>>>(loss_rows, lse, part, x, W, targets, N, C, V,
                                                                     splits, opt);
@@ -207,8 +310,13 @@ static inline void flce_wgmma_grad(bf16* G, int ldg, const FlceWgmmaMaps* maps, 
                                    int ncols, int C, int V, FlceOptions opt, const GpuContext* ctx) {
     int tiles = ceil_div(n, 64) * ceil_div(ncols, WG_BN);
     int grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
-    flce_wgmma_grad_kernel<<<grid, WG_THREADS, WG_PP_SMEM, ctx->stream>>>(maps->x, maps->W, G, ldg, lse, targets, n_valid,
-        dloss_rows, dloss, r0, n, v0, ncols, C, V, opt);
+    CUtensorMap tg = tma_map_bf16(G, n, ncols, ldg, 64);
+    if (opt.softcap > 0.0f)
+        flce_wgmma_grad_kernel<true><<<grid, WG_THREADS, FLCE_GRAD_SMEM, ctx->stream>>>(maps->x, maps->W, tg, lse, targets,
+            n_valid, dloss_rows, dloss, r0, n, v0, ncols, C, V, opt);
+    else
+        flce_wgmma_grad_kernel<false><<<grid, WG_THREADS, FLCE_GRAD_SMEM, ctx->stream>>>(maps->x, maps->W, tg, lse, targets,
+            n_valid, dloss_rows, dloss, r0, n, v0, ncols, C, V, opt);
     cuda_check_launch();
 }
 

@@ -54,6 +54,27 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
                  :: "r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
 
+// the other direction: a box of shared memory at src (laid out as tma_load_2d would have written it)
+// into the 2-D tensor `map` at (c0, c1), clipped to the tensor's bounds; asynchronous, in bulk groups
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int c0, int c1, uint32_t src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(src) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// waits until this thread's committed bulk stores have read their shared memory (may be reused)
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// waits until they are complete
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// orders this thread's shared-memory writes before later bulk copies (the async proxy) read them
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// four 8 x 8 bf16 matrices from registers into shared memory: lane l holds two columns of row l/4 of
+// each (r[i] for matrix i, as in an mma accumulator) and gives the address of row l % 8 of matrix l / 8
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
 // descriptor of a K-major bf16 tile with 128-byte swizzling (see the layout contract above)
 __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr) {
     uint64_t d = (uint64_t)((smem_addr & 0x3FFFF) >> 4);  // start address, 16-byte units
@@ -92,7 +113,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float d[128], uint64_t desc_a, 
 // m64n256k16 wgmmas per stage, fp32 accumulators in registers (128 per thread). Two shapes of ring:
 //   cooperative (WG_COOP_*): 4 stages of 128 rows of A; both consumers work on one 128 x 256 tile,
 //     each on its half of the stage's A (a_off = 64·128 bytes for the second).
-//   ping-pong (WG_PP_*): 5 stages of 64 rows of A; each consumer owns a whole 64 x 256 tile and the
+//   ping-pong (WG_PP_*): 4 stages of 64 rows of A; each consumer owns a whole 64 x 256 tile and the
 //     two take turns: one runs its K loop on the tensor cores while the other runs its epilogue
 //     (wg_turn_wait / wg_turn_pass order them), so an epilogue costs no tensor-core time when it is
 //     shorter than a K loop. Each stage belongs to one consumer.
@@ -107,7 +128,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float d[128], uint64_t desc_a, 
 #define WG_COOP_STAGES 4
 #define WG_COOP_STAGE_BYTES (WG_BM * WG_BK * 2 + WG_B_BYTES)
 #define WG_COOP_SMEM (WG_COOP_STAGES * WG_COOP_STAGE_BYTES + 1024 + 16 * WG_COOP_STAGES)  // + alignment, barriers
-#define WG_PP_STAGES 5
+#define WG_PP_STAGES 4
 #define WG_PP_STAGE_BYTES (64 * WG_BK * 2 + WG_B_BYTES)
 #define WG_PP_SMEM (WG_PP_STAGES * WG_PP_STAGE_BYTES + 1024 + 16 * WG_PP_STAGES)
 

@@ -1,0 +1,61 @@
+// test_fused_lce_plan.c: the blocks' layout (llmc/fused_lce_plan.h) over a grid of shapes, budgets and
+// vocab-block limits: it never takes more than the budget, its blocks have the sizes the kernels need
+// (rows a multiple of 16; columns of 16, or of whole tiles with wgmma; no wider than vb_max rounded up
+// to a tile), it refuses a budget that holds fewer than 16 rows, and with wgmma it costs no more than
+// the plain fewest-blocks layout. Plus the layouts the README and the comments quote.
+#include "../../llmc/fused_lce_plan.h"
+#include "testing.h"
+
+static int round_up(int a, int b) { return flce_plan_ceil_div(a, b) * b; }
+
+static void check_plan(size_t bytes, int N, int C, int V, int vb_max, int wgmma) {
+    FlceBlockPlan p = flce_block_plan(bytes, N, C, V, vb_max, wgmma, 64, 256, 132);
+    int align = wgmma ? 256 : 16;
+    // the fewest-blocks layout: what a plan without the search would take
+    int vb0 = round_up(flce_plan_ceil_div(V, flce_plan_ceil_div(V, vb_max)), align);
+    size_t nb0 = bytes / flce_plan_row_bytes(vb0, C, wgmma) / 16 * 16;
+    if (nb0 > (size_t)round_up(N, 16)) nb0 = (size_t)round_up(N, 16);
+    if (p.bytes == 0) {
+        EXPECT(nb0 < 16, "N=%d C=%d V=%d budget %zu: refused, but %zu rows of %d columns fit", N, C, V, bytes, nb0, vb0);
+        return;
+    }
+    EXPECT(p.bytes <= bytes, "N=%d C=%d V=%d: takes %zu bytes of a %zu budget", N, C, V, p.bytes, bytes);
+    EXPECT(p.bytes == (size_t)p.nb * flce_plan_row_bytes(p.vb, C, wgmma), "N=%d C=%d V=%d: bytes %zu for %d x %d",
+           N, C, V, p.bytes, p.nb, p.vb);
+    EXPECT(p.nb >= 16 && p.nb % 16 == 0 && p.nb <= round_up(N, 16), "N=%d C=%d V=%d: %d rows per block", N, C, V, p.nb);
+    EXPECT(p.vb % align == 0 && p.vb <= round_up(vb_max, align) && p.vb > 0, "N=%d C=%d V=%d vb_max %d: %d columns",
+           N, C, V, vb_max, p.vb);
+    if (wgmma && nb0 >= 16) {  // (more vocab blocks may fit where the fewest do not)
+        double c = flce_plan_cost(p.nb, p.vb, N, C, V, 64, 256, 132);
+        double c0 = flce_plan_cost((int)nb0, vb0, N, C, V, 64, 256, 132);
+        EXPECT(c <= c0, "N=%d C=%d V=%d: cost %.0f above the fewest blocks' %.0f", N, C, V, c, c0);
+    }
+}
+
+int main(void) {
+    const int Ns[] = {1, 15, 16, 300, 1024, 4097, 16384, 65536};
+    const int Cs[] = {64, 768, 1600, 4096};
+    const int Vs[] = {777, 4093, 50257, 128256};
+    const int vb_maxes[] = {16, 1024, 4096};
+    const size_t budgets[] = {(size_t)1 << 16, (size_t)1 << 20, (size_t)16 << 20, (size_t)63 << 20, (size_t)1 << 30};
+    for (int a = 0; a < 8; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 4; c++)
+                for (int d = 0; d < 3; d++)
+                    for (int e = 0; e < 5; e++)
+                        for (int w = 0; w < 2; w++) check_plan(budgets[e], Ns[a], Cs[b], Vs[c], vb_maxes[d], w);
+
+    // quoted in llmc/fused_lce_plan.h: the trainer's d12 head (65536 x 768 x 50257, ~63 MiB left for it)
+    size_t budget = ((size_t)64 << 20) - (2 * 65536 + 3 * 4 * (128 * 132 + 65536)) * 4;
+    FlceBlockPlan p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132);
+    EXPECT(p.vb == 3584 && p.nb == 6016, "65536 x 768: %d rows x %d columns, expected 6016 x 3584", p.nb, p.vb);
+    EXPECT(flce_plan_cost(p.nb, p.vb, 65536, 1, 50257, 64, 256, 132) == 1537 + 256.0 * 11 * 15,
+           "65536 x 768: %.0f waves", flce_plan_cost(p.nb, p.vb, 65536, 1, 50257, 64, 256, 132) - 256.0 * 11 * 15);
+    EXPECT(flce_plan_cost(5552, 4096, 65536, 1, 50257, 64, 256, 132) == 1607 + 256.0 * 12 * 13,
+           "the fewest blocks: %.0f waves", flce_plan_cost(5552, 4096, 65536, 1, 50257, 64, 256, 132) - 256.0 * 12 * 13);
+    // without wgmma: the plain layout, as before the search
+    p = flce_block_plan(budget, 65536, 768, 50257, 4096, 0, 64, 256, 132);
+    EXPECT(p.vb == 3872 && p.nb == (int)(budget / (3872 * 4 + 768 * 4 + 16) / 16 * 16),
+           "65536 x 768 without wgmma: %d rows x %d columns", p.nb, p.vb);
+    return test_summary("test_fused_lce_plan");
+}

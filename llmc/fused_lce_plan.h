@@ -1,0 +1,76 @@
+// fused_lce_plan.h: how the LM head's blocks (llmc/fused_lce_blocks.cuh) cut a problem within a scratch
+// budget, in plain C so that the CPU tests check it (dev/test/test_fused_lce_plan.c): a layout never
+// takes more than the budget, and with the Hopper kernels it wastes as little of the GPU as it can.
+//
+// The buffer holds, per row of a row block of nb rows: one vocab block of vb logits (fp32, or with the
+// wgmma kernels only their bf16 gradient), the row's fp32 dx accumulator (C floats) and its running
+// statistics (4 floats).
+//
+// With the wgmma kernels a gradient launch covers one (row block, vocab block) pair in tiles of
+// tile_rows x tile_cols, which fill the SMs in waves; a last wave part empty costs a whole one. So the
+// layout is chosen for max_n among up to 4 more vocab blocks than the fewest, and for each, as many
+// rows per block as fit or the rows spread evenly (in whole tiles) over the fewest row blocks or up to
+// 2 more: the least cost, in waves of C-long tiles, a launch counted as a wave at C = 256 (~3 us: the
+// pipeline's fill, the GEMMs' tails). At 65536 x 768 x 50257 within 64 MiB, tiles of 64 x 256: 11 row
+// blocks x 15 vocab blocks, 1537 waves (1528 if none were part empty), where the fewest blocks (12 x 13)
+// take 1607.
+#pragma once
+#include <stddef.h>
+
+typedef struct {
+    int nb, vb;    // rows per row block (a multiple of 16), columns per vocab block (of 16, or of tile_cols)
+    size_t bytes;  // the buffer the layout takes; 0: fewer than 16 rows fit
+} FlceBlockPlan;
+
+static inline int flce_plan_ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// bytes per row of a row block with vocab blocks of vb columns
+static inline size_t flce_plan_row_bytes(int vb, int C, int wgmma) {
+    return (size_t)vb * (wgmma ? 2 : 4) + (size_t)C * 4 + 16;
+}
+
+// The cost of the layout (nb, vb) for max_n rows and V columns: waves of tiles times C, plus 256 a launch
+static inline double flce_plan_cost(int nb, int vb, int max_n, int C, int V, int tile_rows, int tile_cols,
+                                    int sm_count) {
+    double cost = 0.0;
+    for (int r0 = 0; r0 < max_n; r0 += nb)
+        for (int v0 = 0; v0 < V; v0 += vb) {
+            int n = max_n - r0 < nb ? max_n - r0 : nb, ncols = V - v0 < vb ? V - v0 : vb;
+            int tiles = flce_plan_ceil_div(n, tile_rows) * flce_plan_ceil_div(ncols, tile_cols);
+            cost += (double)C * flce_plan_ceil_div(tiles, sm_count) + 256.0;
+        }
+    return cost;
+}
+
+// The layout within `bytes` for up to max_n rows: vocab blocks of equal width, at most vb_max (rounded
+// up to whole tiles with wgmma), then as many rows per block as fit (no more than max_n needs); with
+// wgmma (tile_rows x tile_cols tiles, sm_count SMs) the cheapest of the candidates above.
+static inline FlceBlockPlan flce_block_plan(size_t bytes, int max_n, int C, int V, int vb_max, int wgmma,
+                                            int tile_rows, int tile_cols, int sm_count) {
+    FlceBlockPlan best = {0, 0, 0};
+    double best_cost = 0.0;
+    int nvb0 = flce_plan_ceil_div(V, vb_max), align = wgmma ? tile_cols : 16;  // 16: keeps W + v0·C 256-byte aligned
+    size_t rows = (size_t)flce_plan_ceil_div(max_n, 16) * 16;
+    for (int nvb = nvb0; nvb <= nvb0 + (wgmma ? 4 : 0); nvb++) {
+        int vb = flce_plan_ceil_div(flce_plan_ceil_div(V, nvb), align) * align;
+        size_t nb_max = bytes / flce_plan_row_bytes(vb, C, wgmma) / 16 * 16;
+        if (nb_max < 16) continue;
+        if (nb_max > rows) nb_max = rows;
+        int nr0 = flce_plan_ceil_div(max_n, (int)nb_max);
+        for (int nr = nr0 - 1; nr <= nr0 + (wgmma ? 2 : -1); nr++) {  // nr0 - 1: as many rows as fit
+            size_t nb = nb_max;
+            double cost = 0.0;
+            if (wgmma) {
+                size_t even = nr < nr0 ? nb : (size_t)flce_plan_ceil_div(flce_plan_ceil_div(max_n, nr), tile_rows) * tile_rows;
+                if (even < nb) nb = even;
+                cost = flce_plan_cost((int)nb, vb, max_n, C, V, tile_rows, tile_cols, sm_count);
+            }
+            if (best.bytes && cost >= best_cost) continue;
+            best.nb = (int)nb;
+            best.vb = vb;
+            best.bytes = nb * flce_plan_row_bytes(vb, C, wgmma);
+            best_cost = cost;
+        }
+    }
+    return best;
+}
