@@ -14,7 +14,7 @@
 // epilogue compiled out, the gradient 8.8 against 7.6. Two things the epilogues must avoid: a run-time
 // option branch inside the unrolled loop over a tile (predicated, it runs anyway: soft-capping's tanh
 // made three special-function ops per logit of one; hence the CAP template parameter), and 4-byte
-// stores straight from the accumulator layout (8 rows x 16 bytes per warp instruction: 3.5 ms of the
+// stores straight from the accumulator layout (8 rows x 16 bytes per warp instruction: 2.7 ms of the
 // gradient's then 11.3, now through stmatrix and TMA stores of whole lines).
 #pragma once
 #include "wgmma.cuh"
@@ -185,7 +185,7 @@ __device__ __forceinline__ void flce_wgmma_grad_tile(const float d[128], uint32_
 // consumers in turn, so that one's epilogue runs beside the other's K loop. An epilogue stages its bf16
 // tile in shared memory (stmatrix) and one thread stores it with the copy engine through tg, the map of
 // G (boxes of 64 x 64, clipped to n x ncols): full 128-byte lines, off the consumer's critical path (the
-// warps' own 4-byte stores, 8 rows x 16 bytes per instruction, had cost ~3.5 ms of 11.3 at 65536 x 768).
+// warps' own 4-byte stores, 8 rows x 16 bytes per instruction, had cost ~2.7 ms of 11.3 at 65536 x 768).
 // The maps tx (x, boxes of 64 rows) and tw cover all of x (N, C) and W (Vp, C), so rows past the block and
 // columns past the vocab block are computed (or arrive as zeros past Vp) but not stored.
 template <bool CAP>
