@@ -61,8 +61,10 @@ static inline FlceBlockPlan flce_block_plan(size_t bytes, int max_n, int C, int 
             size_t nb = nb_max;
             double cost = 0.0;
             if (wgmma) {
-                size_t even = nr < nr0 ? nb : (size_t)flce_plan_ceil_div(flce_plan_ceil_div(max_n, nr), tile_rows) * tile_rows;
-                if (even < nb) nb = even;
+                if (nr >= nr0) {  // rows spread evenly over nr blocks, in whole tiles, where they fit
+                    size_t even = (size_t)flce_plan_ceil_div(flce_plan_ceil_div(max_n, nr), tile_rows) * tile_rows;
+                    if (even < nb) nb = even;
+                }
                 cost = flce_plan_cost((int)nb, vb, max_n, C, V, tile_rows, tile_cols, sm_count);
             }
             if (best.bytes && cost >= best_cost) continue;

@@ -229,7 +229,8 @@ flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_cons
         fence_proxy_async();
         asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
         if (t == 0) {
-            for (int b = 0; b < WG_BN / 64 && cb + 64 * b < ncols; b++) tma_store_2d(&tg, cb + 64 * b, rb, out + b * 64 * 128);
+            for (int b = 0; b < WG_BN / 64 && cb + 64 * b < ncols; b++)  // the boxes inside the vocab block
+                tma_store_2d(&tg, cb + 64 * b, rb, out + b * 64 * 128);
             bulk_commit();
         }
     }
