@@ -103,7 +103,7 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
     T* z = (T*)logits_v + (size_t)row * Vp;
     bf16* g = (bf16*)logits_v + (size_t)row * (sizeof(T) / sizeof(bf16)) * Vp;  // in place, same row start
     int t = targets[row];
-    int ignored = (t == opt.ignore_index) || t < 0 || t >= V;
+    int ignored = flce_ignored(t, opt, V);
     float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
 
     // pass 1: online max and Σexp per thread, then across the block. A thread takes spans of 8 consecutive

@@ -77,7 +77,7 @@ flce_block_stats_kernel(float4* stats, float* loss_rows, float* lse_out, const f
     flce_block_reduce(&m, &s, &sum);
     if (threadIdx.x != 0) return;
     int t = targets[row];
-    int ignored = t == opt.ignore_index || t < 0 || t >= V;
+    int ignored = flce_ignored(t, opt, V);
     float4 st = first ? make_float4(-INFINITY, 0.0f, 0.0f, 0.0f) : stats[row];
     lse_merge(st.x, st.y, m, s);
     st.z += sum;
@@ -102,7 +102,7 @@ flce_block_grad_kernel(float* z, int ldz, const float* lse, const int* targets, 
     const float* zr = z + (size_t)row * ldz;
     bf16* g = (bf16*)z + (size_t)row * 2 * ldz;
     int t = targets[row], nv = *n_valid;
-    int ignored = t == opt.ignore_index || t < 0 || t >= V;
+    int ignored = flce_ignored(t, opt, V);
     float scale = ignored ? 0.0f : (dloss_rows ? dloss_rows[row] : (nv > 0 ? dloss / nv : 0.0f));
     FlceRowGrad rg = flce_row_grad(lse[row], t - v0, scale, opt, V);  // columns counted from v0
     const int stride = FLCE_BLOCK_THREADS * 8;

@@ -49,6 +49,12 @@ __device__ void flce_block_reduce(float* m, float* s, float* sum) {
     *m = bm; *s = bs; *sum = bu;
 }
 
+// Whether a row with target t has no loss and no gradient: ignore_index, or a target outside the vocabulary
+// (flagged by fused_lce_check)
+__device__ __forceinline__ int flce_ignored(int t, const FlceOptions& opt, int V) {
+    return t == opt.ignore_index || t < 0 || t >= V;
+}
+
 // The loss of a row that counts, from its lse, target s_t and Σ_j s_j
 __device__ __forceinline__ float flce_row_loss(float lse, float st, float sum, const FlceOptions& opt, int V) {
     float eps = opt.label_smoothing;

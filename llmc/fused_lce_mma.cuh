@@ -200,7 +200,7 @@ __global__ void flce_mma_finish_kernel(float* loss_rows, float* lse_out, const f
     }
     float lse = m + logf(s);
     int t = targets[row];
-    int ignored = t == opt.ignore_index || t < 0 || t >= V;
+    int ignored = flce_ignored(t, opt, V);
     float dot = 0.0f;
     if (!ignored) {
         const bf16* xr = x + (size_t)row * C;

@@ -135,7 +135,7 @@ __device__ __forceinline__ void flce_wgmma_grad_tile(const float d[128], uint32_
     for (int h = 0; h < 2; h++) {
         int row = row0 + 8 * h;  // within the row block; rows past it are computed, never stored
         int tg = row < n ? targets[r0 + row] : -1;
-        counts[h] = row < n && !(tg == opt.ignore_index || tg < 0 || tg >= V);
+        counts[h] = row < n && !flce_ignored(tg, opt, V);
         float scale = counts[h] ? (dloss_rows ? dloss_rows[r0 + row] : dloss_nv) : 0.0f;
         rg[h] = flce_row_grad(row < n ? lse[r0 + row] : 0.0f, tg - v0, scale, opt, V);  // columns counted from v0
     }
@@ -196,14 +196,14 @@ flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_cons
                        int C, int V, FlceOptions opt) {
 #if defined(WG_DEVICE_CODE)
     extern __shared__ unsigned char smem_raw[];
-    WgRing ring = wg_ring_init(smem_raw, WG_PP_STAGES, 64, 1);
+    WgRing ring = wg_ring_init(smem_raw, WG_PP_STAGES, FLCE_GRAD_ROWS, 1);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
-    int mtiles = ceil_div(n, 64), tiles = mtiles * ceil_div(ncols, WG_BN), kt_count = C / WG_BK;
+    int mtiles = ceil_div(n, FLCE_GRAD_ROWS), tiles = mtiles * ceil_div(ncols, WG_BN), kt_count = C / WG_BK;
     if (wg == 0) {  // producer
         regs_dec<40>();
         if (t == 0)
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x)
-                wg_produce(ring, &tx, &tw, r0 + tile % mtiles * 64, v0 + tile / mtiles * WG_BN, kt_count, it);
+                wg_produce(ring, &tx, &tw, r0 + tile % mtiles * FLCE_GRAD_ROWS, v0 + tile / mtiles * WG_BN, kt_count, it);
         return;
     }
     regs_inc<232>();
@@ -219,7 +219,7 @@ flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_cons
         if (t == 0) bulk_wait_read();  // the previous tile's store has read the staging buffer
         asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
         int cb = tile / mtiles * WG_BN, c0 = cb + 2 * (lane % 4);  // within the vocab block
-        int rb = tile % mtiles * 64, row0 = rb + warp * 16 + lane / 4;  // within the row block
+        int rb = tile % mtiles * FLCE_GRAD_ROWS, row0 = rb + warp * 16 + lane / 4;  // within the row block
         if (cb + WG_BN <= ncols && v0 + cb + WG_BN <= V)
             flce_wgmma_grad_tile<CAP, true>(d, out, warp, lane, row0, c0, lse, targets, dloss_rows, dloss_nv, r0, n, v0,
                                             ncols, V, opt);
@@ -309,9 +309,9 @@ static inline void flce_wgmma_forward(float* loss_rows, float* lse, float* part,
 static inline void flce_wgmma_grad(bf16* G, int ldg, const FlceWgmmaMaps* maps, const float* lse, const int* targets,
                                    const int* n_valid, const float* dloss_rows, float dloss, int r0, int n, int v0,
                                    int ncols, int C, int V, FlceOptions opt, const GpuContext* ctx) {
-    int tiles = ceil_div(n, 64) * ceil_div(ncols, WG_BN);
+    int tiles = ceil_div(n, FLCE_GRAD_ROWS) * ceil_div(ncols, WG_BN);
     int grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
-    CUtensorMap tg = tma_map_bf16(G, n, ncols, ldg, 64);
+    CUtensorMap tg = tma_map_bf16(G, n, ncols, ldg, FLCE_GRAD_ROWS);
     if (opt.softcap > 0.0f)
         flce_wgmma_grad_kernel<true><<<grid, WG_THREADS, FLCE_GRAD_SMEM, ctx->stream>>>(maps->x, maps->W, tg, lse, targets,
             n_valid, dloss_rows, dloss, r0, n, v0, ncols, C, V, opt);

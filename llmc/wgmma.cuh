@@ -130,7 +130,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(float d[128], uint64_t desc_a, 
 #define WG_COOP_SMEM (WG_COOP_STAGES * WG_COOP_STAGE_BYTES + 1024 + 16 * WG_COOP_STAGES)  // + alignment, barriers
 #define WG_PP_STAGES 4
 #define WG_PP_STAGE_BYTES (64 * WG_BK * 2 + WG_B_BYTES)
-#define WG_PP_SMEM (WG_PP_STAGES * WG_PP_STAGE_BYTES + 1024 + 16 * WG_PP_STAGES)
 
 typedef struct {
     uint32_t base, full, empty;  // shared addresses: the stages, then the barriers
