@@ -136,12 +136,64 @@ __global__ void flce_dx_store_kernel(bf16* dx, const float* acc, size_t n) {
 
 // --- launchers -------------------------------------------------------------------------------
 
-// Lays the blocks out within `bytes` of scratch (llmc/fused_lce_plan.h: the layout, and why). Returns the
-// bytes the layout takes, 0 when fewer than 16 rows fit. flce_blocks_carve then places it in a buffer of
-// that size (from cudaMalloc).
+// The layout's cost of a block's dx and dW GEMMs (fused_lce_plan.h's FlceGemmCost): their multiply-adds
+// in units of one K step of a full wave of gradient tiles, over the share of their last wave that
+// cuBLASLt's heuristic expects to be full (0.85 of one wave: 1/0.85 of the cost), plus 256 a launch.
+// Shapes already asked about are remembered (a layout repeats a few of them many times).
+#define FLCE_GEMM_COST_CACHE 256
+typedef struct {
+    GpuContext ctx;  // only its cuBLASLt handle and workspace size are used
+    int C, sm_count, n_cached;
+    int cached[FLCE_GEMM_COST_CACHE][2];
+    double cost[FLCE_GEMM_COST_CACHE];
+} FlceGemmCostArg;
+
+static double flce_blocks_gemm_cost(void* arg, int n, int ncols) {
+    FlceGemmCostArg* a = (FlceGemmCostArg*)arg;
+    for (int i = 0; i < a->n_cached; i++)
+        if (a->cached[i][0] == n && a->cached[i][1] == ncols) return a->cost[i];
+    double units = (double)n * a->C * ncols / ((double)a->sm_count * FLCE_GRAD_ROWS * WG_BN), cost = 0.0;
+    // the two calls of flce_blocks_run, G's row stride taken as ncols (it is vb, wider only in the last
+    // vocab block)
+    for (int dw = 0; dw < 2; dw++) {
+        MatmulPlan p;
+        if (dw)  // Gᵀ (ncols, n) · x_r
+            matmul_plan_make(&p, &a->ctx, CUDA_R_32F, a->C, ncols, 1, a->C, 0, ncols, a->C, n,
+                             MATMUL_EPILOGUE_NONE, 0);
+        else  // G (n, ncols) · W_v
+            matmul_plan_make(&p, &a->ctx, CUDA_R_32F, a->C, ncols, 0, a->C, 0, n, a->C, ncols,
+                             MATMUL_EPILOGUE_NONE, 0);
+        double w = p.waves > 0.0f ? p.waves : 1.0;
+        cost += units * ceil(w) / w + 256.0;
+        matmul_plan_free(&p);
+    }
+    if (a->n_cached < FLCE_GEMM_COST_CACHE) {
+        a->cached[a->n_cached][0] = n;
+        a->cached[a->n_cached][1] = ncols;
+        a->cost[a->n_cached++] = cost;
+    }
+    return cost;
+}
+
+// Lays the blocks out within `bytes` of scratch (llmc/fused_lce_plan.h: the layout, and why; with wgmma
+// the dx and dW GEMMs' waves count too). Returns the bytes the layout takes, 0 when fewer than 16 rows
+// fit. flce_blocks_carve then places it in a buffer of that size (from cudaMalloc).
 static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, int C, int V, int vb_max, int wgmma,
                                       int sm_count) {
-    FlceBlockPlan p = flce_block_plan(bytes, max_n, C, V, vb_max, wgmma, FLCE_GRAD_ROWS, WG_BN, sm_count);
+    FlceGemmCostArg* arg = NULL;
+    if (wgmma) {
+        arg = (FlceGemmCostArg*)calloc_check(1, sizeof(FlceGemmCostArg));
+        cublas_check(cublasLtCreate(&arg->ctx.lt));
+        arg->ctx.lt_workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
+        arg->C = C;
+        arg->sm_count = sm_count;
+    }
+    FlceBlockPlan p = flce_block_plan(bytes, max_n, C, V, vb_max, wgmma, FLCE_GRAD_ROWS, WG_BN, sm_count,
+                                      wgmma ? flce_blocks_gemm_cost : NULL, arg);
+    if (arg) {
+        cublas_check(cublasLtDestroy(arg->ctx.lt));
+        free(arg);
+    }
     b->wgmma = wgmma;
     b->nb = p.nb;
     b->vb = p.vb;

@@ -7,13 +7,17 @@
 // statistics (4 floats).
 //
 // With the wgmma kernels a gradient launch covers one (row block, vocab block) pair in tiles of
-// tile_rows x tile_cols, which fill the SMs in waves; a last wave part empty costs a whole one. So the
+// tile_rows x tile_cols, which fill the SMs in waves; a last wave part empty costs a whole one. The dx
+// and dW GEMMs of a block fill them in waves too, of tiles their library picks: the caller may count
+// them through a callback (the Hopper build asks cuBLASLt's heuristic how many waves each takes). So the
 // layout is chosen for max_n among up to 4 more vocab blocks than the fewest, and for each, as many
 // rows per block as fit or the rows spread evenly (in whole tiles) over the fewest row blocks or up to
 // 2 more: the least cost, in waves of C-long tiles, a launch counted as a wave at C = 256 (~3 us: the
-// pipeline's fill, the GEMMs' tails). At 65536 x 768 x 50257 within 64 MiB, tiles of 64 x 256: 11 row
-// blocks x 15 vocab blocks, 1537 waves (1528 if none were part empty), where the fewest blocks (12 x 13)
-// take 1607.
+// pipeline's fill, the GEMMs' tails). At 65536 x 768 x 50257 within 64 MiB, tiles of 64 x 256, the
+// gradient alone would take 11 row blocks x 15 vocab blocks, 1537 waves (1528 if none were part empty),
+// where the fewest blocks (12 x 13) take 1607; but the dW GEMM of a 6016 x 3584 block fills 0.85 of a
+// wave (112 tiles of 192 x 128 on 132 SMs), and counting the GEMMs the Hopper build takes the 12 x 13
+// blocks of 5552 x 4096 (H200, 65536 x 768: dW GEMMs 9.2 -> 8.5 ms, dx 8.8 -> 8.5, gradient 8.9 -> 9.3).
 #pragma once
 #include <stddef.h>
 
@@ -29,24 +33,32 @@ static inline size_t flce_plan_row_bytes(int vb, int C, int wgmma) {
     return (size_t)vb * (wgmma ? 2 : 4) + (size_t)C * 4 + 16;
 }
 
-// The cost of the layout (nb, vb) for max_n rows and V columns: waves of tiles times C, plus 256 a launch
+// The cost of a block's dx and dW GEMMs, n rows x ncols columns, in the units below (waves of
+// tile_rows x tile_cols x C of work on sm_count SMs); arg is the caller's
+typedef double (*FlceGemmCost)(void* arg, int n, int ncols);
+
+// The cost of the layout (nb, vb) for max_n rows and V columns: the gradient's waves of tiles times C,
+// plus 256 a launch; plus gemm_cost of each block unless it is NULL
 static inline double flce_plan_cost(int nb, int vb, int max_n, int C, int V, int tile_rows, int tile_cols,
-                                    int sm_count) {
+                                    int sm_count, FlceGemmCost gemm_cost, void* gemm_arg) {
     double cost = 0.0;
     for (int r0 = 0; r0 < max_n; r0 += nb)
         for (int v0 = 0; v0 < V; v0 += vb) {
             int n = max_n - r0 < nb ? max_n - r0 : nb, ncols = V - v0 < vb ? V - v0 : vb;
             int tiles = flce_plan_ceil_div(n, tile_rows) * flce_plan_ceil_div(ncols, tile_cols);
             cost += (double)C * flce_plan_ceil_div(tiles, sm_count) + 256.0;
+            if (gemm_cost) cost += gemm_cost(gemm_arg, n, ncols);
         }
     return cost;
 }
 
 // The layout within `bytes` for up to max_n rows: vocab blocks of equal width, at most vb_max (rounded
 // up to whole tiles with wgmma), then as many rows per block as fit (no more than max_n needs); with
-// wgmma (tile_rows x tile_cols tiles, sm_count SMs) the cheapest of the candidates above.
+// wgmma (tile_rows x tile_cols tiles, sm_count SMs) the cheapest of the candidates above, the GEMMs
+// counted when gemm_cost is not NULL.
 static inline FlceBlockPlan flce_block_plan(size_t bytes, int max_n, int C, int V, int vb_max, int wgmma,
-                                            int tile_rows, int tile_cols, int sm_count) {
+                                            int tile_rows, int tile_cols, int sm_count, FlceGemmCost gemm_cost,
+                                            void* gemm_arg) {
     FlceBlockPlan best = {0, 0, 0};
     double best_cost = 0.0;
     int nvb0 = flce_plan_ceil_div(V, vb_max), align = wgmma ? tile_cols : 16;  // 16: keeps W + v0·C 256-byte aligned
@@ -65,7 +77,7 @@ static inline FlceBlockPlan flce_block_plan(size_t bytes, int max_n, int C, int 
                     size_t even = (size_t)flce_plan_ceil_div(flce_plan_ceil_div(max_n, nr), tile_rows) * tile_rows;
                     if (even < nb) nb = even;
                 }
-                cost = flce_plan_cost((int)nb, vb, max_n, C, V, tile_rows, tile_cols, sm_count);
+                cost = flce_plan_cost((int)nb, vb, max_n, C, V, tile_rows, tile_cols, sm_count, gemm_cost, gemm_arg);
             }
             if (best.bytes && cost >= best_cost) continue;
             best.nb = (int)nb;

@@ -16,6 +16,7 @@ typedef struct {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
+    float waves;  // the heuristic's estimate of how many waves of the GPU's SMs the algorithm's tiles fill
 } MatmulPlan;
 
 enum { MATMUL_EPILOGUE_NONE = 0, MATMUL_EPILOGUE_BIAS = 1, MATMUL_EPILOGUE_DGELU = 2 };
@@ -60,6 +61,7 @@ static inline void matmul_plan_make(MatmulPlan* p, const GpuContext* ctx, cudaDa
         exit(EXIT_FAILURE);
     }
     p->algo = heur.algo;
+    p->waves = heur.wavesCount;
     cublas_check(cublasLtMatmulPreferenceDestroy(pref));
 }
 

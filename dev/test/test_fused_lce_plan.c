@@ -2,14 +2,15 @@
 // vocab-block limits: it never takes more than the budget, its blocks have the sizes the kernels need
 // (rows a multiple of 16; columns of 16, or of whole tiles with wgmma; no wider than vb_max rounded up
 // to a tile), it refuses a budget that holds fewer than 16 rows, and with wgmma it costs no more than
-// the plain fewest-blocks layout. Plus the layouts the README and the comments quote.
+// the plain fewest-blocks layout. Plus the layouts the README and the comments quote, and the GEMM-cost
+// callback.
 #include "../../llmc/fused_lce_plan.h"
 #include "testing.h"
 
 static int round_up(int a, int b) { return flce_plan_ceil_div(a, b) * b; }
 
 static void check_plan(size_t bytes, int N, int C, int V, int vb_max, int wgmma) {
-    FlceBlockPlan p = flce_block_plan(bytes, N, C, V, vb_max, wgmma, 64, 256, 132);
+    FlceBlockPlan p = flce_block_plan(bytes, N, C, V, vb_max, wgmma, 64, 256, 132, NULL, NULL);
     int align = wgmma ? 256 : 16;
     // the fewest-blocks layout: what a plan without the search would take
     int vb0 = round_up(flce_plan_ceil_div(V, flce_plan_ceil_div(V, vb_max)), align);
@@ -26,11 +27,16 @@ static void check_plan(size_t bytes, int N, int C, int V, int vb_max, int wgmma)
     EXPECT(p.vb % align == 0 && p.vb <= round_up(vb_max, align) && p.vb > 0, "N=%d C=%d V=%d vb_max %d: %d columns",
            N, C, V, vb_max, p.vb);
     if (wgmma && nb0 >= 16) {  // (more vocab blocks may fit where the fewest do not)
-        double c = flce_plan_cost(p.nb, p.vb, N, C, V, 64, 256, 132);
-        double c0 = flce_plan_cost((int)nb0, vb0, N, C, V, 64, 256, 132);
+        double c = flce_plan_cost(p.nb, p.vb, N, C, V, 64, 256, 132, NULL, NULL);
+        double c0 = flce_plan_cost((int)nb0, vb0, N, C, V, 64, 256, 132, NULL, NULL);
         EXPECT(c <= c0, "N=%d C=%d V=%d: cost %.0f above the fewest blocks' %.0f", N, C, V, c, c0);
     }
 }
+
+// GEMM costs for the callback: one that charges every vocab block narrower or wider than 4096 columns
+// (the plan must follow it), and one that adds up the logits it is asked about (each block once)
+static double only_4096(void* arg, int n, int ncols) { (void)arg; (void)n; return ncols == 4096 ? 0.0 : 1e9; }
+static double count_logits(void* arg, int n, int ncols) { *(double*)arg += (double)n * ncols; return 0.0; }
 
 int main(void) {
     const int Ns[] = {1, 15, 16, 300, 1024, 4097, 16384, 65536};
@@ -47,14 +53,21 @@ int main(void) {
 
     // quoted in llmc/fused_lce_plan.h: the trainer's d12 head (65536 x 768 x 50257, ~63 MiB left for it)
     size_t budget = ((size_t)64 << 20) - (2 * 65536 + 3 * 4 * (128 * 132 + 65536)) * 4;
-    FlceBlockPlan p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132);
+    FlceBlockPlan p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, NULL, NULL);
     EXPECT(p.vb == 3584 && p.nb == 6016, "65536 x 768: %d rows x %d columns, expected 6016 x 3584", p.nb, p.vb);
-    EXPECT(flce_plan_cost(p.nb, p.vb, 65536, 1, 50257, 64, 256, 132) == 1537 + 256.0 * 11 * 15,
-           "65536 x 768: %.0f waves", flce_plan_cost(p.nb, p.vb, 65536, 1, 50257, 64, 256, 132) - 256.0 * 11 * 15);
-    EXPECT(flce_plan_cost(5552, 4096, 65536, 1, 50257, 64, 256, 132) == 1607 + 256.0 * 12 * 13,
-           "the fewest blocks: %.0f waves", flce_plan_cost(5552, 4096, 65536, 1, 50257, 64, 256, 132) - 256.0 * 12 * 13);
+    double waves = flce_plan_cost(p.nb, p.vb, 65536, 1, 50257, 64, 256, 132, NULL, NULL) - 256.0 * 11 * 15;
+    EXPECT(waves == 1537, "65536 x 768: %.0f waves", waves);
+    waves = flce_plan_cost(5552, 4096, 65536, 1, 50257, 64, 256, 132, NULL, NULL) - 256.0 * 12 * 13;
+    EXPECT(waves == 1607, "the fewest blocks: %.0f waves", waves);
+    // the GEMMs' cost counted: every block once per layout, and it moves the choice
+    double logits = 0.0;
+    flce_plan_cost(6016, 3584, 65536, 768, 50257, 64, 256, 132, count_logits, &logits);
+    EXPECT(logits == 65536.0 * 50257, "the GEMM cost was asked about %.0f logits, expected %.0f", logits,
+           65536.0 * 50257);
+    p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, only_4096, NULL);
+    EXPECT(p.vb == 4096, "65536 x 768 with a GEMM cost that wants 4096 columns: %d x %d", p.nb, p.vb);
     // without wgmma: the plain layout, as before the search
-    p = flce_block_plan(budget, 65536, 768, 50257, 4096, 0, 64, 256, 132);
+    p = flce_block_plan(budget, 65536, 768, 50257, 4096, 0, 64, 256, 132, NULL, NULL);
     EXPECT(p.vb == 3872 && p.nb == (int)(budget / (3872 * 4 + 768 * 4 + 16) / 16 * 16),
            "65536 x 768 without wgmma: %d rows x %d columns", p.nb, p.vb);
     return test_summary("test_fused_lce_plan");
