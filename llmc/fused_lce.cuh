@@ -50,6 +50,7 @@ typedef struct {
     int blocks;            // 1: the two-dimensional blocks of fused_lce_blocks.cuh instead of the chunks, in the
                            // same buffer (see fused_lce_use_blocks)
     FlceBlocks blk;        // their layout, when blocks
+    int own_gemms;         // 1: with wgmma, the blocks' dx and dW GEMMs by wgmma_gemm.cuh (fused_lce_use_own_gemms)
     float* part;           // (part_floats) per-split row statistics of that kernel
     size_t part_floats;
     void* logits;          // (chunk, Vp) fp32 or bf16, overwritten in place by the bf16 gradient; or the blocks' buffers
@@ -201,6 +202,7 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
     h->prof = NULL;
     h->fused_backward = 0;
     h->blocks = 0;
+    h->own_gemms = 0;
     if (logits_fp32) {
         size_t rows = scratch_budget / ((size_t)Vp * sizeof(float));
         if (rows < 16) {
@@ -225,7 +227,10 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
         cuda_check(cudaFuncSetAttribute(flce_rows_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, h->rows_smem));
     h->mma_forward = logits_fp32 && C % FLCE_MMA_BK == 0;
     h->wgmma = h->mma_forward && flce_wgmma_available();
-    if (h->wgmma) flce_wgmma_setup();
+    if (h->wgmma) {
+        flce_wgmma_setup();
+        wg_gemm_setup();
+    }
     h->part_floats = h->mma_forward ? 3 * ((size_t)2 * sms * FLCE_MMA_BM + max_n + FLCE_MMA_BM) : 1;
     size_t wg_floats = h->wgmma ? flce_wgmma_part_floats(max_n, V, sms) : 0;
     if (wg_floats > h->part_floats) h->part_floats = wg_floats;
@@ -333,7 +338,8 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     }
     size_t rows_bytes = (2 * (size_t)h->max_n + h->part_floats) * sizeof(float);
     size_t budget = h->budget > rows_bytes ? h->budget - rows_bytes : 0;
-    size_t bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, h->max_n, h->C, h->V, vb_max, h->wgmma, sms);
+    size_t bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, h->max_n, h->C, h->V, vb_max, h->wgmma,
+                                                           h->own_gemms, sms);
     if (bytes == 0) {
         fprintf(stderr, "error: fused_lce_use_blocks: a scratch budget of %zu bytes holds fewer than 16 rows of vocab "
                 "blocks of %d columns and C = %d\n  hint: a larger budget, or a smaller vb_max (at least 16)\n",
@@ -350,6 +356,12 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     flce_blocks_carve(&h->blk, h->logits, h->C);
     h->blocks = 1;
 }
+
+// On Hopper (wgmma), the blocks' dx and dW GEMMs by our own kernel (llmc/wgmma_gemm.cuh: persistent, the
+// copy engine adding each tile into the fp32 accumulator, tiles of 128 x 128/192/256 counted exactly by
+// the layout) instead of cuBLASLt: variant 6 of the playground, as fast as cuBLASLt's within the noise
+// (README). Takes effect at the next fused_lce_use_blocks; without wgmma it changes nothing.
+static inline void fused_lce_use_own_gemms(FusedLce* h) { h->own_gemms = 1; }
 
 // The faster of the two cuBLASLt paths for the buffer the build sized, as measured on an H200 (README):
 // the blocks while a chunk holds fewer than FLCE_CHUNK_ROWS_MIN rows and not all of them (64 MiB holds

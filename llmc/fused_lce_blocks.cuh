@@ -1,6 +1,7 @@
 // fused_lce_blocks.cuh: the LM head in two-dimensional blocks (variant 5 of dev/cuda/fused_lce.cu):
-// rows in blocks of nb, the vocabulary in blocks of vb, every GEMM through cuBLASLt, never more than one
-// (nb, vb) block of logits in memory.
+// rows in blocks of nb, the vocabulary in blocks of vb, never more than one (nb, vb) block of logits in
+// memory. Every GEMM through cuBLASLt; on Hopper (wgmma) the logits and the gradient by
+// llmc/fused_lce_wgmma.cuh, and optionally (own_gemms) the dx and dW GEMMs by llmc/wgmma_gemm.cuh.
 //
 // Why: the row chunks of fused_lce.cuh hold whole rows of fp32 logits, so within 64 MiB a chunk has 320
 // rows at V = 50304 (128 at V = 128256), and the fp32 dW (8·V·C bytes read and written) is swept once
@@ -19,6 +20,7 @@
 //   dx_r = bf16(dxacc)
 // Bytes beyond the GEMM operands, per logit: 4 written and 4 read in pass 1; 4 written, 4 read, 2 written
 // and 2·2 read in pass 2. A (nb, vb) block of 2000 × 4000 is 32 MB: it mostly stays in the 50 MB L2.
+// (With wgmma: no fp32 logits; the gradient comes straight from the accumulators as bf16, row stride vb.)
 // No floating-point atomics: the result is bitwise repeatable.
 #pragma once
 #include "cuda_common.cuh"
@@ -26,6 +28,7 @@
 #include "fused_lce_common.cuh"
 #include "fused_lce_plan.h"
 #include "fused_lce_wgmma.cuh"
+#include "wgmma_gemm.cuh"
 #include "profile.h"
 
 #define FLCE_BLOCK_THREADS 256
@@ -35,6 +38,7 @@ typedef struct {
     int nb, vb;           // rows per row block (a multiple of 16), columns per vocab block (a multiple of 16;
                           // of 256 with wgmma)
     int wgmma;            // pass 2 by flce_wgmma_grad (Hopper): z holds only the bf16 gradient, row stride vb
+    int own_gemms;        // with wgmma: the dx and dW GEMMs by wgmma_gemm.cuh instead of cuBLASLt
     float* z;             // (nb, vb) fp32 logits of one block; then its bf16 gradient in place (row stride 2·vb)
     float* dxacc;         // (nb, C) fp32 dx of the current row block
     float4* stats;        // (nb) running max, Σexp relative to it, Σs, s_t of each row
@@ -176,12 +180,14 @@ static double flce_blocks_gemm_cost(void* arg, int n, int ncols) {
 }
 
 // Lays the blocks out within `bytes` of scratch (llmc/fused_lce_plan.h: the layout, and why; with wgmma
-// the dx and dW GEMMs' waves count too). Returns the bytes the layout takes, 0 when fewer than 16 rows
-// fit. flce_blocks_carve then places it in a buffer of that size (from cudaMalloc).
+// the dx and dW GEMMs' waves count too: cuBLASLt's estimate, or with own_gemms the tiles of ours).
+// Returns the bytes the layout takes, 0 when fewer than 16 rows fit. flce_blocks_carve then places it in a buffer of that size (from cudaMalloc).
 static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, int C, int V, int vb_max, int wgmma,
-                                      int sm_count) {
+                                      int own_gemms, int sm_count) {
     FlceGemmCostArg* arg = NULL;
-    if (wgmma) {
+    FlceWgGemmCost own = {C, sm_count};
+    own_gemms = own_gemms && wgmma;
+    if (wgmma && !own_gemms) {
         arg = (FlceGemmCostArg*)calloc_check(1, sizeof(FlceGemmCostArg));
         cublas_check(cublasLtCreate(&arg->ctx.lt));
         arg->ctx.lt_workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
@@ -189,12 +195,14 @@ static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, in
         arg->sm_count = sm_count;
     }
     FlceBlockPlan p = flce_block_plan(bytes, max_n, C, V, vb_max, wgmma, FLCE_GRAD_ROWS, WG_BN, sm_count,
-                                      wgmma ? flce_blocks_gemm_cost : NULL, arg);
+                                      own_gemms ? flce_plan_wg_gemm_cost : wgmma ? flce_blocks_gemm_cost : NULL,
+                                      own_gemms ? (void*)&own : (void*)arg);
     if (arg) {
         cublas_check(cublasLtDestroy(arg->ctx.lt));
         free(arg);
     }
     b->wgmma = wgmma;
+    b->own_gemms = own_gemms;
     b->nb = p.nb;
     b->vb = p.vb;
     return p.bytes;
@@ -258,12 +266,23 @@ static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* d
                 cuda_check_launch();
                 profile_mark(prof, "head: gradient", st);
             }
-            matmul_cached(ctx, &b->plans, b->dxacc, CUDA_R_32F, C, G, ldg, 0, W + (size_t)v0 * C, C, 0,
-                          n, C, ncols, 1.0f, i == nvb - 1 ? 0.0f : 1.0f);
-            profile_mark(prof, "head: dx GEMM", st);
-            matmul_cached(ctx, &b->plans, dW + (size_t)v0 * C, CUDA_R_32F, C, G, ldg, 1, xr, C, 0,
-                          ncols, C, n, 1.0f, 1.0f);
-            profile_mark(prof, "head: dW GEMM", st);
+            if (b->own_gemms) {  // in the tiles the layout counted
+                WgGemm g = wg_gemm_make(b->dxacc, C, G, ldg, 0, W + (size_t)v0 * C, C, 0, n, C, ncols,
+                                        flce_plan_gemm_bn(n, C, ncols, ctx->sm_count));
+                wg_gemm_run(&g, i < nvb - 1, ctx);
+                profile_mark(prof, "head: dx GEMM", st);
+                g = wg_gemm_make(dW + (size_t)v0 * C, C, G, ldg, 1, xr, C, 0, ncols, C, n,
+                                 flce_plan_gemm_bn(ncols, C, n, ctx->sm_count));
+                wg_gemm_run(&g, 1, ctx);
+                profile_mark(prof, "head: dW GEMM", st);
+            } else {
+                matmul_cached(ctx, &b->plans, b->dxacc, CUDA_R_32F, C, G, ldg, 0, W + (size_t)v0 * C, C, 0,
+                              n, C, ncols, 1.0f, i == nvb - 1 ? 0.0f : 1.0f);
+                profile_mark(prof, "head: dx GEMM", st);
+                matmul_cached(ctx, &b->plans, dW + (size_t)v0 * C, CUDA_R_32F, C, G, ldg, 1, xr, C, 0,
+                              ncols, C, n, 1.0f, 1.0f);
+                profile_mark(prof, "head: dW GEMM", st);
+            }
         }
         flce_dx_store_kernel<<<ctx->sm_count * 4, 256, 0, st>>>(dx + (size_t)r0 * C, b->dxacc, (size_t)n * C);
         cuda_check_launch();

@@ -8,16 +8,17 @@
 //
 // With the wgmma kernels a gradient launch covers one (row block, vocab block) pair in tiles of
 // tile_rows x tile_cols, which fill the SMs in waves; a last wave part empty costs a whole one. The dx
-// and dW GEMMs of a block fill them in waves too, of tiles their library picks: the caller may count
-// them through a callback (the Hopper build asks cuBLASLt's heuristic how many waves each takes). So the
-// layout is chosen for max_n among up to 4 more vocab blocks than the fewest, and for each, as many
-// rows per block as fit or the rows spread evenly (in whole tiles) over the fewest row blocks or up to
-// 2 more: the least cost, in waves of C-long tiles, a launch counted as a wave at C = 256 (~3 us: the
-// pipeline's fill, the GEMMs' tails). At 65536 x 768 x 50257 within 64 MiB, tiles of 64 x 256, the
-// gradient alone would take 11 row blocks x 15 vocab blocks, 1537 waves (1528 if none were part empty),
-// where the fewest blocks (12 x 13) take 1607; but the dW GEMM of a 6016 x 3584 block fills 0.85 of a
-// wave (112 tiles of 192 x 128 on 132 SMs), and counting the GEMMs the Hopper build takes the 12 x 13
-// blocks of 5552 x 4096 (H200, 65536 x 768: dW GEMMs 9.2 -> 8.5 ms, dx 8.8 -> 8.5, gradient 8.9 -> 9.3).
+// and dW GEMMs of a block fill them in waves too, of tiles their kernel picks: the caller may count them
+// through a callback (the Hopper build asks cuBLASLt's heuristic how many waves each takes, or counts
+// the tiles of its own GEMMs, flce_plan_wg_gemm_cost). So the layout is chosen for max_n among up to 4
+// more vocab blocks than the fewest, and for each, as many rows per block as fit or the rows spread
+// evenly (in whole tiles) over the fewest row blocks or up to 2 more: the least cost, in waves of C-long
+// tiles, a launch counted as a wave at C = 256 (~3 us: the pipeline's fill, the GEMMs' tails). At
+// 65536 x 768 x 50257 within 64 MiB, tiles of 64 x 256, the gradient alone would take 11 row blocks x
+// 15 vocab blocks, 1537 waves (1528 if none were part empty), where the fewest blocks (12 x 13) take
+// 1607; but the dW GEMM of a 6016 x 3584 block fills 0.85 of a wave (112 tiles of 192 x 128 on 132 SMs),
+// and counting the GEMMs the Hopper build takes the 12 x 13 blocks of 5552 x 4096 (H200, 65536 x 768:
+// dW GEMMs 9.2 -> 8.5 ms, dx 8.8 -> 8.5, gradient 8.9 -> 9.3); so does the count of our own GEMMs.
 #pragma once
 #include <stddef.h>
 
@@ -50,6 +51,36 @@ static inline double flce_plan_cost(int nb, int vb, int max_n, int C, int V, int
             if (gemm_cost) cost += gemm_cost(gemm_arg, n, ncols);
         }
     return cost;
+}
+
+// The Hopper build's dx and dW GEMMs (llmc/wgmma_gemm.cuh) walk tiles of 128 x BN columns, BN = 128,
+// 192 or 256, with a persistent grid of one block per SM: an M x N GEMM takes ceil(tiles / SMs) waves of
+// K-long tiles. Its cost in the units above (waves of K-long 64 x 256 tiles): waves · K · 2 · BN/256,
+// over the tile's measured speed relative to 256 columns (FLCE_PLAN_BN_SPEED, H200).
+#define FLCE_PLAN_BN_SPEED(bn) ((bn) == 128 ? 0.85 : 1.0)
+
+static inline double flce_plan_gemm_cost(int M, int N, int K, int bn, int sm_count) {
+    int tiles = flce_plan_ceil_div(M, 128) * flce_plan_ceil_div(N, bn);
+    return flce_plan_ceil_div(tiles, sm_count) * 2.0 * K * bn / 256.0 / FLCE_PLAN_BN_SPEED(bn);
+}
+
+// the cheapest tile width for an M x N x K GEMM (ties: the wider)
+static inline int flce_plan_gemm_bn(int M, int N, int K, int sm_count) {
+    int best = 256;
+    for (int bn = 192; bn >= 128; bn -= 64)
+        if (flce_plan_gemm_cost(M, N, K, bn, sm_count) < flce_plan_gemm_cost(M, N, K, best, sm_count)) best = bn;
+    return best;
+}
+
+// The GEMM cost of a block for flce_block_plan: its dx GEMM (n x C, K = ncols) and dW GEMM (ncols x C,
+// K = n) at their cheapest tile widths, plus a launch each. arg: an FlceWgGemmCost.
+typedef struct { int C, sm_count; } FlceWgGemmCost;
+
+static double flce_plan_wg_gemm_cost(void* arg, int n, int ncols) {
+    const FlceWgGemmCost* g = (const FlceWgGemmCost*)arg;
+    int bn_dx = flce_plan_gemm_bn(n, g->C, ncols, g->sm_count), bn_dw = flce_plan_gemm_bn(ncols, g->C, n, g->sm_count);
+    return flce_plan_gemm_cost(n, g->C, ncols, bn_dx, g->sm_count) +
+           flce_plan_gemm_cost(ncols, g->C, n, bn_dw, g->sm_count) + 2 * 256.0;
 }
 
 // The layout within `bytes` for up to max_n rows: vocab blocks of equal width, at most vb_max (rounded

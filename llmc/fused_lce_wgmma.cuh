@@ -199,7 +199,9 @@ flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_cons
     WgRing ring = wg_ring_init(smem_raw, WG_PP_STAGES, FLCE_GRAD_ROWS, 1);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
     int mtiles = ceil_div(n, FLCE_GRAD_ROWS), tiles = mtiles * ceil_div(ncols, WG_BN), kt_count = C / WG_BK;
-    if (wg == 0) {  // producer
+    pdl_launch_dependents();
+    if (wg == 0) {  // producer: this call's forward has read x and W and no later kernel writes them, so it
+                    // starts before the previous kernel ends
         regs_dec<40>();
         if (t == 0)
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x)
@@ -207,6 +209,7 @@ flce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_cons
         return;
     }
     regs_inc<232>();
+    pdl_wait();  // lse and n_valid come from the forward; G is still being read by the previous GEMMs
     int c = wg - 1, lane = t % 32, warp = t / 32, nv = *n_valid;
     float dloss_nv = nv > 0 ? dloss / nv : 0.0f, d[128];
     uint32_t out = ring.base + WG_PP_STAGES * WG_PP_STAGE_BYTES + 1024 + c * FLCE_GRAD_OUT_BYTES;  // past the barriers
@@ -312,13 +315,9 @@ static inline void flce_wgmma_grad(bf16* G, int ldg, const FlceWgmmaMaps* maps, 
     int tiles = ceil_div(n, FLCE_GRAD_ROWS) * ceil_div(ncols, WG_BN);
     int grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
     CUtensorMap tg = tma_map_bf16(G, n, ncols, ldg, FLCE_GRAD_ROWS);
-    if (opt.softcap > 0.0f)
-        flce_wgmma_grad_kernel<true><<<grid, WG_THREADS, FLCE_GRAD_SMEM, ctx->stream>>>(maps->x, maps->W, tg, lse, targets,
-            n_valid, dloss_rows, dloss, r0, n, v0, ncols, C, V, opt);
-    else
-        flce_wgmma_grad_kernel<false><<<grid, WG_THREADS, FLCE_GRAD_SMEM, ctx->stream>>>(maps->x, maps->W, tg, lse, targets,
-            n_valid, dloss_rows, dloss, r0, n, v0, ncols, C, V, opt);
-    cuda_check_launch();
+    launch_pdl(opt.softcap > 0.0f ? flce_wgmma_grad_kernel<true> : flce_wgmma_grad_kernel<false>, grid, WG_THREADS,
+               FLCE_GRAD_SMEM, ctx->stream, maps->x, maps->W, tg, lse, targets, n_valid, dloss_rows, dloss, r0, n, v0,
+               ncols, C, V, opt);
 }
 
 // Whether this build and the current GPU run flce_wgmma_forward

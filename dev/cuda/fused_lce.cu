@@ -22,6 +22,9 @@
 //   5 two-dimensional blocks with cuBLASLt: rows in blocks of nb, the vocabulary in blocks of at most
 //     --vocab-block columns (llmc/fused_lce_blocks.cuh): the lse of a row block first, then its gradient
 //     blocks recomputed; dW is swept once per row block, not once per chunk. 4F, bitwise repeatable.
+//     On Hopper its logits and gradient are wgmma kernels (llmc/fused_lce_wgmma.cuh).
+//   6 variant 5 with the dx and dW GEMMs on our own wgmma kernel (llmc/wgmma_gemm.cuh) instead of
+//     cuBLASLt, the layout counting its tiles (Hopper builds; elsewhere it is variant 5).
 // The fwd column of variants 3 and 4 is the fused forward alone (what the chunked head also uses for
 // loss-only calls).
 // Columns: fwd = loss only; bwd = the recomputing backward with per-row upstream gradients; fwd+bwd =
@@ -37,13 +40,14 @@
 #include "fused_lce_check.cuh"
 #include "timing.cuh"
 
-typedef struct { int id; const char* name; int logits_fp32, mma_forward, has_backward, fused_backward, blocks; } Variant;
+typedef struct { int id; const char* name; int logits_fp32, mma_forward, has_backward, fused_backward, blocks, own_gemms; } Variant;
 static const Variant VARIANTS[] = {
-    {1, "unfused (bf16 logits, all rows)", 0, 0, 1, 0, 0},
-    {2, "chunked fp32 logits (--scratch)", 1, 0, 1, 0, 0},
-    {3, "fused mma.sync, atomic dx/dW", 1, 1, 1, 3, 0},
-    {4, "fused mma.sync, deterministic", 1, 1, 1, 4, 0},
-    {5, "2-D blocks (--vocab-block)", 1, 0, 1, 0, 1},
+    {1, "unfused (bf16 logits, all rows)", 0, 0, 1, 0, 0, 0},
+    {2, "chunked fp32 logits (--scratch)", 1, 0, 1, 0, 0, 0},
+    {3, "fused mma.sync, atomic dx/dW", 1, 1, 1, 3, 0, 0},
+    {4, "fused mma.sync, deterministic", 1, 1, 1, 4, 0, 0},
+    {5, "2-D blocks (--vocab-block)", 1, 0, 1, 0, 1, 0},
+    {6, "2-D blocks, own dx/dW GEMMs", 1, 0, 1, 0, 1, 1},
 };
 #define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
@@ -55,13 +59,14 @@ static const Shape BENCH_SHAPES[] = {
 };
 
 static size_t g_scratch = FLCE_DEFAULT_SCRATCH;  // --scratch MiB: the chunked variants' logits budget
-static int g_vocab_block = FLCE_BLOCK_VOCAB;       // --vocab-block: variant 5's widest vocab block
-static int g_profile = 0;                          // --profile: where the fwd+bwd time goes (variants 2, 5)
+static int g_vocab_block = FLCE_BLOCK_VOCAB;       // --vocab-block: variants 5 and 6's widest vocab block
+static int g_profile = 0;                          // --profile: where the fwd+bwd time goes (variants 2, 5, 6)
 
 static void build_variant(FusedLce* h, const Variant* v, int max_n, int C, int V, int Vp, FlceOptions opt) {
     fused_lce_build(h, max_n, C, V, Vp, opt, v->logits_fp32, g_scratch);
     h->mma_forward = h->mma_forward && v->mma_forward;
     if (v->fused_backward) fused_lce_use_fused_backward(h, v->fused_backward == 4);
+    if (v->own_gemms) fused_lce_use_own_gemms(h);
     if (v->blocks) fused_lce_use_blocks(h, g_vocab_block);
 }
 
@@ -168,6 +173,7 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
                t_fwd, t_bwd, t_fb, 3 * F / t_fb * 1e-9, t_fb / t_gemm, scratch);
         if (h.blocks) printf("  (blocks of %d rows x %d columns)", h.blk.nb, h.blk.vb);
         if (h.wgmma) printf(h.blocks ? "  (forward and gradient: wgmma)" : "  (forward: wgmma)");
+        if (h.blocks && h.blk.own_gemms) printf("  (dx, dW: wgmma_gemm)");
         printf("\n");
         if (g_profile) {
             Profile prof;

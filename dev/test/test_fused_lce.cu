@@ -2,8 +2,8 @@
 // every entry point (training, loss only, recomputing backward with per-row upstream gradients), each
 // feature (ignore_index, z-loss, soft-capping, label smoothing), the unfused baseline, several chunks
 // per call, the fused backward (atomic and deterministic, several dx chunks), the two-dimensional blocks
-// (several row and vocab blocks), the Hopper wgmma forward and what runs without it, bitwise determinism, bad targets flagged, and bad sizes refused with an
-// error exit.
+// (several row and vocab blocks; on Hopper also with our own dx/dW GEMMs), the Hopper wgmma forward and
+// what runs without it, bitwise determinism, bad targets flagged, and bad sizes refused with an error exit.
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../llmc/fused_lce.cuh"
@@ -18,16 +18,20 @@ static FlceOptions options(float z_loss, float softcap, float smoothing) {
 
 // Builds the head (fused unless logits_fp32 == 0; `budget` bounds its logits buffer; fused_bwd 3 or 4
 // selects the fused backward, atomic or deterministic; 5 the two-dimensional blocks, vocab blocks of at
-// most 1024 columns) and checks one mode.
+// most 1024 columns; 6 those with our own dx and dW GEMMs) and checks one mode.
 static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, int fused_bwd, const GpuContext* ctx) {
     FlceInputs in = flce_inputs_make(cs, 42 + cs->N + cs->V);
     FlceDevice d = flce_device_make(cs, &in);
     FusedLce h;
     fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, logits_fp32, budget);
-    if (fused_bwd == 5) {
+    if (fused_bwd >= 5) {
+        if (fused_bwd == 6) fused_lce_use_own_gemms(&h);
         fused_lce_use_blocks(&h, 1024);
-        printf("  (blocks of %d rows x %d vocab columns, pass 1 %s)\n", h.blk.nb, h.blk.vb,
-               h.blk.wgmma ? "by the wgmma forward, pass 2 by the wgmma gradient" : "in the blocks");
+        printf("  (blocks of %d rows x %d vocab columns, pass 1 %s%s)\n", h.blk.nb, h.blk.vb,
+               h.blk.wgmma ? "by the wgmma forward, pass 2 by the wgmma gradient" : "in the blocks",
+               h.blk.own_gemms ? ", dx and dW by wgmma_gemm" : "");
+        EXPECT(h.blk.own_gemms == (fused_bwd == 6 && h.wgmma), "%s: own GEMMs %d with variant %d, wgmma %d",
+               cs->what, h.blk.own_gemms, fused_bwd, h.wgmma);
     } else if (fused_bwd) {
         fused_lce_use_fused_backward(&h, fused_bwd == 4);
         printf("  (fused backward, variant %d)\n", fused_bwd);
@@ -89,7 +93,8 @@ static void check_determinism(int fused_bwd, const GpuContext* ctx) {
     FusedLce h;
     fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, (size_t)100 * cs.Vp * sizeof(float));
     if (fused_bwd == 4) fused_lce_use_fused_backward(&h, 1);
-    if (fused_bwd == 5) fused_lce_use_blocks(&h, 1024);
+    if (fused_bwd == 6) fused_lce_use_own_gemms(&h);
+    if (fused_bwd >= 5) fused_lce_use_blocks(&h, 1024);
     FlceOutputs run[2];
     for (int r = 0; r < 2; r++) {
         flce_device_reset(&d, &cs, &in);
@@ -100,7 +105,8 @@ static void check_determinism(int fused_bwd, const GpuContext* ctx) {
     EXPECT(memcmp(run[0].dx, run[1].dx, (size_t)cs.N * cs.C * sizeof(float)) == 0, "determinism: dx differs between runs");
     EXPECT(memcmp(run[0].dW, run[1].dW, (size_t)cs.Vp * cs.C * sizeof(float)) == 0, "determinism: dW differs between runs");
     printf("determinism (%s): two runs of %d rows: loss, dx, dW bitwise %s\n",
-           fused_bwd == 5 ? "blocks, variant 5" : fused_bwd ? "fused backward, variant 4" : "chunked", cs.N,
+           fused_bwd == 6 ? "blocks, own GEMMs, variant 6" : fused_bwd == 5 ? "blocks, variant 5"
+           : fused_bwd ? "fused backward, variant 4" : "chunked", cs.N,
            test_failed ? "DIFFERENT" : "identical");
     for (int r = 0; r < 2; r++) flce_outputs_free(&run[r]);
     fused_lce_free(&h);
@@ -206,6 +212,11 @@ int main(void) {
         check(cs, 1, small, FLCE_MODE_TRAIN, 5, &ctx);
         check(cs, 1, small, FLCE_MODE_FORWARD, 5, &ctx);
         check(cs, 1, small, FLCE_MODE_BACKWARD, 5, &ctx);
+        if (cs->C % 64 == 0) {  // the blocks with our own dx and dW GEMMs (Hopper)
+            check(cs, 1, FLCE_DEFAULT_SCRATCH, FLCE_MODE_TRAIN, 6, &ctx);
+            check(cs, 1, small, FLCE_MODE_TRAIN, 6, &ctx);
+            check(cs, 1, small, FLCE_MODE_BACKWARD, 6, &ctx);
+        }
         if (cs->C % 64 == 0) {  // the fused backward; a 16-row logits budget gives dx chunks of 16·Vp/C rows
             size_t tiny = (size_t)16 * cs->Vp * sizeof(float);
             check(cs, 1, tiny, FLCE_MODE_TRAIN, 3, &ctx);
@@ -221,6 +232,7 @@ int main(void) {
     check_determinism(0, &ctx);
     check_determinism(4, &ctx);
     check_determinism(5, &ctx);
+    check_determinism(6, &ctx);
     check_bad_target(&ctx);
     check_choice();
     gpu_context_free(&ctx);

@@ -66,6 +66,24 @@ int main(void) {
            65536.0 * 50257);
     p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, only_4096, NULL);
     EXPECT(p.vb == 4096, "65536 x 768 with a GEMM cost that wants 4096 columns: %d x %d", p.nb, p.vb);
+    // the Hopper build's GEMMs (llmc/wgmma_gemm.cuh) on a block of 5552 x 4096 at C = 768, 132 SMs: dx
+    // in 44 x 3 tiles of 256 columns (one wave, K = 4096; 192 columns would take two), dW in 32 x 4 of
+    // 192 (one wave, K = 5552; 256 columns would leave 36 SMs idle), in units of 64-row tiles, plus two
+    // launches; at C = 1600 the dx GEMM in 44 x 9 tiles of 192 (three full waves; 256 columns also take
+    // three), the dW GEMM in 32 x 7 of 256 (two waves; 192 columns take three)
+    EXPECT(flce_plan_gemm_bn(5552, 768, 4096, 132) == 256, "dx at 5552 x 768: %d columns",
+           flce_plan_gemm_bn(5552, 768, 4096, 132));
+    EXPECT(flce_plan_gemm_bn(4096, 768, 5552, 132) == 192, "dW at 4096 x 768: %d columns",
+           flce_plan_gemm_bn(4096, 768, 5552, 132));
+    FlceWgGemmCost hopper = {768, 132};
+    double gc = flce_plan_wg_gemm_cost(&hopper, 5552, 4096);
+    EXPECT(gc == 2.0 * 4096 + 2.0 * 5552 * 192 / 256 + 512, "our GEMMs at 5552 x 4096, C = 768: cost %.0f", gc);
+    hopper.C = 1600;
+    gc = flce_plan_wg_gemm_cost(&hopper, 5552, 4096);
+    EXPECT(gc == 3 * 2.0 * 4096 * 192 / 256 + 2 * 2.0 * 5552 + 512, "our GEMMs at 5552 x 4096, C = 1600: cost %.0f", gc);
+    hopper.C = 768;
+    p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, flce_plan_wg_gemm_cost, &hopper);
+    EXPECT(p.nb == 5552 && p.vb == 4096, "65536 x 768 counting our GEMMs: %d x %d, expected 5552 x 4096", p.nb, p.vb);
     // without wgmma: the plain layout, as before the search
     p = flce_block_plan(budget, 65536, 768, 50257, 4096, 0, 64, 256, 132, NULL, NULL);
     EXPECT(p.vb == 3872 && p.nb == (int)(budget / (3872 * 4 + 768 * 4 + 16) / 16 * 16),
