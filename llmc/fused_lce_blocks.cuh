@@ -181,7 +181,8 @@ static double flce_blocks_gemm_cost(void* arg, int n, int ncols) {
 
 // Lays the blocks out within `bytes` of scratch (llmc/fused_lce_plan.h: the layout, and why; with wgmma
 // the dx and dW GEMMs' waves count too: cuBLASLt's estimate, or with own_gemms the tiles of ours).
-// Returns the bytes the layout takes, 0 when fewer than 16 rows fit. flce_blocks_carve then places it in a buffer of that size (from cudaMalloc).
+// Returns the bytes the layout takes, 0 when fewer than 16 rows fit. flce_blocks_carve then places it
+// in a buffer of that size (from cudaMalloc).
 static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, int C, int V, int vb_max, int wgmma,
                                       int own_gemms, int sm_count) {
     FlceGemmCostArg* arg = NULL;

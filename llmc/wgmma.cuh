@@ -2,7 +2,8 @@
 // copy engine (TMA) with its tensor maps, the shared-memory matrix descriptors of wgmma, the m64n256k16
 // bf16 warpgroup MMA, and the warp-specialised K loop over a ring of stages that the GEMM kernels share
 // (dev/cuda/wgmma_gemm.cu: a plain GEMM, checked against cuBLASLt; llmc/fused_lce_wgmma.cuh: the LM
-// head's forward with the softmax statistics in the epilogue, and its gradient).
+// head's forward with the softmax statistics in the epilogue, and its gradient; llmc/wgmma_gemm.cuh: an
+// accumulating GEMM, the head's dx and dW in variant 6).
 //
 // Layout contract (what makes TMA, the descriptors and wgmma agree): a tile of R rows x 64 bf16 (128
 // bytes per row, K contiguous) is copied with 128-byte swizzling into a 1024-byte-aligned buffer; the
@@ -95,8 +96,9 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr) {
 // descriptor of an MN-major bf16 tile with 128-byte swizzling: TMA boxes of 64 K rows x 64 MN elements
 // (128 bytes a row) side by side, 8 KiB apart: the leading byte offset steps from one box (64 MN
 // elements) to the next, the stride byte offset from 8 K rows (one swizzle atom) to the next; the start
-// address moves by 16 rows (2048 bytes) per 16-deep K step. For B stored (K, N) row-major, e.g. W_v in
-// G · W_v (dev/cuda/wgmma_gemm.cu checks it against cuBLASLt).
+// address moves by 16 rows (2048 bytes) per 16-deep K step. For A stored (K, M) or B stored (K, N)
+// row-major: W_v in the head's dx GEMM G · W_v, Gᵀ and x in its dW GEMM Gᵀ · x (dev/cuda/wgmma_gemm.cu
+// checks them against cuBLASLt).
 __device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t smem_addr) {
     uint64_t d = (uint64_t)((smem_addr & 0x3FFFF) >> 4);
     d |= (uint64_t)(8192 >> 4) << 16;  // leading byte offset: the next box of 64 MN elements
@@ -104,6 +106,7 @@ __device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t smem_addr) {
     d |= (uint64_t)1 << 62;            // 128-byte swizzle
     return d;
 }
+
 // Programmatic dependent launch (kernels launched by launch_pdl below): pdl_launch_dependents lets the
 // next kernel in the stream be scheduled once every block of this one has called it (its blocks take SMs
 // as this kernel's blocks leave them, and run up to their pdl_wait); pdl_wait waits until the previous

@@ -4,8 +4,9 @@
 // N), or (N, K) when trans_b. It is the LM head's dx and dW GEMM (llmc/fused_lce_blocks.cuh):
 //   dx_r (n, C) (+)= G (n, vb) · W_v (vb, C)       A row-major, B (K, N): B is "MN-major" to the wgmmas
 //   dW_v (vb, C) += Gᵀ (vb, n) · x_r (n, C)        A stored (K, M) and B (K, N): both MN-major
-// which cuBLASLt ran before; dev/cuda/wgmma_gemm.cu checks it against cuBLASLt (bitwise equal: the same
-// fp32 sums in the same order) and times it beside it.
+// in variant 6 of dev/cuda/fused_lce.cu (fused_lce_use_own_gemms; variant 5 runs them on cuBLASLt).
+// dev/cuda/wgmma_gemm.cu checks it against cuBLASLt (bitwise equal: the same fp32 sums in the same
+// order) and times it beside it.
 //
 // Why our own: a block's GEMMs are a few tens of microseconds each, thousands per training step, and
 // the head's layout (llmc/fused_lce_plan.h) can only fill the GPU's waves with tiles it can count. Ours
