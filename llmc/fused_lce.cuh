@@ -309,7 +309,8 @@ static void flce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, 
 }
 
 // Variants 3 and 4 of the playground instead of the chunks: forward and backward without any logits in
-// memory (4F and 5F of work; slower than the chunks today, see the README). Needs C % 64 == 0.
+// memory (4F and 5F of work; slower than the chunks today, see dev/cuda/fused_lce_log.md). Needs
+// C % 64 == 0.
 static inline void fused_lce_use_fused_backward(FusedLce* h, int deterministic) {
     if (!h->mma_forward) check_fail("fused_lce_use_fused_backward: needs the fused forward (fp32 head, C % 64 == 0, not the blocks)",
                                     "use the chunked head");
@@ -360,13 +361,14 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
 // On Hopper (wgmma), the blocks' dx and dW GEMMs by our own kernel (llmc/wgmma_gemm.cuh: persistent, the
 // copy engine adding each tile into the fp32 accumulator, tiles of 128 x 128/192/256 counted exactly by
 // the layout) instead of cuBLASLt: variant 6 of the playground, as fast as cuBLASLt's within the noise
-// (README). Takes effect at the next fused_lce_use_blocks; without wgmma it changes nothing.
+// (README, Results). Takes effect at the next fused_lce_use_blocks; without wgmma it changes nothing.
 static inline void fused_lce_use_own_gemms(FusedLce* h) { h->own_gemms = 1; }
 
-// The faster of the two cuBLASLt paths for the buffer the build sized, as measured on an H200 (README):
-// the blocks while a chunk holds fewer than FLCE_CHUNK_ROWS_MIN rows and not all of them (64 MiB holds
-// 320 rows at V = 50304, 128 at V = 128256), the chunks from there on, where the per-chunk dW sweep has
-// become cheaper than the blocks' second logits GEMM (at 512 MiB and C = 768: 1.45x the GEMMs against 1.96x).
+// The faster of the two cuBLASLt paths for the buffer the build sized, as measured on an H200
+// (dev/cuda/fused_lce_log.md): the blocks while a chunk holds fewer than FLCE_CHUNK_ROWS_MIN rows and not
+// all of them (64 MiB holds 320 rows at V = 50304, 128 at V = 128256), the chunks from there on, where the
+// per-chunk dW sweep has become cheaper than the blocks' second logits GEMM (at 512 MiB and C = 768:
+// 1.45x the GEMMs against 1.96x).
 #define FLCE_CHUNK_ROWS_MIN 512
 static inline void fused_lce_use_fastest(FusedLce* h) {
     if (h->logits_fp32 && h->chunk < FLCE_CHUNK_ROWS_MIN && h->chunk < h->max_n) fused_lce_use_blocks(h, FLCE_BLOCK_VOCAB);

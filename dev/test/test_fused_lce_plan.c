@@ -2,8 +2,8 @@
 // vocab-block limits: it never takes more than the budget, its blocks have the sizes the kernels need
 // (rows a multiple of 16; columns of 16, or of whole tiles with wgmma; no wider than vb_max rounded up
 // to a tile), it refuses a budget that holds fewer than 16 rows, and with wgmma it costs no more than
-// the plain fewest-blocks layout. Plus the layouts the README and the comments quote, and the GEMM-cost
-// callback.
+// the plain fewest-blocks layout. Plus the layouts dev/cuda/fused_lce_log.md and the comments quote,
+// and the GEMM-cost callbacks.
 #include "../../llmc/fused_lce_plan.h"
 #include "testing.h"
 
