@@ -9,9 +9,10 @@
 //   gradient (ping-pong, 64 x 256 tiles): dL/dz of a (row block, vocab block) of fused_lce_blocks.cuh,
 //     as bf16, staged in shared memory and stored by the copy engine. (Cooperative 128 x 256 tiles, whose
 //     epilogue stalls both consumers, measured 9.5 ms against ping-pong's 8.6, both without the stores.)
-// Both are bound by their epilogues more than by the tensor cores (65536 x 768 x 50257 on the H200,
+// Their epilogues cost them time beside the tensor cores (65536 x 768 x 50257 on the H200,
 // build/dev/fused_lce 5 --bench-only --shape 2 --profile): the forward takes 7.4 ms against 6.1 with its
-// epilogue compiled out, the gradient 8.8 against 7.6. Two things the epilogues must avoid: a run-time
+// epilogue compiled out, the gradient 8.8 against 7.6; ncu later found the tensor pipe busy 85% (forward)
+// and 76% (gradient) of their active cycles (dev/cuda/fused_lce_log.md). Two things the epilogues must avoid: a run-time
 // option branch inside the unrolled loop over a tile (predicated, it runs anyway: soft-capping's tanh
 // made three special-function ops per logit of one; hence the CAP template parameter), and 4-byte
 // stores straight from the accumulator layout (8 rows x 16 bytes per warp instruction: 2.7 ms of the
