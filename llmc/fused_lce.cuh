@@ -37,6 +37,7 @@
 
 typedef struct {
     int max_n, C, V, Vp;
+    int sm_count;          // of the GPU the head was built on
     FlceOptions opt;
     int chunk;             // rows per chunk
     int logits_fp32;       // 1: fp32 logits (fused head); 0: bf16 logits for all rows at once (unfused baseline)
@@ -220,6 +221,7 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
     cuda_check(cudaGetDevice(&dev));
     cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     cuda_check(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    h->sm_count = sms;
     // the row kernel stages an fp32 row in shared memory when it fits (Vp = 50304: 197 KiB of 227 on an H200)
     size_t row_bytes = (size_t)Vp * sizeof(float) + 1024;  // + the block reduction's static arrays
     h->rows_smem = logits_fp32 && row_bytes <= (size_t)smem_optin ? (int)((size_t)Vp * sizeof(float)) : 0;
@@ -227,10 +229,7 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
         cuda_check(cudaFuncSetAttribute(flce_rows_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, h->rows_smem));
     h->mma_forward = logits_fp32 && C % FLCE_MMA_BK == 0;
     h->wgmma = h->mma_forward && flce_wgmma_available();
-    if (h->wgmma) {
-        flce_wgmma_setup();
-        wg_gemm_setup();
-    }
+    if (h->wgmma) flce_wgmma_setup();
     h->part_floats = h->mma_forward ? 3 * ((size_t)2 * sms * FLCE_MMA_BM + max_n + FLCE_MMA_BM) : 1;
     size_t wg_floats = h->wgmma ? flce_wgmma_part_floats(max_n, V, sms) : 0;
     if (wg_floats > h->part_floats) h->part_floats = wg_floats;
@@ -330,9 +329,7 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     cuda_check(cudaFree(h->part));
     h->part = NULL;
     h->part_floats = 0;
-    int dev, sms;
-    cuda_check(cudaGetDevice(&dev));
-    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int sms = h->sm_count;
     if (h->wgmma) {  // only what the wgmma forward needs (the mma.sync forward's bound can be far larger)
         h->part_floats = flce_wgmma_part_floats(h->max_n, h->V, sms);
         cuda_check(cudaMalloc(&h->part, h->part_floats * sizeof(float)));
@@ -355,6 +352,7 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     h->logits_bytes = bytes;
     h->scratch_bytes = bytes + h->part_floats * sizeof(float);
     flce_blocks_carve(&h->blk, h->logits, h->C);
+    if (h->blk.own_gemms) wg_gemm_setup();
     h->blocks = 1;
 }
 

@@ -124,16 +124,25 @@ static void print_times(float t_ours, float t_lt, int M, int N, int K) {
            F / t_lt * 1e-9, t_ours / t_lt);
 }
 
+// The operands of a check: A (M·K) and B (N·K) filled with values in [-1, 1), D and R (M·N) fp32 for our
+// result and cuBLASLt's
+static void operands_alloc(bf16** A, bf16** B, float** D, float** R, int M, int N, int K, const GpuContext* ctx) {
+    cuda_check(cudaMalloc(A, (size_t)M * K * sizeof(bf16)));
+    cuda_check(cudaMalloc(B, (size_t)N * K * sizeof(bf16)));
+    cuda_check(cudaMalloc(D, (size_t)M * N * sizeof(float)));
+    cuda_check(cudaMalloc(R, (size_t)M * N * sizeof(float)));
+    fill_kernel<<<1024, 256, 0, ctx->stream>>>(*A, (size_t)M * K, 1.0f, 1);
+    fill_kernel<<<1024, 256, 0, ctx->stream>>>(*B, (size_t)N * K, 1.0f, 2);
+    cuda_check_launch();
+}
+static void operands_free(bf16* A, bf16* B, float* D, float* R) {
+    cuda_check(cudaFree(A)); cuda_check(cudaFree(B)); cuda_check(cudaFree(D)); cuda_check(cudaFree(R));
+}
+
 // the plain GEMM against cuBLASLt (fp32 out, beta 0) on one shape; trans_b: B stored (N, K)
 static int check_plain(int M, int N, int K, int trans_b, int time_it, const GpuContext* ctx) {
     bf16 *A, *B; float *D, *R;
-    cuda_check(cudaMalloc(&A, (size_t)M * K * sizeof(bf16)));
-    cuda_check(cudaMalloc(&B, (size_t)N * K * sizeof(bf16)));
-    cuda_check(cudaMalloc(&D, (size_t)M * N * sizeof(float)));
-    cuda_check(cudaMalloc(&R, (size_t)M * N * sizeof(float)));
-    fill_kernel<<<1024, 256, 0, ctx->stream>>>(A, (size_t)M * K, 1.0f, 1);
-    fill_kernel<<<1024, 256, 0, ctx->stream>>>(B, (size_t)N * K, 1.0f, 2);
-    cuda_check_launch();
+    operands_alloc(&A, &B, &D, &R, M, N, K, ctx);
     cuda_check(cudaMemsetAsync(D, 0xff, (size_t)M * N * sizeof(float), ctx->stream));  // NaN: unwritten shows
     PlainGemm g = plain_gemm_make(A, B, M, N, K, trans_b);
     MatmulPlan lt;
@@ -148,7 +157,7 @@ static int check_plain(int M, int N, int K, int trans_b, int time_it, const GpuC
                     time_one([&] { matmul_plan_run(&lt, ctx, R, A, B, 1.0f, 0.0f, NULL); }, ctx->stream), M, N, K);
     printf("\n");
     matmul_plan_free(&lt);
-    cuda_check(cudaFree(A)); cuda_check(cudaFree(B)); cuda_check(cudaFree(D)); cuda_check(cudaFree(R));
+    operands_free(A, B, D, R);
     return ok;
 }
 
@@ -158,13 +167,7 @@ static int check_plain(int M, int N, int K, int trans_b, int time_it, const GpuC
 static int check_acc(int M, int N, int K, int trans_a, int trans_b, int time_it, const GpuContext* ctx) {
     bf16 *A, *B; float *D, *R;
     int lda = trans_a ? M : K, ldb = trans_b ? K : N, ok = 1;
-    cuda_check(cudaMalloc(&A, (size_t)M * K * sizeof(bf16)));
-    cuda_check(cudaMalloc(&B, (size_t)N * K * sizeof(bf16)));
-    cuda_check(cudaMalloc(&D, (size_t)M * N * sizeof(float)));
-    cuda_check(cudaMalloc(&R, (size_t)M * N * sizeof(float)));
-    fill_kernel<<<1024, 256, 0, ctx->stream>>>(A, (size_t)M * K, 1.0f, 1);
-    fill_kernel<<<1024, 256, 0, ctx->stream>>>(B, (size_t)N * K, 1.0f, 2);
-    cuda_check_launch();
+    operands_alloc(&A, &B, &D, &R, M, N, K, ctx);
     MatmulPlan lt;
     matmul_plan_make(&lt, ctx, CUDA_R_32F, N, lda, trans_a, ldb, trans_b, M, N, K, MATMUL_EPILOGUE_NONE, 0);
     float t[3];
@@ -196,7 +199,7 @@ static int check_acc(int M, int N, int K, int trans_a, int trans_b, int time_it,
         printf("\n");
     }
     matmul_plan_free(&lt);
-    cuda_check(cudaFree(A)); cuda_check(cudaFree(B)); cuda_check(cudaFree(D)); cuda_check(cudaFree(R));
+    operands_free(A, B, D, R);
     return ok;
 }
 
