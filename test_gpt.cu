@@ -252,6 +252,7 @@ int main(void) {
     gpt_forward(&m, in, B_, T_, &ctx);
     gpt_eval_loss(&m, tg, &ctx);
     float eval_loss;
+    cuda_check(cudaStreamSynchronize(ctx.stream));  // a plain cudaMemcpy does not wait for the non-blocking stream
     cuda_check(cudaMemcpy(&eval_loss, m.head.loss, sizeof(float), cudaMemcpyDeviceToHost));
     printf("eval loss %.6f vs training loss %.6f: %s\n", eval_loss, loss, eval_loss == loss ? "equal" : "DIFFERENT");
     EXPECT(eval_loss == loss, "gpt_eval_loss %.7f differs from the training loss %.7f", eval_loss, loss);

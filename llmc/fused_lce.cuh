@@ -244,6 +244,7 @@ static inline void fused_lce_build(FusedLce* h, int max_n, int C, int V, int Vp,
     cuda_check(cudaMalloc(&h->n_valid, sizeof(int)));
     cuda_check(cudaMalloc(&h->error, sizeof(int)));
     cuda_check(cudaMemset(h->error, 0, sizeof(int)));
+    cuda_check(cudaDeviceSynchronize());  // that memset ran on the legacy stream, which a non-blocking one does not wait for
 }
 
 static inline void fused_lce_free(FusedLce* h) {

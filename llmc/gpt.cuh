@@ -62,6 +62,7 @@ static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int 
     m->acts_bytes = gpt_point_acts(&m->acts, c, B, T, recompute, NULL);
     cuda_check(cudaMalloc(&m->acts_memory, m->acts_bytes));
     cuda_check(cudaMemset(m->acts_memory, 0, m->acts_bytes));
+    cuda_check(cudaDeviceSynchronize());  // the memsets ran on the legacy stream, which ctx's non-blocking one does not wait for
     gpt_point_acts(&m->acts, c, B, T, recompute, (char*)m->acts_memory);
     fused_lce_build(&m->head, B * T, c->channels, c->vocab_size, c->padded_vocab_size, flce_options_default(),
                     head != GPT_HEAD_UNFUSED, head_scratch);

@@ -107,6 +107,7 @@ static AttCheck att_check(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, int T, 
     cuda_check(cudaMemcpy(d_dout, h_dout, nout * sizeof(bf16), cudaMemcpyHostToDevice));
     cuda_check(cudaMemset(d_out, 0xFF, nout * sizeof(bf16)));
     cuda_check(cudaMemset(d_lse, 0xFF, nrow * sizeof(float)));
+    cuda_check(cudaDeviceSynchronize());  // the copies and memsets ran on the legacy stream, which st does not wait for
     fwd(self, d_out, d_lse, d_qkv, B, T, C, NH, st);
     cuda_check(cudaStreamSynchronize(st));
 
@@ -124,6 +125,7 @@ static AttCheck att_check(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, int T, 
         for (int run = 0; run < 2; run++) {
             cuda_check(cudaMemset(d_dqkv, 0xFF, nqkv * sizeof(bf16)));
             cuda_check(cudaMemset(d_D, 0xFF, nrow * sizeof(float)));
+            cuda_check(cudaDeviceSynchronize());  // as before fwd
             bwd(self, d_dqkv, d_D, d_dout, d_out, d_qkv, d_lse, B, T, C, NH, st);
             cuda_check(cudaStreamSynchronize(st));
             g_dqkv[run] = (bf16*)malloc_check(nqkv * sizeof(bf16));

@@ -135,6 +135,7 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
     cuda_check(cudaMemsetAsync(dW, 0, (size_t)Vp * C * sizeof(float), ctx->stream));
     std::vector<float> ones(N, 1.0f / N);
     cuda_check(cudaMemcpy(dloss_rows, ones.data(), (size_t)N * sizeof(float), cudaMemcpyHostToDevice));
+    cuda_check(cudaDeviceSynchronize());  // the copy is on the legacy stream, which ctx's does not wait for
     double F = 2.0 * N * C * (double)V;
     int reps = F > 5e12 ? 5 : 15;
 

@@ -81,13 +81,17 @@ static FlceDevice flce_device_make(const FlceCase* cs, const FlceInputs* in) {
     for (int i = 0; i < N; i++) f[i] = (float)in->dloss_rows[i];
     cuda_check(cudaMemcpy(d.dloss_rows, f, (size_t)N * sizeof(float), cudaMemcpyHostToDevice));
     free(f);
+    cuda_check(cudaDeviceSynchronize());  // see flce_device_reset
     return d;
 }
 
-// Before each run: dW back to dW0, dx poisoned (0xffff is a bf16 NaN) so that unwritten rows fail.
+// Before each run: dW back to dW0, dx poisoned (0xffff is a bf16 NaN) so that unwritten rows fail. The
+// copy and the memset run on the legacy stream, which the head's non-blocking stream does not wait for
+// (and a pageable copy may return before its data has landed): hence the synchronisation.
 static void flce_device_reset(FlceDevice* d, const FlceCase* cs, const FlceInputs* in) {
     cuda_check(cudaMemcpy(d->dW, in->dW0, (size_t)cs->Vp * cs->C * sizeof(float), cudaMemcpyHostToDevice));
     cuda_check(cudaMemset(d->dx, 0xff, (size_t)cs->N * cs->C * sizeof(bf16)));
+    cuda_check(cudaDeviceSynchronize());
 }
 
 static void flce_device_free(FlceDevice* d) {

@@ -96,6 +96,8 @@ __global__ void fill_f32_kernel(float* p, size_t n, uint32_t seed) {
 // elements differ at all; ok when the largest is within 1e-5 of max |D|.
 static int compare(const char* what, const float* D, const float* R, int M, int N) {
     std::vector<float> d((size_t)M * N), r((size_t)M * N);
+    // the kernels ran on the context's non-blocking stream, which a plain cudaMemcpy does not wait for
+    cuda_check(cudaDeviceSynchronize());
     cuda_check(cudaMemcpy(d.data(), D, d.size() * sizeof(float), cudaMemcpyDeviceToHost));
     cuda_check(cudaMemcpy(r.data(), R, r.size() * sizeof(float), cudaMemcpyDeviceToHost));
     double maxd = 0.0, maxr = 0.0;
@@ -245,6 +247,9 @@ int main(void) {
         ok &= check_acc(blocks[i][0], blocks[i][1], blocks[i][2], 0, 0, 1, &ctx);
         ok &= check_acc(blocks[i][2], blocks[i][1], blocks[i][0], 1, 0, 1, &ctx);
     }
+    // the dW GEMM a head that kept a chunk's logits would run per chunk (656 rows: 64 MiB of 2-byte logits
+    // at Vp = 50304), reading and writing all of dW for a short K (dev/cuda/fused_lce_log.md)
+    ok &= check_acc(50304, 768, 656, 1, 0, 1, &ctx);
     ok &= check_acc(8192, 8192, 8192, 0, 1, 1, &ctx);
     gpu_context_free(&ctx);
     printf(ok ? "wgmma_gemm: all checks passed\n" : "wgmma_gemm: CHECK FAILED\n");

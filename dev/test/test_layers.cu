@@ -39,6 +39,7 @@ static bf16* make_bf16(std::vector<double>& host, size_t n, double lo, double hi
     bf16* d;
     cuda_check(cudaMalloc(&d, n * sizeof(bf16)));
     cuda_check(cudaMemcpy(d, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+    cuda_check(cudaDeviceSynchronize());  // a pageable copy may return before it lands; the kernels' stream does not wait
     return d;
 }
 static float* make_f32(std::vector<double>& host, size_t n) {
@@ -48,6 +49,7 @@ static float* make_f32(std::vector<double>& host, size_t n) {
     float* d;
     cuda_check(cudaMalloc(&d, n * sizeof(float)));
     cuda_check(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    cuda_check(cudaDeviceSynchronize());  // as in make_bf16
     return d;
 }
 static std::vector<double> get_bf16(const bf16* d, size_t n) {
@@ -104,6 +106,7 @@ static void test_layernorm(int N, int C, float* scratch, cudaStream_t st) {
     cuda_check(cudaMemcpy(d_dinp2, d_dinp, (size_t)N * C * sizeof(bf16), cudaMemcpyDeviceToDevice));
     cuda_check(cudaMemcpy(d_dw2, d_dw, C * sizeof(float), cudaMemcpyDeviceToDevice));
     cuda_check(cudaMemcpy(d_db2, d_db, C * sizeof(float), cudaMemcpyDeviceToDevice));
+    cuda_check(cudaDeviceSynchronize());  // device-to-device copies are asynchronous, on the legacy stream
 
     layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, st);
     layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C, st);
