@@ -15,7 +15,8 @@ typedef struct {
     int device;
     int sm_count;
     size_t l2_bytes;
-    cudaStream_t stream;
+    cudaStream_t stream;     // non-blocking: a plain cudaMemcpy or cudaMemset (legacy stream) neither waits
+                             // for it nor is waited for; synchronise before reading back, and after uploads
     cublasLtHandle_t lt;
     void* lt_workspace;      // (CUBLASLT_WORKSPACE_BYTES) scratch for cuBLASLt
     size_t lt_workspace_bytes;
