@@ -357,10 +357,11 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     h->blocks = 1;
 }
 
-// On Hopper (wgmma), the blocks' dx and dW GEMMs by our own kernel (llmc/wgmma_gemm.cuh: persistent, the
-// copy engine adding each tile into the fp32 accumulator, tiles of 128 x 128/192/256 counted exactly by
-// the layout) instead of cuBLASLt: variant 6 of the playground, as fast as cuBLASLt's within the noise
-// (README, Results). Takes effect at the next fused_lce_use_blocks; without wgmma it changes nothing.
+// On Hopper (wgmma), the blocks' dx and dW GEMMs by our own kernel (llmc/wgmma_gemm.cuh: persistent, a
+// block's two GEMMs in one launch, the copy engine adding each tile into the fp32 accumulator, tiles of
+// 128 x 128/192/256 counted exactly by the layout) instead of cuBLASLt: variant 6 of the playground,
+// within ~2% of variant 5 either way (README, Results). Takes effect at the next fused_lce_use_blocks;
+// without wgmma it changes nothing.
 static inline void fused_lce_use_own_gemms(FusedLce* h) { h->own_gemms = 1; }
 
 // The faster of the two cuBLASLt paths for the buffer the build sized, as measured on an H200

@@ -267,15 +267,13 @@ static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* d
                 cuda_check_launch();
                 profile_mark(prof, "head: gradient", st);
             }
-            if (b->own_gemms) {  // in the tiles the layout counted
-                WgGemm g = wg_gemm_make(b->dxacc, C, G, ldg, 0, W + (size_t)v0 * C, C, 0, n, C, ncols,
-                                        flce_plan_gemm_bn(n, C, ncols, ctx->sm_count));
-                wg_gemm_run(&g, i < nvb - 1, ctx);
-                profile_mark(prof, "head: dx GEMM", st);
-                g = wg_gemm_make(dW + (size_t)v0 * C, C, G, ldg, 1, xr, C, 0, ncols, C, n,
-                                 flce_plan_gemm_bn(ncols, C, n, ctx->sm_count));
-                wg_gemm_run(&g, 1, ctx);
-                profile_mark(prof, "head: dW GEMM", st);
+            if (b->own_gemms) {  // one launch, in the tiles the layout counted
+                int bn_dx, bn_dw;
+                flce_plan_pair_bn(n, C, ncols, ctx->sm_count, &bn_dx, &bn_dw);
+                WgGemm gx = wg_gemm_make(b->dxacc, C, G, ldg, 0, W + (size_t)v0 * C, C, 0, n, C, ncols, bn_dx);
+                WgGemm gw = wg_gemm_make(dW + (size_t)v0 * C, C, G, ldg, 1, xr, C, 0, ncols, C, n, bn_dw);
+                wg_gemm_run_pair(&gx, i < nvb - 1, &gw, 1, ctx);
+                profile_mark(prof, "head: dx and dW GEMMs", st);
             } else {
                 matmul_cached(ctx, &b->plans, b->dxacc, CUDA_R_32F, C, G, ldg, 0, W + (size_t)v0 * C, C, 0,
                               n, C, ncols, 1.0f, i == nvb - 1 ? 0.0f : 1.0f);

@@ -54,33 +54,47 @@ static inline double flce_plan_cost(int nb, int vb, int max_n, int C, int V, int
 }
 
 // The Hopper build's dx and dW GEMMs (llmc/wgmma_gemm.cuh) walk tiles of 128 x BN columns, BN = 128,
-// 192 or 256, with a persistent grid of one block per SM: an M x N GEMM takes ceil(tiles / SMs) waves of
-// K-long tiles. Its cost in the units above (waves of K-long 64 x 256 tiles): waves · K · 2 · BN/256,
-// over the tile's measured speed relative to 256 columns (FLCE_PLAN_BN_SPEED, H200).
+// 192 or 256, with a persistent grid of one block per SM. A K-long tile costs, in the units above
+// (waves of K-long 64 x 256 tiles), K · 2 · BN/256 over its measured speed relative to 256 columns
+// (FLCE_PLAN_BN_SPEED, H200).
 #define FLCE_PLAN_BN_SPEED(bn) ((bn) == 128 ? 0.85 : 1.0)
 
-static inline double flce_plan_gemm_cost(int M, int N, int K, int bn, int sm_count) {
-    int tiles = flce_plan_ceil_div(M, 128) * flce_plan_ceil_div(N, bn);
-    return flce_plan_ceil_div(tiles, sm_count) * 2.0 * K * bn / 256.0 / FLCE_PLAN_BN_SPEED(bn);
+// One launch of a block's dx GEMM (n x C, K = ncols, tiles of bn_dx columns) and dW GEMM (ncols x C,
+// K = n, tiles of bn_dw; wg_gemm_run_pair): the dx tiles, then the dW tiles, dealt to the SMs in turn
+// (tile i to SM i % sm_count, as the persistent grid walks them). Its cost: the busiest SM's tiles.
+static inline double flce_plan_pair_cost(int n, int C, int ncols, int bn_dx, int bn_dw, int sm_count) {
+    int tx = flce_plan_ceil_div(n, 128) * flce_plan_ceil_div(C, bn_dx);
+    int tiles = tx + flce_plan_ceil_div(ncols, 128) * flce_plan_ceil_div(C, bn_dw);
+    double cx = 2.0 * ncols * bn_dx / 256.0 / FLCE_PLAN_BN_SPEED(bn_dx);
+    double cw = 2.0 * n * bn_dw / 256.0 / FLCE_PLAN_BN_SPEED(bn_dw), worst = 0.0;
+    for (int sm = 0; sm < sm_count && sm < tiles; sm++) {
+        double c = 0.0;
+        for (int t = sm; t < tiles; t += sm_count) c += t < tx ? cx : cw;
+        if (c > worst) worst = c;
+    }
+    return worst;
 }
 
-// the cheapest tile width for an M x N x K GEMM (ties: the wider)
-static inline int flce_plan_gemm_bn(int M, int N, int K, int sm_count) {
-    int best = 256;
-    for (int bn = 192; bn >= 128; bn -= 64)
-        if (flce_plan_gemm_cost(M, N, K, bn, sm_count) < flce_plan_gemm_cost(M, N, K, best, sm_count)) best = bn;
+// the cheapest tile widths of that launch (ties: the wider), and its cost
+static inline double flce_plan_pair_bn(int n, int C, int ncols, int sm_count, int* bn_dx, int* bn_dw) {
+    double best = -1.0;
+    *bn_dx = *bn_dw = 256;
+    for (int bx = 256; bx >= 128; bx -= 64)
+        for (int bw = 256; bw >= 128; bw -= 64) {
+            double c = flce_plan_pair_cost(n, C, ncols, bx, bw, sm_count);
+            if (best < 0.0 || c < best) { best = c; *bn_dx = bx; *bn_dw = bw; }
+        }
     return best;
 }
 
-// The GEMM cost of a block for flce_block_plan: its dx GEMM (n x C, K = ncols) and dW GEMM (ncols x C,
-// K = n) at their cheapest tile widths, plus a launch each. arg: an FlceWgGemmCost.
+// The GEMM cost of a block for flce_block_plan: its dx and dW GEMMs in one launch at their cheapest
+// tile widths, plus the launch. arg: an FlceWgGemmCost.
 typedef struct { int C, sm_count; } FlceWgGemmCost;
 
 static double flce_plan_wg_gemm_cost(void* arg, int n, int ncols) {
     const FlceWgGemmCost* g = (const FlceWgGemmCost*)arg;
-    int bn_dx = flce_plan_gemm_bn(n, g->C, ncols, g->sm_count), bn_dw = flce_plan_gemm_bn(ncols, g->C, n, g->sm_count);
-    return flce_plan_gemm_cost(n, g->C, ncols, bn_dx, g->sm_count) +
-           flce_plan_gemm_cost(ncols, g->C, n, bn_dw, g->sm_count) + 2 * 256.0;
+    int bn_dx, bn_dw;
+    return flce_plan_pair_bn(n, g->C, ncols, g->sm_count, &bn_dx, &bn_dw) + 256.0;
 }
 
 // The layout within `bytes` for up to max_n rows: vocab blocks of equal width, at most vb_max (rounded

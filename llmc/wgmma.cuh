@@ -227,7 +227,7 @@ __device__ __forceinline__ void wg_produce(const WgRing& r, const CUtensorMap* t
         int s = it % r.stages;
         if (it >= r.stages) mbar_wait(r.empty + 8 * s, (it / r.stages - 1) & 1);
         uint32_t a = r.base + s * r.stage_bytes;
-        mbar_arrive_expect_tx(r.full + 8 * s, r.stage_bytes);
+        mbar_arrive_expect_tx(r.full + 8 * s, r.a_bytes + BN * WG_BK * 2);  // a stage may hold more B than BN
         if (MN_A)
             for (int j = 0; j < r.a_bytes / 8192; j++)
                 tma_load_2d(a + j * 8192, ta, m0 + 64 * j, kt * WG_BK, r.full + 8 * s);

@@ -4,7 +4,8 @@
 //     straight from the registers (hence the 1.38x at 8192 x 50304 below: 1.6 GB of stores). The main
 //     loop is what the head's forward and gradient kernels (llmc/fused_lce_wgmma.cuh) share.
 //   accumulating: llmc/wgmma_gemm.cuh, D (+)= op(A) · op(B), persistent, the copy engine adding each
-//     tile into D: the head's dx and dW GEMMs, on their shapes (A row-major or stored (K, M)).
+//     tile into D: the head's dx and dW GEMMs, on their shapes (A row-major or stored (K, M)), one by one
+//     and as the head runs them, both in one launch (wg_gemm_run_pair).
 //
 //   build/dev/wgmma_gemm               check, then time on the head's block shapes and a large square
 //
@@ -22,6 +23,7 @@
 #include "../../llmc/matmul.cuh"
 #include "../../llmc/wgmma.cuh"
 #include "../../llmc/wgmma_gemm.cuh"
+#include "../../llmc/fused_lce_plan.h"
 #include "timing.cuh"
 
 // the plain GEMM: one tile per block, the accumulators stored as they are. MN_B: B stored (K, N).
@@ -205,6 +207,53 @@ static int check_acc(int M, int N, int K, int trans_a, int trans_b, int time_it,
     return ok;
 }
 
+// The LM head's dx and dW GEMMs of a block in one launch (wg_gemm_run_pair): G (n, vb), W_v (vb, C),
+// x_r (n, C); dxacc (n, C) += G · W_v and dW_v (vb, C) += Gᵀ · x_r, against cuBLASLt from the same random
+// D's; bn_dx, bn_dw: the tiles' widths (0: the head's choice, flce_plan_pair_bn). time_it: the launch,
+// the two GEMMs launched one after the other, and cuBLASLt's two.
+static int check_pair(int n, int C, int vb, int bn_dx, int bn_dw, int time_it, const GpuContext* ctx) {
+    if (!bn_dx) flce_plan_pair_bn(n, C, vb, ctx->sm_count, &bn_dx, &bn_dw);
+    bf16 *G, *Wv, *xr, *unused; float *dx, *rx, *dw, *rw;
+    operands_alloc(&G, &Wv, &dx, &rx, n, C, vb, ctx);  // G (n, vb), W_v (vb, C), dx and its reference (n, C)
+    operands_alloc(&unused, &xr, &dw, &rw, vb, C, n, ctx);  // x_r (n, C), dW and its reference (vb, C)
+    MatmulPlan lx, lw;
+    matmul_plan_make(&lx, ctx, CUDA_R_32F, C, vb, 0, C, 0, n, C, vb, MATMUL_EPILOGUE_NONE, 0);
+    matmul_plan_make(&lw, ctx, CUDA_R_32F, C, vb, 1, C, 0, vb, C, n, MATMUL_EPILOGUE_NONE, 0);
+    fill_f32_kernel<<<1024, 256, 0, ctx->stream>>>(dx, (size_t)n * C, 3);
+    fill_f32_kernel<<<1024, 256, 0, ctx->stream>>>(rx, (size_t)n * C, 3);
+    fill_f32_kernel<<<1024, 256, 0, ctx->stream>>>(dw, (size_t)vb * C, 4);
+    fill_f32_kernel<<<1024, 256, 0, ctx->stream>>>(rw, (size_t)vb * C, 4);
+    cuda_check_launch();
+    WgGemm gx = wg_gemm_make(dx, C, G, vb, 0, Wv, C, 0, n, C, vb, bn_dx);
+    WgGemm gw = wg_gemm_make(dw, C, G, vb, 1, xr, C, 0, vb, C, n, bn_dw);
+    wg_gemm_run_pair(&gx, 1, &gw, 1, ctx);
+    matmul_plan_run(&lx, ctx, rx, G, Wv, 1.0f, 1.0f, NULL);
+    matmul_plan_run(&lw, ctx, rw, G, xr, 1.0f, 1.0f, NULL);
+    char what[112];
+    snprintf(what, sizeof what, "pair  dx %5d x %4d x %5d (%d columns) then dW", n, C, vb, bn_dx);
+    int ok = compare(what, dx, rx, n, C);
+    snprintf(what, sizeof what, "; dW (%d columns)", bn_dw);
+    ok &= compare(what, dw, rw, vb, C);
+    printf("\n");
+    if (time_it && ok) {
+        float t_pair = time_one([&] { wg_gemm_run_pair(&gx, 1, &gw, 1, ctx); }, ctx->stream);
+        float t_two = time_one([&] { wg_gemm_run(&gx, 1, ctx); wg_gemm_run(&gw, 1, ctx); }, ctx->stream);
+        float t_lt = time_one([&] {
+            matmul_plan_run(&lx, ctx, rx, G, Wv, 1.0f, 1.0f, NULL);
+            matmul_plan_run(&lw, ctx, rw, G, xr, 1.0f, 1.0f, NULL);
+        }, ctx->stream);
+        double F = 4.0 * n * C * (double)vb;
+        printf("  time: one launch %.3f ms (%.0f TF/s), two launches %.3f ms (%.0f TF/s), cuBLASLt %.3f ms (%.0f TF/s): "
+               "%.2fx, %.2fx\n", t_pair, F / t_pair * 1e-9, t_two, F / t_two * 1e-9, t_lt, F / t_lt * 1e-9,
+               t_pair / t_lt, t_two / t_lt);
+    }
+    matmul_plan_free(&lx);
+    matmul_plan_free(&lw);
+    operands_free(G, Wv, dx, rx);
+    operands_free(unused, xr, dw, rw);
+    return ok;
+}
+
 int main(void) {
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
@@ -251,6 +300,11 @@ int main(void) {
     // at Vp = 50304), reading and writing all of dW for a short K (dev/cuda/fused_lce_log.md)
     ok &= check_acc(50304, 768, 656, 1, 0, 1, &ctx);
     ok &= check_acc(8192, 8192, 8192, 0, 1, 1, &ctx);
+    // the head's dx and dW GEMMs in one launch: awkward sizes with every pair of tile widths (a ring sized
+    // for the wider tiles feeding the narrower), then the blocks above at the widths the head picks
+    for (int bx = 128; bx <= 256; bx += 64)
+        for (int bw = 128; bw <= 256; bw += 64) ok &= check_pair(328, 264, 200, bx, bw, 0, &ctx);
+    for (int i = 0; i < 5; i++) ok &= check_pair(blocks[i][0], blocks[i][1], blocks[i][2], 0, 0, 1, &ctx);
     gpu_context_free(&ctx);
     printf(ok ? "wgmma_gemm: all checks passed\n" : "wgmma_gemm: CHECK FAILED\n");
     return ok ? 0 : 1;

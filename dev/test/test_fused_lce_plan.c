@@ -66,22 +66,24 @@ int main(void) {
            65536.0 * 50257);
     p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, only_4096, NULL);
     EXPECT(p.vb == 4096, "65536 x 768 with a GEMM cost that wants 4096 columns: %d x %d", p.nb, p.vb);
-    // the Hopper build's GEMMs (llmc/wgmma_gemm.cuh) on a block of 5552 x 4096 at C = 768, 132 SMs: dx
-    // in 44 x 3 tiles of 256 columns (one wave, K = 4096; 192 columns would take two), dW in 32 x 4 of
-    // 192 (one wave, K = 5552; 256 columns would leave 36 SMs idle), in units of 64-row tiles, plus two
-    // launches; at C = 1600 the dx GEMM in 44 x 9 tiles of 192 (three full waves; 256 columns also take
-    // three), the dW GEMM in 32 x 7 of 256 (two waves; 192 columns take three)
-    EXPECT(flce_plan_gemm_bn(5552, 768, 4096, 132) == 256, "dx at 5552 x 768: %d columns",
-           flce_plan_gemm_bn(5552, 768, 4096, 132));
-    EXPECT(flce_plan_gemm_bn(4096, 768, 5552, 132) == 192, "dW at 4096 x 768: %d columns",
-           flce_plan_gemm_bn(4096, 768, 5552, 132));
+    // the Hopper build's GEMMs (llmc/wgmma_gemm.cuh) on a block of 5552 x 4096 at C = 768, 132 SMs, in one
+    // launch: dx in 44 x 3 tiles of 256 columns (K = 4096) on SMs 0-131, then dW in 32 x 4 of 192 (K =
+    // 5552) on SMs 0-127, in units of 64-row tiles, plus the launch; at C = 1600 dx in 44 x 9 tiles of 192
+    // (three per SM), then dW in 32 x 7 of 256: two more on SMs 0-91, one on the others
+    int bn_dx = 0, bn_dw = 0;
+    double gc = flce_plan_pair_bn(5552, 768, 4096, 132, &bn_dx, &bn_dw);
+    EXPECT(bn_dx == 256 && bn_dw == 192 && gc == 2.0 * 4096 + 2.0 * 5552 * 192 / 256,
+           "dx and dW at 5552 x 4096, C = 768: %d and %d columns, cost %.0f", bn_dx, bn_dw, gc);
+    gc = flce_plan_pair_bn(5552, 1600, 4096, 132, &bn_dx, &bn_dw);
+    EXPECT(bn_dx == 192 && bn_dw == 256 && gc == 3 * 2.0 * 4096 * 192 / 256 + 2 * 2.0 * 5552,
+           "dx and dW at 5552 x 4096, C = 1600: %d and %d columns, cost %.0f", bn_dx, bn_dw, gc);
+    // tiles dealt in turn: on 3 SMs dx's 2 x 2 tiles (K = 128) are 0-3, dW's 1 x 2 (K = 256) 4 and 5, so
+    // SM 0 takes two dx tiles and SMs 1 and 2 a dx and a dW tile each
+    gc = flce_plan_pair_cost(256, 512, 128, 256, 256, 3);
+    EXPECT(gc == 2.0 * 128 + 2.0 * 256, "a dx tile and a dW tile on the busiest of 3 SMs: cost %.0f", gc);
     FlceWgGemmCost hopper = {768, 132};
-    double gc = flce_plan_wg_gemm_cost(&hopper, 5552, 4096);
-    EXPECT(gc == 2.0 * 4096 + 2.0 * 5552 * 192 / 256 + 512, "our GEMMs at 5552 x 4096, C = 768: cost %.0f", gc);
-    hopper.C = 1600;
     gc = flce_plan_wg_gemm_cost(&hopper, 5552, 4096);
-    EXPECT(gc == 3 * 2.0 * 4096 * 192 / 256 + 2 * 2.0 * 5552 + 512, "our GEMMs at 5552 x 4096, C = 1600: cost %.0f", gc);
-    hopper.C = 768;
+    EXPECT(gc == 2.0 * 4096 + 2.0 * 5552 * 192 / 256 + 256, "our GEMMs at 5552 x 4096, C = 768: cost %.0f", gc);
     p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, flce_plan_wg_gemm_cost, &hopper);
     EXPECT(p.nb == 5552 && p.vb == 4096, "65536 x 768 counting our GEMMs: %d x %d, expected 5552 x 4096", p.nb, p.vb);
     // without wgmma: the plain layout, as before the search
