@@ -360,7 +360,7 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
 // On Hopper (wgmma), the blocks' dx and dW GEMMs by our own kernel (llmc/wgmma_gemm.cuh: persistent, a
 // block's two GEMMs in one launch, the copy engine adding each tile into the fp32 accumulator, tiles of
 // 128 x 128/192/256 counted exactly by the layout) instead of cuBLASLt: variant 6 of the playground,
-// within ~2% of variant 5 either way (README, Results). Takes effect at the next fused_lce_use_blocks;
+// within ~3% of variant 5 either way (README, Results). Takes effect at the next fused_lce_use_blocks;
 // without wgmma it changes nothing.
 static inline void fused_lce_use_own_gemms(FusedLce* h) { h->own_gemms = 1; }
 
