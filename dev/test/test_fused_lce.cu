@@ -212,12 +212,12 @@ int main(void) {
         check(cs, 1, small, FLCE_MODE_TRAIN, 5, &ctx);
         check(cs, 1, small, FLCE_MODE_FORWARD, 5, &ctx);
         check(cs, 1, small, FLCE_MODE_BACKWARD, 5, &ctx);
-        if (cs->C % 64 == 0) {  // the blocks with our own dx and dW GEMMs (Hopper)
+        if (cs->C % 64 == 0) {
+            // the blocks with our own dx and dW GEMMs (Hopper)
             check(cs, 1, FLCE_DEFAULT_SCRATCH, FLCE_MODE_TRAIN, 6, &ctx);
             check(cs, 1, small, FLCE_MODE_TRAIN, 6, &ctx);
             check(cs, 1, small, FLCE_MODE_BACKWARD, 6, &ctx);
-        }
-        if (cs->C % 64 == 0) {  // the fused backward; a 16-row logits budget gives dx chunks of 16·Vp/C rows
+            // the fused backward; a 16-row logits budget gives dx chunks of 16·Vp/C rows
             size_t tiny = (size_t)16 * cs->Vp * sizeof(float);
             check(cs, 1, tiny, FLCE_MODE_TRAIN, 3, &ctx);
             check(cs, 1, tiny, FLCE_MODE_TRAIN, 4, &ctx);
