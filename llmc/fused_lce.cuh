@@ -321,9 +321,11 @@ static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, 
                                      const GpuContext* ctx);
 
 // Variant 5 of the playground instead of the chunks: rows and vocabulary in blocks (fused_lce_blocks.cuh),
-// vocab blocks at most vb_max wide, carved from the same buffer. Every entry point then goes through them.
+// vocab blocks at most vb_max wide (0: flce_plan_vocab_max, wider for few rows), carved from the same
+// buffer. Every entry point then goes through them.
 static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     if (!h->logits_fp32) check_fail("fused_lce_use_blocks: needs the fused head (fp32 logits)", "build it with logits_fp32 = 1");
+    if (vb_max == 0) vb_max = flce_plan_vocab_max(h->max_n);
     if (h->blocks) flce_blocks_free(&h->blk);
     // within the budget: the blocks, the per-row loss and lse, and the wgmma forward's statistics (the
     // mma.sync forward's go: the blocks replace it)
@@ -371,7 +373,7 @@ static inline void fused_lce_use_own_gemms(FusedLce* h) { h->own_gemms = 1; }
 // 1.45x the GEMMs against 1.96x).
 #define FLCE_CHUNK_ROWS_MIN 512
 static inline void fused_lce_use_fastest(FusedLce* h) {
-    if (h->logits_fp32 && h->chunk < FLCE_CHUNK_ROWS_MIN && h->chunk < h->max_n) fused_lce_use_blocks(h, FLCE_BLOCK_VOCAB);
+    if (h->logits_fp32 && h->chunk < FLCE_CHUNK_ROWS_MIN && h->chunk < h->max_n) fused_lce_use_blocks(h, 0);
 }
 
 // The fused path: lse from the fused forward, then the gradient tiles recomputed and used on the chip.

@@ -32,7 +32,6 @@
 #include "profile.h"
 
 #define FLCE_BLOCK_THREADS 256
-#define FLCE_BLOCK_VOCAB 4096  // the widest vocab block by default
 
 typedef struct {
     int nb, vb;           // rows per row block (a multiple of 16), columns per vocab block (a multiple of 16;

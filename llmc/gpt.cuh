@@ -66,7 +66,7 @@ static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int 
     gpt_point_acts(&m->acts, c, B, T, recompute, (char*)m->acts_memory);
     fused_lce_build(&m->head, B * T, c->channels, c->vocab_size, c->padded_vocab_size, flce_options_default(),
                     head != GPT_HEAD_UNFUSED, head_scratch);
-    if (head == GPT_HEAD_BLOCKS) fused_lce_use_blocks(&m->head, FLCE_BLOCK_VOCAB);
+    if (head == GPT_HEAD_BLOCKS) fused_lce_use_blocks(&m->head, 0);
     if (head == GPT_HEAD_FUSED) fused_lce_use_fastest(&m->head);
     size_t BT = (size_t)B * T;
     cuda_check(cudaMallocHost(&m->h_inputs, BT * sizeof(int)));

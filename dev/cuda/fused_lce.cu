@@ -20,7 +20,8 @@
 //   4 the same without floating-point atomics: one kernel owns row blocks (dx), one owns vocab tiles
 //     (dW); each recomputes the logits. 5F, bitwise repeatable.
 //   5 two-dimensional blocks with cuBLASLt: rows in blocks of nb, the vocabulary in blocks of at most
-//     --vocab-block columns (llmc/fused_lce_blocks.cuh): the lse of a row block first, then its gradient
+//     --vocab-block columns (llmc/fused_lce_blocks.cuh; by default flce_plan_vocab_max: 4096, wider for
+//     few rows): the lse of a row block first, then its gradient
 //     blocks recomputed; dW is swept once per row block, not once per chunk. 4F, bitwise repeatable.
 //     On Hopper its logits and gradient are wgmma kernels (llmc/fused_lce_wgmma.cuh).
 //   6 variant 5 with the dx and dW GEMMs on our own wgmma kernel (llmc/wgmma_gemm.cuh) instead of
@@ -59,7 +60,7 @@ static const Shape BENCH_SHAPES[] = {
 };
 
 static size_t g_scratch = FLCE_DEFAULT_SCRATCH;  // --scratch MiB: the chunked variants' logits budget
-static int g_vocab_block = FLCE_BLOCK_VOCAB;       // --vocab-block: variants 5 and 6's widest vocab block
+static int g_vocab_block = 0;                      // --vocab-block: variants 5 and 6's widest vocab block (0: default)
 static int g_profile = 0;                          // --profile: where the fwd+bwd time goes (variants 2, 5, 6)
 
 static void build_variant(FusedLce* h, const Variant* v, int max_n, int C, int V, int Vp, FlceOptions opt) {

@@ -2,8 +2,9 @@
 // every entry point (training, loss only, recomputing backward with per-row upstream gradients), each
 // feature (ignore_index, z-loss, soft-capping, label smoothing), the unfused baseline, several chunks
 // per call, the fused backward (atomic and deterministic, several dx chunks), the two-dimensional blocks
-// (several row and vocab blocks; on Hopper also with our own dx/dW GEMMs), the Hopper wgmma forward and
-// what runs without it, bitwise determinism, bad targets flagged, and bad sizes refused with an error exit.
+// (several row and vocab blocks, and their default widths; on Hopper also with our own dx/dW GEMMs), the
+// Hopper wgmma forward and what runs without it, bitwise determinism, bad targets flagged, and bad sizes
+// refused with an error exit.
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../llmc/fused_lce.cuh"
@@ -136,6 +137,29 @@ static void check_choice(void) {
     }
 }
 
+// The blocks at their default widths (fused_lce_use_fastest, as the trainer builds them): few rows take
+// vocab blocks wider than FLCE_BLOCK_VOCAB (flce_plan_vocab_max), here 300 rows of V = 50257 in a
+// 100-row chunk budget; training against the reference, with and without our own GEMMs.
+static void check_default_width(const GpuContext* ctx) {
+    FlceCase cs = {300, 64, 50257, 50304, options(1e-4f, 0.0f, 0.0f), 5, "blocks of the default width, V=50257"};
+    FlceInputs in = flce_inputs_make(&cs, 11);
+    FlceDevice d = flce_device_make(&cs, &in);
+    for (int own = 0; own < 2; own++) {
+        FusedLce h;
+        fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, (size_t)100 * cs.Vp * sizeof(float));
+        if (own) fused_lce_use_own_gemms(&h);
+        fused_lce_use_fastest(&h);
+        EXPECT(h.blocks && h.blk.vb > FLCE_BLOCK_VOCAB && h.blk.vb <= flce_plan_vocab_max(cs.N) + 255,
+               "default width: blocks %d of %d columns, expected wider than %d", h.blocks, h.blk.vb, FLCE_BLOCK_VOCAB);
+        printf("  (blocks of %d rows x %d vocab columns%s)\n", h.blk.nb, h.blk.vb,
+               h.blk.own_gemms ? ", own GEMMs" : "");
+        EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, &cs, &in, &d, ctx), "%s (own GEMMs %d) differs", cs.what, own);
+        fused_lce_free(&h);
+    }
+    flce_device_free(&d);
+    flce_inputs_free(&in);
+}
+
 // A target >= V (not ignore_index) is flagged with its row, and that row counts as ignored.
 static void check_bad_target(const GpuContext* ctx) {
     FlceCase cs = {50, 64, 500, 512, flce_options_default(), 0, "bad target"};
@@ -235,6 +259,7 @@ int main(void) {
     check_determinism(6, &ctx);
     check_bad_target(&ctx);
     check_choice();
+    check_default_width(&ctx);
     gpu_context_free(&ctx);
     return test_summary("test_fused_lce");
 }

@@ -90,5 +90,18 @@ int main(void) {
     p = flce_block_plan(budget, 65536, 768, 50257, 4096, 0, 64, 256, 132, NULL, NULL);
     EXPECT(p.vb == 3872 && p.nb == (int)(budget / (3872 * 4 + 768 * 4 + 16) / 16 * 16),
            "65536 x 768 without wgmma: %d rows x %d columns", p.nb, p.vb);
+    // the default widest vocab block: 4096, wider for few rows, one block's bf16 gradient within 20 MiB
+    EXPECT(flce_plan_vocab_max(65536) == 4096 && flce_plan_vocab_max(2560) == 4096, "the default for many rows: %d, %d",
+           flce_plan_vocab_max(65536), flce_plan_vocab_max(2560));
+    EXPECT(flce_plan_vocab_max(1024) == 10240 && flce_plan_vocab_max(2048) == 5120, "the default for few rows: %d, %d",
+           flce_plan_vocab_max(1024), flce_plan_vocab_max(2048));
+    for (int n = 1; n <= 70000; n += 997) {
+        int vb = flce_plan_vocab_max(n);
+        EXPECT(vb >= 4096 && (vb == 4096 || (size_t)n * vb * 2 <= (size_t)FLCE_BLOCK_G_FEW) &&
+               flce_plan_vocab_max(n + 997) <= vb, "max_n %d: widest vocab block %d", n, vb);
+    }
+    p = flce_block_plan(budget, 1024, 768, 50257, flce_plan_vocab_max(1024), 1, 64, 256, 132, NULL, NULL);
+    EXPECT(p.nb == 1024 && p.vb == 8448, "1024 x 768 with the default: %d rows x %d columns, expected 1024 x 8448",
+           p.nb, p.vb);
     return test_summary("test_fused_lce_plan");
 }
