@@ -237,6 +237,7 @@ static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* d
     if (b->wgmma && !lse_ready) check_fail("flce_blocks_run: wgmma blocks need the lse first", "run flce_wgmma_forward");
     FlceWgmmaMaps maps;
     if (b->wgmma) maps = flce_wgmma_maps(x, W, N, C, Vp, FLCE_GRAD_ROWS);
+    int bn_n = -1, bn_cols = -1, bn_dx = 0, bn_dw = 0;  // own GEMMs: the pair's tile widths for a block of bn_n x bn_cols
     for (int r0 = 0; r0 < N; r0 += b->nb) {
         int n = N - r0 < b->nb ? N - r0 : b->nb;
         const bf16* xr = x + (size_t)r0 * C;
@@ -267,8 +268,11 @@ static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* d
                 profile_mark(prof, "head: gradient", st);
             }
             if (b->own_gemms) {  // one launch, in the tiles the layout counted
-                int bn_dx, bn_dw;
-                flce_plan_pair_bn(n, C, ncols, ctx->sm_count, &bn_dx, &bn_dw);
+                if (n != bn_n || ncols != bn_cols) {  // twice a row block: its last vocab block, then the others
+                    flce_plan_pair_bn(n, C, ncols, ctx->sm_count, &bn_dx, &bn_dw);
+                    bn_n = n;
+                    bn_cols = ncols;
+                }
                 WgGemm gx = wg_gemm_make(b->dxacc, C, G, ldg, 0, W + (size_t)v0 * C, C, 0, n, C, ncols, bn_dx);
                 WgGemm gw = wg_gemm_make(dW + (size_t)v0 * C, C, G, ldg, 1, xr, C, 0, ncols, C, n, bn_dw);
                 wg_gemm_run_pair(&gx, i < nvb - 1, &gw, 1, ctx);
