@@ -321,11 +321,10 @@ static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, 
                                      const GpuContext* ctx);
 
 // Variant 5 of the playground instead of the chunks: rows and vocabulary in blocks (fused_lce_blocks.cuh),
-// vocab blocks at most vb_max wide (0: flce_plan_vocab_max, wider for few rows), carved from the same
-// buffer. Every entry point then goes through them.
+// vocab blocks at most vb_max wide (0: flce_plan_vocab_max, wider for few rows on Hopper), carved from
+// the same buffer. Every entry point then goes through them.
 static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     if (!h->logits_fp32) check_fail("fused_lce_use_blocks: needs the fused head (fp32 logits)", "build it with logits_fp32 = 1");
-    if (vb_max == 0) vb_max = flce_plan_vocab_max(h->max_n);
     if (h->blocks) flce_blocks_free(&h->blk);
     // within the budget: the blocks, the per-row loss and lse, and the wgmma forward's statistics (the
     // mma.sync forward's go: the blocks replace it)
@@ -339,6 +338,7 @@ static inline void fused_lce_use_blocks(FusedLce* h, int vb_max) {
     }
     size_t rows_bytes = (2 * (size_t)h->max_n + h->part_floats) * sizeof(float);
     size_t budget = h->budget > rows_bytes ? h->budget - rows_bytes : 0;
+    if (vb_max == 0) vb_max = flce_plan_vocab_max(h->max_n, budget, h->C, h->wgmma);
     size_t bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, h->max_n, h->C, h->V, vb_max, h->wgmma,
                                                            h->own_gemms, sms);
     if (bytes == 0) {

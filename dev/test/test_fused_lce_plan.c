@@ -90,17 +90,36 @@ int main(void) {
     p = flce_block_plan(budget, 65536, 768, 50257, 4096, 0, 64, 256, 132, NULL, NULL);
     EXPECT(p.vb == 3872 && p.nb == (int)(budget / (3872 * 4 + 768 * 4 + 16) / 16 * 16),
            "65536 x 768 without wgmma: %d rows x %d columns", p.nb, p.vb);
-    // the default widest vocab block: 4096, wider for few rows, one block's bf16 gradient within 20 MiB
-    EXPECT(flce_plan_vocab_max(65536) == 4096 && flce_plan_vocab_max(2560) == 4096, "the default for many rows: %d, %d",
-           flce_plan_vocab_max(65536), flce_plan_vocab_max(2560));
-    EXPECT(flce_plan_vocab_max(1024) == 10240 && flce_plan_vocab_max(2048) == 5120, "the default for few rows: %d, %d",
-           flce_plan_vocab_max(1024), flce_plan_vocab_max(2048));
-    for (int n = 1; n <= 70000; n += 997) {
-        int vb = flce_plan_vocab_max(n);
-        EXPECT(vb >= 4096 && (vb == 4096 || (size_t)n * vb * 2 <= (size_t)FLCE_BLOCK_G_FEW) &&
-               flce_plan_vocab_max(n + 997) <= vb, "max_n %d: widest vocab block %d", n, vb);
-    }
-    p = flce_block_plan(budget, 1024, 768, 50257, flce_plan_vocab_max(1024), 1, 64, 256, 132, NULL, NULL);
+    // the default widest vocab block: 4096; with wgmma wider for few rows, one block's bf16 gradient within
+    // 20 MiB and all rows in one row block; never narrower than 4096, so wherever blocks of 4096 fit, it
+    // does too
+    size_t b64 = (size_t)64 << 20;
+    EXPECT(flce_plan_vocab_max(65536, b64, 768, 1) == 4096 && flce_plan_vocab_max(2560, b64, 768, 1) == 4096,
+           "the default for many rows: %d, %d", flce_plan_vocab_max(65536, b64, 768, 1),
+           flce_plan_vocab_max(2560, b64, 768, 1));
+    EXPECT(flce_plan_vocab_max(1024, b64, 4096, 1) == 10240 && flce_plan_vocab_max(2048, b64, 768, 1) == 5120,
+           "the default for few rows: %d, %d", flce_plan_vocab_max(1024, b64, 4096, 1),
+           flce_plan_vocab_max(2048, b64, 768, 1));
+    EXPECT(flce_plan_vocab_max(1024, b64, 768, 0) == 4096, "the default without wgmma: %d",
+           flce_plan_vocab_max(1024, b64, 768, 0));
+    EXPECT(flce_plan_vocab_max(300, (size_t)6 << 20, 768, 1) == (int)((((size_t)6 << 20) / 304 - 4 * 768 - 16) / 2),
+           "300 rows in 6 MiB: %d columns, expected all rows in one block", flce_plan_vocab_max(300, (size_t)6 << 20, 768, 1));
+    for (int a = 0; a < 8; a++)
+        for (int b = 0; b < 4; b++)
+            for (int e = 0; e < 5; e++) {
+                int n = Ns[a], vb = flce_plan_vocab_max(n, budgets[e], Cs[b], 1);
+                size_t rows = (size_t)round_up(n, 16);
+                EXPECT(vb == 4096 || (rows * vb * 2 <= (size_t)FLCE_BLOCK_G_FEW &&
+                                      rows * flce_plan_row_bytes(vb, Cs[b], 1) <= budgets[e]),
+                       "max_n %d, C %d, %zu bytes: widest vocab block %d", n, Cs[b], budgets[e], vb);
+                for (int c = 0; c < 4; c++) {
+                    FlceBlockPlan narrow = flce_block_plan(budgets[e], n, Cs[b], Vs[c], 4096, 1, 64, 256, 132, NULL, NULL);
+                    FlceBlockPlan wide = flce_block_plan(budgets[e], n, Cs[b], Vs[c], vb, 1, 64, 256, 132, NULL, NULL);
+                    EXPECT(!narrow.bytes || wide.bytes, "N=%d C=%d V=%d, %zu bytes: no layout at the default width %d",
+                           n, Cs[b], Vs[c], budgets[e], vb);
+                }
+            }
+    p = flce_block_plan(budget, 1024, 768, 50257, flce_plan_vocab_max(1024, budget, 768, 1), 1, 64, 256, 132, NULL, NULL);
     EXPECT(p.nb == 1024 && p.vb == 8448, "1024 x 768 with the default: %d rows x %d columns, expected 1024 x 8448",
            p.nb, p.vb);
     return test_summary("test_fused_lce_plan");
