@@ -58,8 +58,8 @@ static inline double flce_plan_cost(int nb, int vb, int max_n, int C, int V, int
 // block of `bytes` (max_n rounded up to 16): fewer, fuller launches, G still in the L2 (never narrower than
 // FLCE_BLOCK_VOCAB, so a budget that holds blocks of that width still holds the layout). H200, 1024 x 768 x
 // 50257 (`build/dev/fused_lce 5 --bench-only --shape 0 --vocab-block W`): 0.72 ms with W = 4096, 0.66 with
-// 8192, 0.60 with 16384 or 32768 (the layout takes 6 blocks of 8448: G 17 MiB), 0.67 with 65536 (2 blocks:
-// G 51 MiB, past the L2). This default (10240 at 1024 rows, 4096 from 2560) against 4096, one run:
+// 8192, 0.60 with 16384 or 32768 (the layout takes 6 blocks of 8448: G 17 MB), 0.67 with 65536 (2 blocks:
+// G 52 MB, past the 50 MB L2). This default (10240 at 1024 rows, 4096 from 2560) against 4096, one run:
 // 0.60-0.61 ms against 0.71 there, 7.24-7.26 against 7.61-7.65 at 1024 x 4096 x 128256 (blocks of 8192);
 // variant 6 0.66 either way and 7.31-7.33 against 7.55-7.57.
 #define FLCE_BLOCK_VOCAB 4096
