@@ -27,12 +27,32 @@
 // Folds this thread's logits of a 64 x 256 accumulator tile (register 4j + 2h + e: row lane/4 + 8h,
 // column c0 + 8j + e of the vocabulary, c0 = tile's first column + 2·(lane % 4)) into the running (max,
 // Σexp relative to it, Σs) of its two rows. CAP: soft-capping on (the logits are replaced by s); FULL:
-// every column of the tile is < V (no per-logit bounds checks).
-template <bool CAP, bool FULL>
+// every column of the tile is < V (no per-logit bounds checks); SUM: Σs kept (label smoothing needs it).
+// Once a row has a max, a full tile without soft-capping is summed relative to it without looking for
+// its own (s stays Σexp relative to m, m need not be the max): one pass instead of two, and the max is
+// taken only when a sum passes 2^64, i.e. a logit lies ~44 above m (then the tile is summed again).
+#define FLCE_FOLD_BIG 0x1p64f
+template <bool CAP, bool FULL, bool SUM>
 __device__ __forceinline__ void flce_wgmma_fold(float d[128], float m[2], float s[2], float sum[2], int c0, int V,
                                                 float cap, float inv_cap) {
     #pragma unroll
     for (int h = 0; h < 2; h++) {
+        if (!CAP && FULL && m[h] > -INFINITY) {
+            float ml = m[h] * FLCE_LOG2E, acc = 0.0f, su = 0.0f;
+            #pragma unroll
+            for (int j = 0; j < 32; j++)
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float z = d[4 * j + 2 * h + e];
+                    acc += exp2f(fmaf(z, FLCE_LOG2E, -ml));
+                    if (SUM) su += z;
+                }
+            if (acc <= FLCE_FOLD_BIG) {
+                s[h] += acc;
+                sum[h] += su;
+                continue;
+            }
+        }
         float tm = -INFINITY;
         #pragma unroll
         for (int j = 0; j < 32; j++)
@@ -53,7 +73,7 @@ __device__ __forceinline__ void flce_wgmma_fold(float d[128], float m[2], float 
                 if (FULL || c0 + 8 * j + e < V) {
                     float z = d[4 * j + 2 * h + e];
                     acc += exp2f(fmaf(z, FLCE_LOG2E, -nml));
-                    su += z;
+                    if (SUM) su += z;
                 }
         s[h] = s[h] * exp2f(m[h] * FLCE_LOG2E - nml) + acc;  // m = -inf before the first tile: weight 0
         m[h] = nm;
@@ -61,8 +81,9 @@ __device__ __forceinline__ void flce_wgmma_fold(float d[128], float m[2], float 
     }
 }
 
-// part (splits, N, 3): running max, Σexp relative to it, Σs of each row over its split's tiles
-template <bool CAP>
+// part (splits, N, 3): running max (or a value below it), Σexp relative to it, Σs of each row over its
+// split's tiles (0 without SUM)
+template <bool CAP, bool SUM>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 flce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                           float* part, int N, int C, int V, int splits, float softcap) {
@@ -87,8 +108,8 @@ flce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_c
     for (int nt = split; nt < ntiles; nt += splits) {
         wg_consume(ring, d, (wg - 1) * 64 * WG_BK * 2, kt_count, it);
         int c0 = nt * WG_BN + 2 * (lane % 4);
-        if ((nt + 1) * WG_BN <= V) flce_wgmma_fold<CAP, true>(d, m, s, sum, c0, V, cap, inv_cap);
-        else flce_wgmma_fold<CAP, false>(d, m, s, sum, c0, V, cap, inv_cap);
+        if ((nt + 1) * WG_BN <= V) flce_wgmma_fold<CAP, true, SUM>(d, m, s, sum, c0, V, cap, inv_cap);
+        else flce_wgmma_fold<CAP, false, SUM>(d, m, s, sum, c0, V, cap, inv_cap);
     }
     #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -257,8 +278,10 @@ static inline FlceWgmmaMaps flce_wgmma_maps(const bf16* x, const bf16* W, int N,
 
 // Once per process before the kernels run: their shared memory (the ring) is above the 48 KiB default
 static inline void flce_wgmma_setup(void) {
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
     cuda_check(cudaFuncSetAttribute(flce_wgmma_grad_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
     cuda_check(cudaFuncSetAttribute(flce_wgmma_grad_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
 }
@@ -296,12 +319,11 @@ static inline void flce_wgmma_forward(float* loss_rows, float* lse, float* part,
     if (3 * (size_t)splits * N > part_floats) check_fail("flce_wgmma_forward: the statistics buffer is too small", "size it with flce_wgmma_part_floats");
     FlceWgmmaMaps maps = flce_wgmma_maps(x, W, N, C, Vp, WG_BM);
     dim3 grid(ceil_div(N, WG_BM), splits);
-    if (opt.softcap > 0.0f)
-        flce_wgmma_forward_kernel<true><<<grid, WG_THREADS, WG_COOP_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V,
-                                                                                   splits, opt.softcap);
-    else
-        flce_wgmma_forward_kernel<false><<<grid, WG_THREADS, WG_COOP_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V,
-                                                                                    splits, opt.softcap);
+    int cap = opt.softcap > 0.0f, sum = opt.label_smoothing > 0.0f;
+    void (*kernel)(const CUtensorMap, const CUtensorMap, float*, int, int, int, int, float) =
+        cap ? (sum ? flce_wgmma_forward_kernel<true, true> : flce_wgmma_forward_kernel<true, false>)
+            : (sum ? flce_wgmma_forward_kernel<false, true> : flce_wgmma_forward_kernel<false, false>);
+    kernel<<<grid, WG_THREADS, WG_COOP_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V, splits, opt.softcap);
     cuda_check_launch();
     flce_mma_finish_kernel<<<ceil_div(N, 8), 256, 0, ctx->stream>>>(loss_rows, lse, part, x, W, targets, N, C, V,
                                                                     splits, opt);

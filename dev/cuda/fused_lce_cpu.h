@@ -7,7 +7,9 @@
 // Forward, per block of BM rows: walk the vocabulary in tiles of BN columns; compute the BM x BN logit
 // tile in fp32 (a partial dot product per BK slice of C added to the accumulator, as an MMA k-step adds
 // into its fp32 accumulator); soft-cap; fold the tile into a running max m and sum s of exp(s_j − m) per
-// row; pick up the target logit when the target falls in the tile; sum s_j for label smoothing. Only
+// row (lazy: as the wgmma forward, a full tile without soft-capping is summed relative to the running m
+// without its own max, which is taken only when that sum passes 2^64; llmc/fused_lce_wgmma.cuh); pick
+// up the target logit when the target falls in the tile; sum s_j for label smoothing. Only
 // lse = m + log s and the row loss leave the block: the (N, V) logits never exist, nor does a row of them.
 // Backward (recompute form), per (row block, vocab tile) in a fixed order: recompute the logit tile,
 // form the gradient tile from lse, round it to bf16 (the GPU feeds it to bf16 tensor-core MMAs), then
@@ -46,7 +48,7 @@ static void flce_cpu_logit_tile(float* tile,                      // (BM, BN)
 static float flce_cpu_forward(float* loss_rows, float* lse,              // (N), (N)
                               const float* x, const int* targets,        // (N, C), (N)
                               const float* W,                            // (Vp, C)
-                              int N, int C, int V, int Vp, FlceOptions opt, int BM, int BN, int BK) {
+                              int N, int C, int V, int Vp, FlceOptions opt, int BM, int BN, int BK, int lazy) {
     float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f, eps = opt.label_smoothing;
     float* tile = (float*)malloc_check((size_t)BM * BN * sizeof(float));
     float* m = (float*)malloc_check((size_t)BM * sizeof(float));    // running max per row
@@ -60,6 +62,13 @@ static float flce_cpu_forward(float* loss_rows, float* lse,              // (N),
             int nc = V - j0 < BN ? V - j0 : BN;  // columns >= V: -inf, i.e. left out of max and sums
             for (int r = 0; r < BM && r0 + r < N; r++) {
                 float* v = tile + (size_t)r * BN;
+                int t = targets[r0 + r];
+                if (t >= j0 && t < j0 + nc) st[r] = cap > 0.0f ? cap * tanhf(v[t - j0] * inv_cap) : v[t - j0];
+                if (lazy && nc == BN && cap == 0.0f && m[r] > -INFINITY) {
+                    float ts = 0.0f, tsum = 0.0f;
+                    for (int c = 0; c < nc; c++) { ts += expf(v[c] - m[r]); tsum += v[c]; }
+                    if (ts <= 0x1p64f) { s[r] += ts; sum[r] += tsum; continue; }
+                }
                 float tile_max = -INFINITY;
                 for (int c = 0; c < nc; c++) {
                     if (cap > 0.0f) v[c] = cap * tanhf(v[c] * inv_cap);
@@ -72,8 +81,6 @@ static float flce_cpu_forward(float* loss_rows, float* lse,              // (N),
                 s[r] = s[r] * expf(m[r] - m_new) + ts;
                 m[r] = m_new;
                 sum[r] += tsum;
-                int t = targets[r0 + r];
-                if (t >= j0 && t < j0 + nc) st[r] = v[t - j0];
             }
         }
         for (int r = 0; r < BM && r0 + r < N; r++) {

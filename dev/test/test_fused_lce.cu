@@ -161,6 +161,31 @@ static void check_default_width(const GpuContext* ctx) {
     flce_inputs_free(&in);
 }
 
+// Logits that grow along the vocabulary: the wgmma forward sums a tile relative to the row's running
+// max without taking the tile's own, and takes it only when the sum passes 2^64 (a logit ~44 above;
+// llmc/fused_lce_wgmma.cuh). W's rows from 1024 on scaled by 3 (logits up to ~30 above the first
+// tiles': summed relative to a stale max) and by 16 (~150 above: the tile summed again, some sums inf
+// first); training and loss only through the blocks, against the reference.
+static void check_growing_logits(const GpuContext* ctx) {
+    for (int k = 0; k < 2; k++) {
+        float scale = k ? 16.0f : 3.0f;
+        FlceCase cs = {300, 256, 5000, 5120, options(0, 0, k ? 0.1f : 0.0f), 0,
+                       k ? "logits x16 from column 1024, label smoothing" : "logits x3 from column 1024"};
+        FlceInputs in = flce_inputs_make(&cs, 21 + k);
+        for (size_t i = (size_t)1024 * cs.C; i < (size_t)cs.Vp * cs.C; i++) in.W[i] = bf16_round(in.W[i] * scale);
+        FlceDevice d = flce_device_make(&cs, &in);
+        FusedLce h;
+        fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, FLCE_DEFAULT_SCRATCH);
+        fused_lce_use_blocks(&h, 1024);
+        printf("  (blocks of %d rows x %d columns%s)\n", h.blk.nb, h.blk.vb, h.wgmma ? ", wgmma forward" : "");
+        EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, &cs, &in, &d, ctx), "%s: training differs", cs.what);
+        EXPECT(flce_check_mode(&h, FLCE_MODE_FORWARD, &cs, &in, &d, ctx), "%s: loss only differs", cs.what);
+        fused_lce_free(&h);
+        flce_device_free(&d);
+        flce_inputs_free(&in);
+    }
+}
+
 // A target >= V (not ignore_index) is flagged with its row, and that row counts as ignored.
 static void check_bad_target(const GpuContext* ctx) {
     FlceCase cs = {50, 64, 500, 512, flce_options_default(), 0, "bad target"};
@@ -261,6 +286,7 @@ int main(void) {
     check_bad_target(&ctx);
     check_choice();
     check_default_width(&ctx);
+    check_growing_logits(&ctx);
     gpu_context_free(&ctx);
     return test_summary("test_fused_lce");
 }

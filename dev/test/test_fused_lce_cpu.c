@@ -182,11 +182,12 @@ static void test_tiled(const char* name, const Problem* p, FlceOptions opt, cons
         Blocking bl = BLOCKINGS[b];
         for (size_t i = 0; i < (size_t)N * C; i++) dx[i] = NAN;  // poison: every element must be written
         memcpy(dW, p->dW0, (size_t)Vp * C * sizeof(float));
-        float loss = flce_cpu_forward(loss_rows, lse, p->x, p->t, p->W, N, C, V, Vp, opt, bl.BM, bl.BN, bl.BK);
+        int lazy = b % 2;  // every other blocking with the wgmma forward's fold
+        float loss = flce_cpu_forward(loss_rows, lse, p->x, p->t, p->W, N, C, V, Vp, opt, bl.BM, bl.BN, bl.BK, lazy);
         flce_cpu_backward(dx, dW, lse, p->x, p->t, dloss_rows, 1.0f, p->W, N, C, V, Vp, opt, bl.BM, bl.BN, bl.BK);
         char title[160];
-        snprintf(title, sizeof(title), "tiled %d/%d/%d, %s (N=%d C=%d V=%d Vp=%d, %d valid)", bl.BM, bl.BN, bl.BK,
-                 name, N, C, V, Vp, ref.n_valid);
+        snprintf(title, sizeof(title), "tiled %d/%d/%d%s, %s (N=%d C=%d V=%d Vp=%d, %d valid)", bl.BM, bl.BN, bl.BK,
+                 lazy ? " lazy max" : "", name, N, C, V, Vp, ref.n_valid);
         int ok = flce_ref_check_outputs(title, &ref, TOL, loss, loss_rows, lse, dx, dW, p->dW0, N, C, V, Vp);
         EXPECT(ok, "%s: outside the tolerances", title);
         FlceErrStats e = flce_ref_compare("dx vs bf16-g model", dx, model.dx, NULL, (size_t)N * C);
@@ -248,6 +249,15 @@ int main(void) {
     p = problem_make(64, 64, 1000, 1024, 30.0f, 0, plain.ignore_index, 7);
     test_tiled("huge logits (std 30), z-loss + smoothing", &p, options(1e-4f, 0.0f, 0.1f), NULL, 1);  // no cap
     problem_free(&p);
+    // logits that grow along the vocabulary (W's rows from 256 on scaled): up to ~20 above the first tiles'
+    // (the lazy fold sums relative to a stale max) and ~100 above (it takes the tile's max after all)
+    for (int k = 0; k < 2; k++) {
+        p = problem_make(64, 64, 1000, 1024, 3.0f, 0, plain.ignore_index, 10 + k);
+        for (size_t i = (size_t)256 * 64; i < (size_t)1024 * 64; i++) p.W[i] *= k ? 16.0f : 3.0f;
+        test_tiled(k ? "logits x16 from column 256" : "logits x3 from column 256", &p, options(0.0f, 0.0f, 0.1f * k),
+                   NULL, 2);
+        problem_free(&p);
+    }
     // per-row upstream gradients, as per-token weights (some 0) of a mean
     p = problem_make(200, 64, 1000, 1024, 3.0f, 9, plain.ignore_index, 8);
     float* w = (float*)malloc_check(200 * sizeof(float));
