@@ -32,21 +32,33 @@
 // its own (s stays Σexp relative to m, m need not be the max): one pass instead of two, and the max is
 // taken only when a sum passes 2^64, i.e. a logit lies ~44 above m (then the tile is summed again).
 #define FLCE_FOLD_BIG 0x1p64f
+
+// acc = Σ 2^(z·log2(e) − ref2) and su = Σz (SUM) over this thread's logits z of row half h whose column is
+// < V (FULL: all of them), register layout as in flce_wgmma_fold
+template <bool FULL, bool SUM>
+__device__ __forceinline__ void flce_wgmma_sum_exp(const float d[128], int h, float ref2, int c0, int V, float& acc,
+                                                   float& su) {
+    acc = 0.0f;
+    su = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < 32; j++)
+        #pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (FULL || c0 + 8 * j + e < V) {
+                float z = d[4 * j + 2 * h + e];
+                acc += exp2f(fmaf(z, FLCE_LOG2E, -ref2));
+                if (SUM) su += z;
+            }
+}
+
 template <bool CAP, bool FULL, bool SUM>
 __device__ __forceinline__ void flce_wgmma_fold(float d[128], float m[2], float s[2], float sum[2], int c0, int V,
                                                 float cap, float inv_cap) {
     #pragma unroll
     for (int h = 0; h < 2; h++) {
+        float acc, su;
         if (!CAP && FULL && m[h] > -INFINITY) {
-            float ml = m[h] * FLCE_LOG2E, acc = 0.0f, su = 0.0f;
-            #pragma unroll
-            for (int j = 0; j < 32; j++)
-                #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float z = d[4 * j + 2 * h + e];
-                    acc += exp2f(fmaf(z, FLCE_LOG2E, -ml));
-                    if (SUM) su += z;
-                }
+            flce_wgmma_sum_exp<true, SUM>(d, h, m[h] * FLCE_LOG2E, c0, V, acc, su);
             if (acc <= FLCE_FOLD_BIG) {
                 s[h] += acc;
                 sum[h] += su;
@@ -65,16 +77,8 @@ __device__ __forceinline__ void flce_wgmma_fold(float d[128], float m[2], float 
             }
         float nm = fmaxf(m[h], tm);
         if (nm == -INFINITY) continue;  // none of this thread's columns so far is in the vocabulary
-        float nml = nm * FLCE_LOG2E, acc = 0.0f, su = 0.0f;
-        #pragma unroll
-        for (int j = 0; j < 32; j++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++)
-                if (FULL || c0 + 8 * j + e < V) {
-                    float z = d[4 * j + 2 * h + e];
-                    acc += exp2f(fmaf(z, FLCE_LOG2E, -nml));
-                    if (SUM) su += z;
-                }
+        float nml = nm * FLCE_LOG2E;
+        flce_wgmma_sum_exp<FULL, SUM>(d, h, nml, c0, V, acc, su);
         s[h] = s[h] * exp2f(m[h] * FLCE_LOG2E - nml) + acc;  // m = -inf before the first tile: weight 0
         m[h] = nm;
         sum[h] += su;
