@@ -67,7 +67,8 @@ static inline double flce_plan_cost(int nb, int vb, int max_n, int C, int V, int
 static inline int flce_plan_vocab_max(int max_n, size_t bytes, int C, int wgmma) {
     if (!wgmma || max_n <= 0) return FLCE_BLOCK_VOCAB;
     long long rows = ((long long)max_n + 15) / 16 * 16;  // a row block's rows: a multiple of 16
-    long long vb = FLCE_BLOCK_G_FEW / 2 / rows, fit = ((long long)bytes / rows - 4LL * C - 16) / 2;
+    long long vb = FLCE_BLOCK_G_FEW / 2 / rows;
+    long long fit = ((long long)bytes / rows - (long long)flce_plan_row_bytes(0, C, 1)) / 2;  // 2 B a column
     if (fit < vb) vb = fit;
     return vb > FLCE_BLOCK_VOCAB ? (int)vb : FLCE_BLOCK_VOCAB;
 }

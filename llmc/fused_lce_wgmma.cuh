@@ -280,12 +280,19 @@ static inline FlceWgmmaMaps flce_wgmma_maps(const bf16* x, const bf16* W, int N,
     return m;
 }
 
+typedef void (*FlceWgmmaForwardKernel)(const CUtensorMap, const CUtensorMap, float*, int, int, int, int, float);
+
+// the forward kernel with soft-capping (cap) and Σs (sum: label smoothing) on or off
+static inline FlceWgmmaForwardKernel flce_wgmma_forward_kernel_for(int cap, int sum) {
+    return cap ? (sum ? flce_wgmma_forward_kernel<true, true> : flce_wgmma_forward_kernel<true, false>)
+               : (sum ? flce_wgmma_forward_kernel<false, true> : flce_wgmma_forward_kernel<false, false>);
+}
+
 // Once per process before the kernels run: their shared memory (the ring) is above the 48 KiB default
 static inline void flce_wgmma_setup(void) {
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
-    cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
+    for (int i = 0; i < 4; i++)
+        cuda_check(cudaFuncSetAttribute(flce_wgmma_forward_kernel_for(i / 2, i % 2),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, WG_COOP_SMEM));
     cuda_check(cudaFuncSetAttribute(flce_wgmma_grad_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
     cuda_check(cudaFuncSetAttribute(flce_wgmma_grad_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
 }
@@ -323,10 +330,7 @@ static inline void flce_wgmma_forward(float* loss_rows, float* lse, float* part,
     if (3 * (size_t)splits * N > part_floats) check_fail("flce_wgmma_forward: the statistics buffer is too small", "size it with flce_wgmma_part_floats");
     FlceWgmmaMaps maps = flce_wgmma_maps(x, W, N, C, Vp, WG_BM);
     dim3 grid(ceil_div(N, WG_BM), splits);
-    int cap = opt.softcap > 0.0f, sum = opt.label_smoothing > 0.0f;
-    void (*kernel)(const CUtensorMap, const CUtensorMap, float*, int, int, int, int, float) =
-        cap ? (sum ? flce_wgmma_forward_kernel<true, true> : flce_wgmma_forward_kernel<true, false>)
-            : (sum ? flce_wgmma_forward_kernel<false, true> : flce_wgmma_forward_kernel<false, false>);
+    FlceWgmmaForwardKernel kernel = flce_wgmma_forward_kernel_for(opt.softcap > 0.0f, opt.label_smoothing > 0.0f);
     kernel<<<grid, WG_THREADS, WG_COOP_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V, splits, opt.softcap);
     cuda_check_launch();
     flce_mma_finish_kernel<<<ceil_div(N, 8), 256, 0, ctx->stream>>>(loss_rows, lse, part, x, W, targets, N, C, V,
