@@ -30,6 +30,9 @@ else
   NVARCH := -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
 endif
 CUDA_LIBS := -lcublasLt -lcublas
+# headers every target depends on: the library, and dev/'s references, checkers and experiments
+LLMC        := $(wildcard llmc/*.cuh llmc/*.h)
+DEV_HEADERS := $(wildcard dev/ref/*.h dev/ref/*.cuh dev/cuda/*.h dev/cuda/*.cuh dev/test/*.h)
 
 .PHONY: help data data-debian test dev clean clean-data test-deps
 help:
@@ -64,16 +67,16 @@ data-debian: | data/gpt2/vocab.bpe $(DATA_TOOLS)
 # --- the trainer and its GPU test ---------------------------------------------------------------
 # train_gpt needs the starter shards: when data/starter/ is not complete it runs `make data` first
 # (which needs PCRE2 and npm, and says so when they are missing).
-train_gpt: train_gpt.cu $(wildcard llmc/*.cuh llmc/*.h)
+train_gpt: train_gpt.cu $(LLMC)
 	@test -f data/starter/.complete || $(MAKE) --no-print-directory data
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
-test_gpt: test_gpt.cu $(wildcard llmc/*.cuh llmc/*.h dev/test/*.h)
+test_gpt: test_gpt.cu $(LLMC) $(DEV_HEADERS)
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # --- dev playgrounds: dev/cuda/<name>.cu -> build/dev/<name> -------------------------------------
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 dev: $(DEV_KERNELS)
-build/dev/%: dev/cuda/%.cu $(wildcard llmc/*.cuh llmc/*.h dev/cuda/*.h dev/cuda/*.cuh dev/test/*.h) | build/dev
+build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # --- tests -------------------------------------------------------------------------------------
@@ -81,9 +84,9 @@ build/dev/%: dev/cuda/%.cu $(wildcard llmc/*.cuh llmc/*.h dev/cuda/*.h dev/cuda/
 # GPU tests: dev/test/test_<name>.cu (run only where a GPU exists)
 CPU_TESTS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
 GPU_TESTS := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
-build/test_%: dev/test/test_%.c $(wildcard llmc/*.h dev/test/*.h dev/cuda/*.h) | build need_pcre2
+build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build need_pcre2
 	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm
-build/test_%: dev/test/test_%.cu $(wildcard llmc/*.cuh llmc/*.h dev/test/*.h dev/cuda/*.h dev/cuda/*.cuh) | build
+build/test_%: dev/test/test_%.cu $(LLMC) $(DEV_HEADERS) | build
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # the npm oracle for the tokenizer tests (tiktoken, WASM build of the reference implementation)

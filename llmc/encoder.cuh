@@ -26,13 +26,10 @@ __global__ void encoder_forward_kernel(bf16* out, const int* inputs, const bf16*
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BT * C8) return;
     int row = (int)(i / C8), c = (int)(i % C8) * 8, t = row % T;
-    uint4 we = *(const uint4*)(wte + (size_t)inputs[row] * C + c);
-    uint4 pe = *(const uint4*)(wpe + (size_t)t * C + c);
-    const bf16* a = (const bf16*)&we;
-    const bf16* b = (const bf16*)&pe;
-    __align__(16) bf16 o[8];
-    for (int k = 0; k < 8; k++) o[k] = __float2bfloat16(__bfloat162float(a[k]) + __bfloat162float(b[k]));
-    *(uint4*)(out + (size_t)row * C + c) = *(uint4*)o;
+    Bf16x8 we = load128(wte + (size_t)inputs[row] * C + c), pe = load128(wpe + (size_t)t * C + c);
+    float o[8];
+    for (int k = 0; k < 8; k++) o[k] = bf16x8_get(we, k) + bf16x8_get(pe, k);
+    store128(out + (size_t)row * C + c, bf16x8_from_floats(o));
 }
 
 // One block per distinct token u; threads over channels. dwte[tokens[u]] += Σ dout[pos] in position order.
@@ -61,11 +58,13 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const bf16* dout, int B
 
 // out (B, T, C) bf16; inputs (B, T) int32 on the device; wte (Vp, C), wpe (maxT, C) bf16. C % 8 == 0.
 static inline void encoder_forward(bf16* out, const int* inputs, const bf16* wte, const bf16* wpe,
-                                   int B, int T, int C, cudaStream_t stream) {
+                                   int B, int T, int C, const GpuContext* ctx) {
     size_t n = (size_t)B * T * (C / 8);
     int threads = 256;
-    encoder_forward_kernel<<<(unsigned)((n + threads - 1) / threads), threads, 0, stream>>>(out, inputs, wte, wpe, B * T, T, C);
+    encoder_forward_kernel<<<(unsigned)((n + threads - 1) / threads), threads, 0, ctx->stream>>>(out, inputs, wte, wpe,
+                                                                                              B * T, T, C);
     cuda_check_launch();
+    profile_mark(ctx->prof, "encoder forward", ctx->stream);
 }
 
 // Host: groups the positions of inputs (BT,) by token with a stable counting sort. count (V,) is host
@@ -91,7 +90,8 @@ static inline void encoder_bucket(EncoderBuckets* b, int* count, const int* inpu
 // dwte (Vp, C), dwpe (maxT, C) fp32 accumulated (+=) from dout (B, T, C) bf16; buckets on the device
 // (n_unique from the host copy).
 static inline void encoder_backward(float* dwte, float* dwpe, const bf16* dout, const EncoderBuckets* dev_buckets,
-                                    int n_unique, int B, int T, int C, cudaStream_t stream) {
+                                    int n_unique, int B, int T, int C, const GpuContext* ctx) {
+    cudaStream_t stream = ctx->stream;
     if (n_unique > 0) {
         encoder_backward_wte_kernel<<<n_unique, C < 1024 ? C : 1024, 0, stream>>>(
             dwte, dout, dev_buckets->tokens, dev_buckets->offsets, dev_buckets->pos, C);
@@ -100,4 +100,5 @@ static inline void encoder_backward(float* dwte, float* dwpe, const bf16* dout, 
     size_t n = (size_t)T * C;
     encoder_backward_wpe_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
     cuda_check_launch();
+    profile_mark(ctx->prof, "encoder backward", stream);
 }

@@ -29,7 +29,7 @@
 // Limits: hs ∈ {64, 128}, T ≥ 1 (any value; masked), C % 8 == 0 (16-byte rows).
 #pragma once
 #include "cuda_common.cuh"
-#include "mma.cuh"
+#include "sm80_mma.cuh"
 
 #define FA_THREADS 128  // 4 warps x 16 rows
 #define FA_BQ 64        // forward and dq: query rows per block

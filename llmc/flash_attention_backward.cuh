@@ -27,11 +27,9 @@ __global__ void flash_backward_dot_kernel(const FlashBwdArgs a) {
     size_t r = i / LPR;
     float acc = 0.0f;
     if (r < rows) {
-        uint4 x = *(const uint4*)(a.dout + i * 8), y = *(const uint4*)(a.out + i * 8);
-        const bf16* xp = (const bf16*)&x;
-        const bf16* yp = (const bf16*)&y;
+        Bf16x8 x = load128(a.dout + i * 8), y = load128(a.out + i * 8);
         #pragma unroll
-        for (int k = 0; k < 8; k++) acc += __bfloat162float(xp[k]) * __bfloat162float(yp[k]);
+        for (int k = 0; k < 8; k++) acc += bf16x8_get(x, k) * bf16x8_get(y, k);
     }
     #pragma unroll
     for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);

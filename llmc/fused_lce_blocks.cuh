@@ -1,9 +1,9 @@
-// fused_lce_blocks.cuh: the LM head in two-dimensional blocks (variant 5 of dev/cuda/fused_lce.cu):
-// rows in blocks of nb, the vocabulary in blocks of vb, never more than one (nb, vb) block of logits in
-// memory. Every GEMM through cuBLASLt; on Hopper (wgmma) the logits and the gradient by
-// llmc/fused_lce_wgmma.cuh, and optionally (own_gemms) the dx and dW GEMMs by llmc/wgmma_gemm.cuh.
+// fused_lce_blocks.cuh: the LM head's path "blocks": rows in blocks of nb, the vocabulary in blocks
+// of vb, never more than one (nb, vb) block of logits in memory. The dx and dW GEMMs through cuBLASLt;
+// the logits through cuBLASLt, or on Hopper the lse by the fused forward and the gradient tiles straight
+// from the tensor cores (fused_lce_sm90.cuh). The layout within the scratch: fused_lce_blocks_plan.h.
 //
-// Why: the row chunks of fused_lce.cuh hold whole rows of fp32 logits, so within 64 MiB a chunk has 320
+// Why: the row chunks of fused_lce_chunks.cuh hold whole rows of fp32 logits, so within 64 MiB a chunk has 320
 // rows at V = 50304 (128 at V = 128256), and the fp32 dW (8·V·C bytes read and written) is swept once
 // per chunk: 8/(6·chunk) bytes per FLOP, 4e-3 at 320 rows, against the H200's 6.4e-3 (4.8 TB/s over
 // ~750 TF/s): the dW GEMMs run at memory speed. Here a row block sweeps dW once per nb rows (nb ~ 2000:
@@ -26,18 +26,23 @@
 #include "cuda_common.cuh"
 #include "matmul.cuh"
 #include "fused_lce_common.cuh"
-#include "fused_lce_plan.h"
-#include "fused_lce_wgmma.cuh"
-#include "wgmma_gemm.cuh"
-#include "profile.h"
+#include "fused_lce_blocks_plan.h"
+#include "fused_lce_sm90.cuh"
 
 #define FLCE_BLOCK_THREADS 256
+
+// Another implementation of a block's dx and dW GEMMs, for experiments (the playground's own GEMM,
+// dev/cuda/fused_lce_variants.cuh): dxacc (n, C) fp32 = G · W_v, or += when accumulate_dx; dW_v (ncols,
+// C) fp32 += Gᵀ · x_r; G (n, ncols) bf16, row stride ldg. Its cost for the planner: an FlceGemmCost.
+typedef void (*FlceBlockGemms)(void* arg, float* dxacc, float* dW_v, const bf16* G, int ldg, const bf16* W_v,
+                               const bf16* x_r, int n, int ncols, int C, int accumulate_dx, const GpuContext* ctx);
 
 typedef struct {
     int nb, vb;           // rows per row block (a multiple of 16), columns per vocab block (a multiple of 16;
                           // of 256 with wgmma)
     int wgmma;            // pass 2 by flce_wgmma_grad (Hopper): z holds only the bf16 gradient, row stride vb
-    int own_gemms;        // with wgmma: the dx and dW GEMMs by wgmma_gemm.cuh instead of cuBLASLt
+    FlceBlockGemms gemms; // NULL: the dx and dW GEMMs by cuBLASLt
+    void* gemms_arg;
     float* z;             // (nb, vb) fp32 logits of one block; then its bf16 gradient in place (row stride 2·vb)
     float* dxacc;         // (nb, C) fp32 dx of the current row block
     float4* stats;        // (nb) running max, Σexp relative to it, Σs, s_t of each row
@@ -56,27 +61,8 @@ flce_block_stats_kernel(float4* stats, float* loss_rows, float* lse_out, const f
     const float* zr = z + (size_t)row * ldz;
     float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     int valid = ncols < V - v0 ? ncols : V - v0;  // columns of the block inside the vocabulary
-    // spans of 8 columns (16-byte loads; ncols is a multiple of 8, so a span exists even past `valid`),
-    // two per step and both loads issued before any arithmetic: the kernel is bound by DRAM latency
-    const int stride = FLCE_BLOCK_THREADS * 8;
     float m = -INFINITY, s = 0.0f, sum = 0.0f;
-    for (int j0 = threadIdx.x * 8; j0 < valid; j0 += 2 * stride) {
-        float v[2][8];
-        flce_load8(v[0], zr + j0);
-        if (j0 + stride < valid) flce_load8(v[1], zr + j0 + stride);
-        for (int u = 0; u < 2; u++) {
-            int j = j0 + u * stride;
-            float vm = -INFINITY;
-            for (int k = 0; k < 8; k++) {
-                if (cap > 0.0f) v[u][k] = cap * flce_tanh(v[u][k] * inv_cap);
-                if (j + k >= valid) v[u][k] = -INFINITY;
-                vm = fmaxf(vm, v[u][k]);
-            }
-            if (vm > m) { s *= __expf(m - vm); m = vm; }
-            for (int k = 0; k < 8; k++)
-                if (j + k < valid) { s += __expf(v[u][k] - m); sum += v[u][k]; }
-        }
-    }
+    flce_fold_row<FLCE_BLOCK_THREADS>(m, s, sum, zr, valid, cap, (float*)NULL);
     flce_block_reduce(&m, &s, &sum);
     if (threadIdx.x != 0) return;
     int t = targets[row];
@@ -119,9 +105,8 @@ flce_block_grad_kernel(float* z, int ldz, const float* lse, const int* targets, 
         for (int u = 0; u < 2; u++) {
             int j = j0 + u * stride + threadIdx.x * 8;
             if (j >= ncols) continue;
-            __align__(16) bf16 out[8];
-            for (int k = 0; k < 8; k++) out[k] = __float2bfloat16(v0 + j + k < V ? flce_dlogit(rg, v[u][k], j + k) : 0.0f);
-            *(uint4*)(g + j) = *(uint4*)out;
+            for (int k = 0; k < 8; k++) v[u][k] = v0 + j + k < V ? flce_dlogit(rg, v[u][k], j + k) : 0.0f;
+            store128(g + j, bf16x8_from_floats(v[u]));
         }
     }
 }
@@ -131,15 +116,13 @@ __global__ void flce_dx_store_kernel(bf16* dx, const float* acc, size_t n) {
     for (size_t i = 8 * (blockIdx.x * (size_t)blockDim.x + threadIdx.x); i < n; i += 8 * (size_t)gridDim.x * blockDim.x) {
         float v[8];
         flce_load8(v, acc + i);
-        __align__(16) bf16 out[8];
-        for (int k = 0; k < 8; k++) out[k] = __float2bfloat16(v[k]);
-        *(uint4*)(dx + i) = *(uint4*)out;
+        store128(dx + i, bf16x8_from_floats(v));
     }
 }
 
 // --- launchers -------------------------------------------------------------------------------
 
-// The layout's cost of a block's dx and dW GEMMs (fused_lce_plan.h's FlceGemmCost): their multiply-adds
+// The layout's cost of a block's dx and dW GEMMs (fused_lce_blocks_plan.h's FlceGemmCost): their multiply-adds
 // in units of one K step of a full wave of gradient tiles, over the share of their last wave that
 // cuBLASLt's heuristic expects to be full (0.85 of one wave: 1/0.85 of the cost), plus 256 a launch.
 // Shapes already asked about are remembered (a layout repeats a few of them many times).
@@ -178,16 +161,14 @@ static double flce_blocks_gemm_cost(void* arg, int n, int ncols) {
     return cost;
 }
 
-// Lays the blocks out within `bytes` of scratch (llmc/fused_lce_plan.h: the layout, and why; with wgmma
-// the dx and dW GEMMs' waves count too: cuBLASLt's estimate, or with own_gemms the tiles of ours).
-// Returns the bytes the layout takes, 0 when fewer than 16 rows fit. flce_blocks_carve then places it
-// in a buffer of that size (from cudaMalloc).
+// Lays the blocks out within `bytes` of scratch (fused_lce_blocks_plan.h: the layout, and why; with
+// wgmma the dx and dW GEMMs' waves count too: cuBLASLt's estimate, or gemm_cost with another
+// implementation of them, `gemms`). Returns the bytes the layout takes, 0 when fewer than 16 rows fit.
+// flce_blocks_carve then places it in a buffer of that size (from cudaMalloc).
 static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, int C, int V, int vb_max, int wgmma,
-                                      int own_gemms, int sm_count) {
+                                      FlceBlockGemms gemms, FlceGemmCost gemm_cost, void* gemms_arg, int sm_count) {
     FlceGemmCostArg* arg = NULL;
-    FlceWgGemmCost own = {C, sm_count};
-    own_gemms = own_gemms && wgmma;
-    if (wgmma && !own_gemms) {
+    if (wgmma && !gemms) {
         arg = (FlceGemmCostArg*)calloc_check(1, sizeof(FlceGemmCostArg));
         cublas_check(cublasLtCreate(&arg->ctx.lt));
         arg->ctx.lt_workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
@@ -195,14 +176,15 @@ static inline size_t flce_blocks_plan(FlceBlocks* b, size_t bytes, int max_n, in
         arg->sm_count = sm_count;
     }
     FlceBlockPlan p = flce_block_plan(bytes, max_n, C, V, vb_max, wgmma, FLCE_GRAD_ROWS, WG_BN, sm_count,
-                                      own_gemms ? flce_plan_wg_gemm_cost : wgmma ? flce_blocks_gemm_cost : NULL,
-                                      own_gemms ? (void*)&own : (void*)arg);
+                                      gemms ? (wgmma ? gemm_cost : NULL) : wgmma ? flce_blocks_gemm_cost : NULL,
+                                      gemms ? gemms_arg : (void*)arg);
     if (arg) {
         cublas_check(cublasLtDestroy(arg->ctx.lt));
         free(arg);
     }
     b->wgmma = wgmma;
-    b->own_gemms = own_gemms;
+    b->gemms = gemms;
+    b->gemms_arg = gemms_arg;
     b->nb = p.nb;
     b->vb = p.vb;
     return p.bytes;
@@ -229,7 +211,7 @@ static inline void flce_blocks_logits(FlceBlocks* b, const bf16* xr, const bf16*
 static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* dx, float* dW,
                             const float* dloss_rows, float dloss, const int* n_valid,
                             const bf16* x, const bf16* W, const int* targets, int N, int C, int V, int Vp,
-                            FlceOptions opt, int lse_ready, Profile* prof, const GpuContext* ctx) {
+                            FlceOptions opt, int lse_ready, const GpuContext* ctx) {
     int nvb = ceil_div(V, b->vb), vb = b->vb;
     cudaStream_t st = ctx->stream;
     bf16* G = (bf16*)b->z;
@@ -237,7 +219,7 @@ static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* d
     if (b->wgmma && !lse_ready) check_fail("flce_blocks_run: wgmma blocks need the lse first", "run flce_wgmma_forward");
     FlceWgmmaMaps maps;
     if (b->wgmma) maps = flce_wgmma_maps(x, W, N, C, Vp, FLCE_GRAD_ROWS);
-    int bn_n = -1, bn_cols = -1, bn_dx = 0, bn_dw = 0;  // own GEMMs: the pair's tile widths for a block of bn_n x bn_cols
+    Profile* prof = ctx->prof;
     for (int r0 = 0; r0 < N; r0 += b->nb) {
         int n = N - r0 < b->nb ? N - r0 : b->nb;
         const bf16* xr = x + (size_t)r0 * C;
@@ -267,15 +249,9 @@ static void flce_blocks_run(FlceBlocks* b, float* loss_rows, float* lse, bf16* d
                 cuda_check_launch();
                 profile_mark(prof, "head: gradient", st);
             }
-            if (b->own_gemms) {  // one launch, in the tiles the layout counted
-                if (n != bn_n || ncols != bn_cols) {  // twice a row block: its last vocab block, then the others
-                    flce_plan_pair_bn(n, C, ncols, ctx->sm_count, &bn_dx, &bn_dw);
-                    bn_n = n;
-                    bn_cols = ncols;
-                }
-                WgGemm gx = wg_gemm_make(b->dxacc, C, G, ldg, 0, W + (size_t)v0 * C, C, 0, n, C, ncols, bn_dx);
-                WgGemm gw = wg_gemm_make(dW + (size_t)v0 * C, C, G, ldg, 1, xr, C, 0, ncols, C, n, bn_dw);
-                wg_gemm_run_pair(&gx, i < nvb - 1, &gw, 1, ctx);
+            if (b->gemms) {
+                b->gemms(b->gemms_arg, b->dxacc, dW + (size_t)v0 * C, G, ldg, W + (size_t)v0 * C, xr, n, ncols, C,
+                         i < nvb - 1, ctx);
                 profile_mark(prof, "head: dx and dW GEMMs", st);
             } else {
                 matmul_cached(ctx, &b->plans, b->dxacc, CUDA_R_32F, C, G, ldg, 0, W + (size_t)v0 * C, C, 0,

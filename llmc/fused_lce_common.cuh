@@ -1,7 +1,7 @@
 // fused_lce_common.cuh: the device pieces every kernel of the LM head shares, so that all of them
-// compute the same s_j, the same statistics and the same gradient: soft-capping's tanh, the merge of
-// (max, Σexp) pairs, a block-wide reduction of them, 16-byte logit loads, and dL/dz of one logit.
-// The semantics are written in fused_lce.cuh.
+// compute the same s_j, the same statistics and the same gradient: soft-capping's tanh, the online-
+// softmax row fold and the merge of its states, a block-wide reduction of them, 16-byte logit loads,
+// and dL/dz of one logit. The semantics are written in fused_lce.cuh.
 #pragma once
 #include "cuda_common.cuh"
 #include "fused_lce_options.h"
@@ -28,8 +28,61 @@ __device__ __forceinline__ void flce_load8(float v[8], const float* p) {
     v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 __device__ __forceinline__ void flce_load8(float v[8], const bf16* p) {
-    uint4 raw = *(const uint4*)p;
-    for (int k = 0; k < 8; k++) v[k] = __bfloat162float(((const bf16*)&raw)[k]);
+    Bf16x8 x = load128(p);
+    for (int k = 0; k < 8; k++) v[k] = bf16x8_get(x, k);
+}
+
+// --- the row fold ------------------------------------------------------------------------------
+// Every kernel of the head reduces a row of logits the same way, online: a running m (the largest s_j
+// so far), s = Σ exp(s_j − m) and sum = Σ s_j (label smoothing's term). A new span of values moves m
+// at most once (s rescaled by one exp), then adds its exps relative to the new m. The exp is 2^x of
+// x = s_j·log2(e) − m·log2(e), one FMA and one MUFU op per logit.
+#define FLCE_LOG2E 1.4426950408889634f
+
+// Folds the NV values v into (m, s, sum). Columns outside the vocabulary carry -inf (they add nothing);
+// a NaN logit is kept, so that it reaches the loss. SUM = false leaves sum alone (no label smoothing).
+template <int NV, bool SUM = true>
+__device__ __forceinline__ void flce_fold(float& m, float& s, float& sum, const float (&v)[NV]) {
+    float vm = -INFINITY;
+    #pragma unroll
+    for (int k = 0; k < NV; k++) vm = fmaxf(vm, v[k]);
+    if (vm > m) { s *= exp2f((m - vm) * FLCE_LOG2E); m = vm; }  // m = -inf before the first span: s = 0
+    if (m == -INFINITY) return;  // nothing inside the vocabulary yet
+    float m2 = m * FLCE_LOG2E;
+    #pragma unroll
+    for (int k = 0; k < NV; k++) {
+        s += exp2f(fmaf(v[k], FLCE_LOG2E, -m2));
+        if (SUM && v[k] != -INFINITY) sum += v[k];
+    }
+}
+
+// One thread's share of a block-wide fold over the logits z[0, valid) of a row (fp32 or bf16; readable,
+// 16-byte aligned, up to the next multiple of 8): spans of 8 consecutive logits, thread i taking spans
+// i, i + THREADS, ..., two spans a step with both loads issued before any arithmetic (these kernels
+// wait on DRAM, not on the ALUs). Soft-capped when cap > 0. stage != NULL: the raw spans are also
+// copied to stage[j] (shared memory), for a second pass that need not read DRAM again.
+template <int THREADS, typename T>
+__device__ __forceinline__ void flce_fold_row(float& m, float& s, float& sum, const T* z, int valid, float cap,
+                                              float* stage) {
+    const int stride = THREADS * 8;
+    float inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+    for (int j0 = threadIdx.x * 8; j0 < valid; j0 += 2 * stride) {
+        float v[2][8];
+        flce_load8(v[0], z + j0);
+        if (j0 + stride < valid) flce_load8(v[1], z + j0 + stride);
+        if (stage) {
+            for (int k = 0; k < 8; k++) stage[j0 + k] = v[0][k];
+            if (j0 + stride < valid) for (int k = 0; k < 8; k++) stage[j0 + stride + k] = v[1][k];
+        }
+        for (int u = 0; u < 2; u++) {
+            int j = j0 + u * stride;
+            for (int k = 0; k < 8; k++) {
+                if (cap > 0.0f) v[u][k] = cap * flce_tanh(v[u][k] * inv_cap);
+                if (j + k >= valid) v[u][k] = -INFINITY;  // padded columns, and a second span past the end
+            }
+            flce_fold<8>(m, s, sum, v[u]);
+        }
+    }
 }
 
 // Block-wide reduction of (max, sum of exp relative to max, plain sum) triples.
@@ -67,8 +120,6 @@ typedef struct {
     float lse2, pscale, smooth, target_w, cap, inv_cap;  // lse2 = lse·log2(e): p_j = 2^(s_j·log2(e) − lse2)
     int t;
 } FlceRowGrad;
-
-#define FLCE_LOG2E 1.4426950408889634f
 
 // scale: the row's upstream gradient (dloss / N_valid in training), or 0 when the row is ignored
 __device__ __forceinline__ FlceRowGrad flce_row_grad(float lse, int t, float scale, const FlceOptions& opt, int V) {

@@ -1,5 +1,5 @@
 // fused_lce_options.h: the options of the LM-head loss, shared by the CUDA head (llmc/fused_lce.cuh)
-// and its plain-C reference (dev/cuda/fused_lce_ref.h). The semantics are written in fused_lce.cuh.
+// and its plain-C reference (dev/ref/fused_lce_ref.h). The semantics are written in fused_lce.cuh.
 #pragma once
 
 typedef struct {

@@ -14,21 +14,21 @@
 __global__ void gelu_forward_kernel(bf16* out, const bf16* inp, size_t n8) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
-    uint4 raw = ((const uint4*)inp)[i];
-    const bf16* x = (const bf16*)&raw;
-    __align__(16) bf16 o[8];
+    Bf16x8 x = load128(inp + 8 * i);
+    float o[8];
     for (int k = 0; k < 8; k++) {
-        float v = __bfloat162float(x[k]);
-        o[k] = __float2bfloat16(0.5f * v * (1.0f + tanhf(GELU_K * (v + 0.044715f * v * v * v))));
+        float v = bf16x8_get(x, k);
+        o[k] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + 0.044715f * v * v * v)));
     }
-    ((uint4*)out)[i] = *(uint4*)o;
+    store128(out + 8 * i, bf16x8_from_floats(o));
 }
 
 // --- launchers -------------------------------------------------------------------------------
 
 // out (n,) = gelu(inp (n,)), bf16, n % 8 == 0 (the model's n is B·T·4C).
-static inline void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream) {
+static inline void gelu_forward(bf16* out, const bf16* inp, size_t n, const GpuContext* ctx) {
     size_t n8 = n / 8;
-    gelu_forward_kernel<<<(unsigned)((n8 + 255) / 256), 256, 0, stream>>>(out, inp, n8);
+    gelu_forward_kernel<<<(unsigned)((n8 + 255) / 256), 256, 0, ctx->stream>>>(out, inp, n8);
     cuda_check_launch();
+    profile_mark(ctx->prof, "gelu forward", ctx->stream);
 }

@@ -45,9 +45,11 @@ __global__ void global_norm_finish_kernel(float* out, const float* partial, floa
 // --- launchers -------------------------------------------------------------------------------
 
 // out (2,) fp32 = {‖grad‖, clip scale} for grad (n,) fp32; scratch (GN_BLOCKS,) fp32; clip <= 0: no clipping.
-static inline void global_norm(float* out, float* scratch, const float* grad, size_t n, float clip, cudaStream_t stream) {
-    global_norm_partial_kernel<<<GN_BLOCKS, GN_THREADS, 0, stream>>>(scratch, grad, n);
+static inline void global_norm(float* out, float* scratch, const float* grad, size_t n, float clip,
+                               const GpuContext* ctx) {
+    global_norm_partial_kernel<<<GN_BLOCKS, GN_THREADS, 0, ctx->stream>>>(scratch, grad, n);
     cuda_check_launch();
-    global_norm_finish_kernel<<<1, GN_THREADS, 0, stream>>>(out, scratch, clip);
+    global_norm_finish_kernel<<<1, GN_THREADS, 0, ctx->stream>>>(out, scratch, clip);
     cuda_check_launch();
+    profile_mark(ctx->prof, "grad norm", ctx->stream);
 }

@@ -8,7 +8,7 @@
 // gradients (fp32), activations + backward scratch, the head's scratch. The training step allocates
 // nothing. Never materialized: the (B·T, V) logits (fused head), the (B, NH, T, T) attention matrix.
 // Determinism: no floating-point atomics anywhere in the step (see each layer's header).
-// Parameters are in llm.c's order (as dev/test/gpt_ref.h), listed in gpt_layout.cuh.
+// Parameters are in llm.c's order (as dev/ref/gpt_ref.h), listed in gpt_layout.cuh.
 #pragma once
 #include <math.h>
 #include "cuda_common.cuh"
@@ -17,25 +17,19 @@
 #include "layernorm.cuh"
 #include "linear.cuh"
 #include "gelu.cuh"
-#include "attention.cuh"             // simple exact attention: any head size, T <= 1024
-#include "flash_attention_backward.cuh"  // flash attention (forward too): head sizes 64 and 128
+#include "attention.cuh"           // flash attention for head sizes 64 and 128, else the simple kernels
 #include "adamw.cuh"
 #include "global_norm.cuh"
 #include "fused_lce.cuh"
-#include "profile.h"
 #include "rand.h"
 #include "gpt_layout.cuh"          // GptConfig, GptModel and their memory layout
 
 // --- build / free --------------------------------------------------------------------------------
 
-// The LM head (llmc/fused_lce.cuh): fused, the faster of blocks and chunks for the scratch (FUSED), in
-// two-dimensional blocks, in row chunks; or unfused
-enum { GPT_HEAD_UNFUSED = 0, GPT_HEAD_CHUNKS = 1, GPT_HEAD_BLOCKS = 2, GPT_HEAD_FUSED = 3 };
-
-// Everything for batches of up to B x T tokens. head: GPT_HEAD_FUSED, _BLOCKS or _CHUNKS, a fused LM head
-// whose scratch fits head_scratch bytes (FLCE_DEFAULT_SCRATCH is 64 MiB), or GPT_HEAD_UNFUSED, the
-// baseline (bf16 logits of all B·T rows at once; head_scratch unused).
-static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, int head,
+// Everything for batches of up to B x T tokens. head: the LM head's path (llmc/fused_lce.cuh): auto,
+// blocks or chunks, a fused head whose scratch fits head_scratch bytes (FLCE_DEFAULT_SCRATCH is 64 MiB),
+// or unfused, the baseline (bf16 logits of all B·T rows at once; head_scratch unused).
+static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, FlcePath head,
                              size_t head_scratch) {
     if (c->channels % 8 != 0 || c->num_heads <= 0 || c->channels % c->num_heads != 0 || c->num_layers <= 0 ||
         c->vocab_size > c->padded_vocab_size || c->padded_vocab_size % 8 != 0 || T > c->max_seq_len || B <= 0 || T <= 0)
@@ -64,10 +58,10 @@ static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int 
     cuda_check(cudaMemset(m->acts_memory, 0, m->acts_bytes));
     cuda_check(cudaDeviceSynchronize());  // the memsets ran on the legacy stream, which ctx's non-blocking one does not wait for
     gpt_point_acts(&m->acts, c, B, T, recompute, (char*)m->acts_memory);
-    fused_lce_build(&m->head, B * T, c->channels, c->vocab_size, c->padded_vocab_size, flce_options_default(),
-                    head != GPT_HEAD_UNFUSED, head_scratch);
-    if (head == GPT_HEAD_BLOCKS) fused_lce_use_blocks(&m->head, 0);
-    if (head == GPT_HEAD_FUSED) fused_lce_use_fastest(&m->head);
+    FlceConfig hc = flce_config(B * T, c->channels, c->vocab_size, c->padded_vocab_size);
+    hc.path = head;
+    hc.scratch = head_scratch;
+    fused_lce_build(&m->head, &hc);
     size_t BT = (size_t)B * T;
     cuda_check(cudaMallocHost(&m->h_inputs, BT * sizeof(int)));
     cuda_check(cudaMallocHost(&m->h_targets, BT * sizeof(int)));
@@ -109,7 +103,7 @@ static inline void gpt_set_params(GptModel* m, const float* values, const GpuCon
 
 // GPT-2's init: matrices N(0, 0.02), the residual projections (attprojw, fcprojw) N(0, 0.02/√(2L)),
 // biases 0, LayerNorm weights 1, padded wte rows 0. Normals by Box-Muller on splitmix64 (llmc/rand.h),
-// tensor by tensor in layout order: the same numbers as dev/test/gpt_ref.h's init for the same seed.
+// tensor by tensor in layout order: the same numbers as dev/ref/gpt_ref.h's init for the same seed.
 static inline void gpt_init_params(GptModel* m, uint64_t seed, const GpuContext* ctx) {
     const GptConfig* c = &m->config;
     float* v = (float*)malloc_check(m->num_params * sizeof(float));
@@ -132,9 +126,6 @@ static inline void gpt_init_params(GptModel* m, uint64_t seed, const GpuContext*
     gpt_set_params(m, v, ctx);
     free(v);
 }
-
-// Flash attention covers GPT-2's head size 64 (and 128); other head sizes use the simple kernel.
-static inline int gpt_uses_flash(int C, int NH) { return C / NH == 64 || C / NH == 128; }
 
 // --- forward -------------------------------------------------------------------------------------
 
@@ -159,12 +150,8 @@ static inline void gpt_forward(GptModel* m, const int* inputs, int B, int T, con
     cuda_check(cudaEventRecord(m->staged, ctx->stream));
     GptParams p = m->params;
     GptActs a = m->acts;
-    cudaStream_t st = ctx->stream;
-    Profile* pr = m->prof;
-    encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, st);
-    profile_mark(pr, "encoder forward", st);
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, st);
-    profile_mark(pr, "layernorm forward", st);
+    encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, ctx);
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, BT, C, ctx);
     for (int l = 0; l < L; l++) {
         const bf16* resid = l == 0 ? a.encoded : a.residual3 + (l - 1) * lc;
         bf16* ln1 = a.ln1 + l * lc;
@@ -176,28 +163,19 @@ static inline void gpt_forward(GptModel* m, const int* inputs, int B, int T, con
         bf16* gelu = a.fch_gelu + (m->recompute ? 0 : 4 * l * lc);
         bf16* res3 = a.residual3 + l * lc;
         linear_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C, ctx);
-        profile_mark(pr, "linear forward", st);
-        if (gpt_uses_flash(C, NH)) flash_attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, B, T, C, NH, st);
-        else attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, B, T, C, NH, st);
-        profile_mark(pr, "attention forward", st);
+        attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, B, T, C, NH, ctx);
         linear_forward(res2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C, ctx);
-        profile_mark(pr, "linear forward", st);
         residual_layernorm_forward(res2, ln2, a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, res2, resid,
-                                   p.ln2w + l * C, p.ln2b + l * C, BT, C, st);
-        profile_mark(pr, "layernorm forward", st);
+                                   p.ln2w + l * C, p.ln2b + l * C, BT, C, ctx);
         linear_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C, ctx);
-        profile_mark(pr, "linear forward", st);
-        gelu_forward(gelu, fch, (size_t)BT * 4 * C, st);
-        profile_mark(pr, "gelu forward", st);
+        gelu_forward(gelu, fch, (size_t)BT * 4 * C, ctx);
         linear_forward(res3, gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C, ctx);
-        profile_mark(pr, "linear forward", st);
         // the block output, and the LayerNorm that reads it next: ln1 of layer l+1, or lnf
         int last = l == L - 1;
         residual_layernorm_forward(res3, last ? a.lnf : a.ln1 + (l + 1) * lc,
                                    last ? a.lnf_mean : a.ln1_mean + (l + 1) * maxBT,
                                    last ? a.lnf_rstd : a.ln1_rstd + (l + 1) * maxBT, res3, res2,
-                                   last ? p.lnfw : p.ln1w + (l + 1) * C, last ? p.lnfb : p.ln1b + (l + 1) * C, BT, C, st);
-        profile_mark(pr, "layernorm forward", st);
+                                   last ? p.lnfw : p.ln1w + (l + 1) * C, last ? p.lnfb : p.ln1b + (l + 1) * C, BT, C, ctx);
     }
 }
 
@@ -229,7 +207,7 @@ __global__ void gpt_loss_accumulate_kernel(float* acc, const float* loss, float 
 static inline void gpt_zero_grad(GptModel* m, const GpuContext* ctx) {
     cuda_check(cudaMemsetAsync(m->grads_memory, 0, m->num_params * sizeof(float), ctx->stream));
     cuda_check(cudaMemsetAsync(m->acts.loss, 0, sizeof(float), ctx->stream));
-    profile_mark(m->prof, "zero grad", ctx->stream);
+    profile_mark(ctx->prof, "zero grad", ctx->stream);
 }
 
 // Loss and gradients of the last gpt_forward against targets (B, T) host int32 (-1 = ignore). The
@@ -255,52 +233,38 @@ static inline void gpt_backward(GptModel* m, const int* targets, float dloss, co
     GptParams p = m->params;
     GptGrads g = m->grads;
     GptActs a = m->acts;
-    Profile* pr = m->prof;
-    profile_mark(pr, "host staging", st);
+    profile_mark(ctx->prof, "host staging", st);
     fused_lce_forward_backward(&m->head, a.dln, g.wte, dloss, a.lnf, p.wte, a.targets, BT, ctx);
     gpt_loss_accumulate_kernel<<<1, 1, 0, st>>>(a.loss, m->head.loss, dloss);
     cuda_check_launch();
     cuda_check(cudaMemsetAsync(a.dresidual, 0, (size_t)BT * C * sizeof(bf16), st));
-    profile_mark(pr, "head: other", st);
+    profile_mark(ctx->prof, "head: other", st);
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.scratch, a.dln, a.residual3 + (L - 1) * lc, a.lnf_mean, a.lnf_rstd,
-                       p.lnfw, BT, C, st);
-    profile_mark(pr, "layernorm backward", st);
+                       p.lnfw, BT, C, ctx);
     for (int l = L - 1; l >= 0; l--) {
         const bf16* resid = l == 0 ? a.encoded : a.residual3 + (l - 1) * lc;
         const bf16* fch = a.fch + 4 * l * lc;
         bf16* gelu = a.fch_gelu + (m->recompute ? 0 : 4 * l * lc);
-        if (m->recompute) gelu_forward(gelu, fch, (size_t)BT * 4 * C, st);
-        profile_mark(pr, "gelu forward", st);
+        if (m->recompute) gelu_forward(gelu, fch, (size_t)BT * 4 * C, ctx);
         // a.dresidual = dL/d(residual3 of layer l): the MLP half
         // dfch = dL/d(fch): the GELU's backward rides in the dx GEMM (fch is the GELU's input)
         linear_backward(a.dfch, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, a.scratch, a.dresidual, gelu,
                         p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C, fch, ctx);
-        profile_mark(pr, "linear backward", st);
         linear_backward(a.dln, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.scratch, a.dfch, a.ln2 + l * lc,
                         p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, NULL, ctx);
-        profile_mark(pr, "linear backward", st);
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.scratch, a.dln, a.residual2 + l * lc,
-                           a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, p.ln2w + l * C, BT, C, st);
-        profile_mark(pr, "layernorm backward", st);
+                           a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, p.ln2w + l * C, BT, C, ctx);
         // now dL/d(residual2): the attention half
         linear_backward(a.datty, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.scratch, a.dresidual,
                         a.atty + l * lc, p.attprojw + (size_t)l * C * C, BT, C, C, NULL, ctx);
-        profile_mark(pr, "linear backward", st);
-        if (gpt_uses_flash(C, NH))
-            flash_attention_backward(a.dqkv, a.att_D, a.datty, a.atty + l * lc, a.qkv + 3 * l * lc,
-                                     a.att_lse + l * maxBT * NH, B, T, C, NH, st);
-        else
-            attention_backward(a.dqkv, a.att_D, a.datty, a.qkv + 3 * l * lc, a.att_lse + l * maxBT * NH, B, T, C, NH, st);
-        profile_mark(pr, "attention backward", st);
+        attention_backward(a.dqkv, a.att_D, a.datty, a.atty + l * lc, a.qkv + 3 * l * lc, a.att_lse + l * maxBT * NH,
+                           B, T, C, NH, ctx);
         linear_backward(a.dln, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, a.scratch, a.dqkv, a.ln1 + l * lc,
                         p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, NULL, ctx);
-        profile_mark(pr, "linear backward", st);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.scratch, a.dln, resid,
-                           a.ln1_mean + l * maxBT, a.ln1_rstd + l * maxBT, p.ln1w + l * C, BT, C, st);
-        profile_mark(pr, "layernorm backward", st);
+                           a.ln1_mean + l * maxBT, a.ln1_rstd + l * maxBT, p.ln1w + l * C, BT, C, ctx);
     }
-    encoder_backward(g.wte, g.wpe, a.dresidual, &a.buckets, nu, B, T, C, st);
-    profile_mark(pr, "encoder backward", st);
+    encoder_backward(g.wte, g.wpe, a.dresidual, &a.buckets, nu, B, T, C, ctx);
 }
 
 // --- update --------------------------------------------------------------------------------------
@@ -309,13 +273,11 @@ static inline void gpt_backward(GptModel* m, const int* targets, float dloss, co
 // weight decay on the 2-D matrices only. clip <= 0: no clipping.
 static inline void gpt_update(GptModel* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                               float clip, int t, const GpuContext* ctx) {
-    global_norm(m->acts.norm, m->acts.scratch, m->grads_memory, m->num_params, clip, ctx->stream);
-    profile_mark(m->prof, "grad norm", ctx->stream);
+    global_norm(m->acts.norm, m->acts.scratch, m->grads_memory, m->num_params, clip, ctx);
     for (int i = 0; i < GPT_NUM_TENSORS; i++) {
         size_t o = m->tensor_offset[i];
         adamw_update(m->params_memory + o, m->master_memory + o, m->m_memory + o, m->v_memory + o,
                      m->grads_memory + o, m->acts.norm + 1, m->tensor_size[i], lr, beta1, beta2, eps,
-                     gpt_tensor_is_matrix(i) ? weight_decay : 0.0f, t, ctx->stream);
+                     gpt_tensor_is_matrix(i) ? weight_decay : 0.0f, t, ctx);
     }
-    profile_mark(m->prof, "adamw", ctx->stream);
 }

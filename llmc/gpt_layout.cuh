@@ -10,7 +10,6 @@
 #include "linear.cuh"
 #include "global_norm.cuh"
 #include "fused_lce.cuh"
-#include "profile.h"
 
 typedef struct {
     int max_seq_len;        // maxT: rows of wpe
@@ -93,7 +92,6 @@ typedef struct {
     size_t acts_bytes;
     GptActs acts;
     FusedLce head;
-    Profile* prof;                // NULL, or where gpt_forward/backward/update mark their work (profile.h)
     // host staging (pinned): written only after `staged` has completed
     int* h_inputs;                // (BT)
     int* h_targets;               // (BT)

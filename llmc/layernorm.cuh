@@ -35,18 +35,14 @@ layernorm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* resid_out, c
     for (int k = 0; k < K; k++) {
         int gi = lane + 32 * k;
         if (gi >= groups) continue;
-        uint4 ra = ((const uint4*)(a + (size_t)row * C))[gi];
-        const bf16* pa = (const bf16*)&ra;
-        if (resid_b) {
-            uint4 rb = ((const uint4*)(resid_b + (size_t)row * C))[gi];
-            const bf16* pb = (const bf16*)&rb;
-            uint4 rr;
-            bf16* pr = (bf16*)&rr;
-            for (int e = 0; e < 8; e++) pr[e] = __float2bfloat16(__bfloat162float(pa[e]) + __bfloat162float(pb[e]));
-            ((uint4*)(resid_out + (size_t)row * C))[gi] = rr;
-            for (int e = 0; e < 8; e++) x[k][e] = __bfloat162float(pr[e]);
-        } else {
-            for (int e = 0; e < 8; e++) x[k][e] = __bfloat162float(pa[e]);
+        Bf16x8 pa = load128(a + (size_t)row * C + 8 * gi);
+        for (int e = 0; e < 8; e++) x[k][e] = bf16x8_get(pa, e);
+        if (resid_b) {  // the residual sum, rounded to bf16 as it is stored
+            Bf16x8 pb = load128(resid_b + (size_t)row * C + 8 * gi);
+            for (int e = 0; e < 8; e++) x[k][e] += bf16x8_get(pb, e);
+            Bf16x8 pr = bf16x8_from_floats(x[k]);
+            store128(resid_out + (size_t)row * C + 8 * gi, pr);
+            for (int e = 0; e < 8; e++) x[k][e] = bf16x8_get(pr, e);
         }
         for (int e = 0; e < 8; e++) s += x[k][e];
     }
@@ -61,12 +57,10 @@ layernorm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* resid_out, c
     for (int k = 0; k < K; k++) {
         int gi = lane + 32 * k;
         if (gi >= groups) continue;
-        uint4 rw = ((const uint4*)w)[gi], rbias = ((const uint4*)bias)[gi], ro;
-        const bf16 *pw = (const bf16*)&rw, *pbias = (const bf16*)&rbias;
-        bf16* po = (bf16*)&ro;
-        for (int e = 0; e < 8; e++)
-            po[e] = __float2bfloat16((x[k][e] - m) * rs * __bfloat162float(pw[e]) + __bfloat162float(pbias[e]));
-        ((uint4*)(out + (size_t)row * C))[gi] = ro;
+        Bf16x8 pw = load128(w + 8 * gi), pbias = load128(bias + 8 * gi);
+        float o[8];
+        for (int e = 0; e < 8; e++) o[e] = (x[k][e] - m) * rs * bf16x8_get(pw, e) + bf16x8_get(pbias, e);
+        store128(out + (size_t)row * C + 8 * gi, bf16x8_from_floats(o));
     }
     if (lane == 0) { mean[row] = m; rstd[row] = rs; }
 }
@@ -84,30 +78,29 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf
                           const float* rstd, const bf16* w, int N, int C) {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, groups = C / 8;
     // registers per group: w, dout, x as raw bf16 vectors, dw and db as fp32 (28 in all)
-    uint4 wr[K];
+    Bf16x8 wr[K];
     float dw[K][8], db[K][8];
     for (int k = 0; k < K; k++) {
         int gi = lane + 32 * k;
-        wr[k] = gi < groups ? ((const uint4*)w)[gi] : make_uint4(0, 0, 0, 0);
+        wr[k] = gi < groups ? load128(w + 8 * gi) : zero128();
         for (int e = 0; e < 8; e++) dw[k][e] = db[k][e] = 0.0f;
     }
     for (int row = blockIdx.x * LN_ROWS_PER_BLOCK + warp; row < N; row += LN_BWD_BLOCKS * LN_ROWS_PER_BLOCK) {
-        const uint4* d4 = (const uint4*)(dout + (size_t)row * C);
-        const uint4* x4 = (const uint4*)(inp + (size_t)row * C);
+        const bf16* drow = dout + (size_t)row * C;
+        const bf16* xrow = inp + (size_t)row * C;
         float m = mean[row], rs = rstd[row];
-        uint4 dr[K], xr[K];
+        Bf16x8 dr[K], xr[K];
         for (int k = 0; k < K; k++) {
             int gi = lane + 32 * k;
-            dr[k] = xr[k] = make_uint4(0, 0, 0, 0);
-            if (gi < groups) { dr[k] = d4[gi]; xr[k] = x4[gi]; }
+            dr[k] = xr[k] = zero128();
+            if (gi < groups) { dr[k] = load128(drow + 8 * gi); xr[k] = load128(xrow + 8 * gi); }
         }
         float sg = 0.0f, sgx = 0.0f;
         for (int k = 0; k < K; k++) {
             if (lane + 32 * k >= groups) continue;
-            const bf16 *d = (const bf16*)&dr[k], *x = (const bf16*)&xr[k], *wk = (const bf16*)&wr[k];
             for (int e = 0; e < 8; e++) {
-                float dv = __bfloat162float(d[e]), xhat = (__bfloat162float(x[e]) - m) * rs;
-                float g = dv * __bfloat162float(wk[e]);
+                float dv = bf16x8_get(dr[k], e), xhat = (bf16x8_get(xr[k], e) - m) * rs;
+                float g = dv * bf16x8_get(wr[k], e);
                 sg += g;
                 sgx += g * xhat;
                 dw[k][e] += dv * xhat;
@@ -115,18 +108,17 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf
             }
         }
         float mg = warp_reduce_sum(sg) / C, mgx = warp_reduce_sum(sgx) / C;
-        uint4* dx4 = (uint4*)(dinp + (size_t)row * C);
+        bf16* dxrow = dinp + (size_t)row * C;
         for (int k = 0; k < K; k++) {
             int gi = lane + 32 * k;
             if (gi >= groups) continue;
-            const bf16 *d = (const bf16*)&dr[k], *x = (const bf16*)&xr[k], *wk = (const bf16*)&wr[k];
-            uint4 raw = dx4[gi];
-            bf16* dx = (bf16*)&raw;
+            Bf16x8 dx = load128(dxrow + 8 * gi);
+            float o[8];
             for (int e = 0; e < 8; e++) {
-                float xhat = (__bfloat162float(x[e]) - m) * rs, g = __bfloat162float(d[e]) * __bfloat162float(wk[e]);
-                dx[e] = __float2bfloat16(__bfloat162float(dx[e]) + rs * (g - mg - xhat * mgx));
+                float xhat = (bf16x8_get(xr[k], e) - m) * rs, g = bf16x8_get(dr[k], e) * bf16x8_get(wr[k], e);
+                o[e] = bf16x8_get(dx, e) + rs * (g - mg - xhat * mgx);
             }
-            dx4[gi] = raw;
+            store128(dxrow + 8 * gi, bf16x8_from_floats(o));
         }
     }
     extern __shared__ float sums[];  // (2, C): dw then db
@@ -182,29 +174,32 @@ static inline void layernorm_check_width(int C) {
 // resid_out (N, C) = a + b (bf16, may alias a or b), then out, mean, rstd = LayerNorm(resid_out).
 static inline void residual_layernorm_forward(bf16* resid_out, bf16* out, float* mean, float* rstd,
                                               const bf16* a, const bf16* b, const bf16* weight, const bf16* bias,
-                                              int N, int C, cudaStream_t stream) {
+                                              int N, int C, const GpuContext* ctx) {
     layernorm_check_width(C);
-    LN_DISPATCH(layernorm_forward_kernel, C, ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0, stream,
+    LN_DISPATCH(layernorm_forward_kernel, C, ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream,
                 out, mean, rstd, resid_out, a, b, weight, bias, N, C);
     cuda_check_launch();
+    profile_mark(ctx->prof, "layernorm forward", ctx->stream);
 }
 
 // out (N, C) bf16, mean, rstd (N,) fp32 from inp (N, C) bf16, weight, bias (C,) bf16: the same kernel
 // with no residual (resid_out and b NULL).
 static inline void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
-                                     const bf16* weight, const bf16* bias, int N, int C, cudaStream_t stream) {
-    residual_layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, stream);
+                                     const bf16* weight, const bf16* bias, int N, int C, const GpuContext* ctx) {
+    residual_layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, ctx);
 }
 
 // dinp (N, C) bf16 +=, dweight, dbias (C,) fp32 += from dout (N, C) bf16 and the forward's inp, mean,
 // rstd; scratch (LN_BWD_BLOCKS * 2 * C) fp32.
 static inline void layernorm_backward(bf16* dinp, float* dweight, float* dbias, float* scratch,
                                       const bf16* dout, const bf16* inp, const float* mean, const float* rstd,
-                                      const bf16* weight, int N, int C, cudaStream_t stream) {
+                                      const bf16* weight, int N, int C, const GpuContext* ctx) {
+    cudaStream_t stream = ctx->stream;
     layernorm_check_width(C);
     LN_DISPATCH(layernorm_backward_kernel, C, LN_BWD_BLOCKS, 32 * LN_ROWS_PER_BLOCK, 2 * (size_t)C * sizeof(float), stream,
                 dinp, scratch, dout, inp, mean, rstd, weight, N, C);
     cuda_check_launch();
     layernorm_backward_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, dbias, scratch, C);
     cuda_check_launch();
+    profile_mark(ctx->prof, "layernorm backward", stream);
 }

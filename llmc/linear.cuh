@@ -28,8 +28,8 @@ __global__ void linear_bias_partial_kernel(float* partial, const bf16* dy, int N
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (o < OC)
         for (int r = r0 + warp; r < r1; r += 8) {
-            uint4 raw = *(const uint4*)(dy + (size_t)r * OC + o);
-            for (int e = 0; e < 8; e++) acc[e] += __bfloat162float(((const bf16*)&raw)[e]);
+            Bf16x8 d = load128(dy + (size_t)r * OC + o);
+            for (int e = 0; e < 8; e++) acc[e] += bf16x8_get(d, e);
         }
     __shared__ float s[8][256];
     for (int e = 0; e < 8; e++) s[warp][lane * 8 + e] = acc[e];
@@ -56,6 +56,7 @@ __global__ void linear_bias_finish_kernel(float* dbias, const float* partial, in
 static inline void linear_forward(bf16* y, const bf16* x, const bf16* weight, const bf16* bias,
                                   int N, int IC, int OC, const GpuContext* ctx) {
     matmul_bias(ctx, y, CUDA_R_16BF, OC, x, IC, 0, weight, IC, 1, N, OC, IC, 1.0f, 0.0f, bias);
+    profile_mark(ctx->prof, "linear forward", ctx->stream);
 }
 
 // dx (N, IC) bf16 assigned (skipped when NULL); dweight (OC, IC) and dbias (OC,) fp32 accumulated
@@ -74,4 +75,5 @@ static inline void linear_backward(bf16* dx, float* dweight, float* dbias, float
         linear_bias_finish_kernel<<<ceil_div(OC, 256), 256, 0, ctx->stream>>>(dbias, scratch, OC);
         cuda_check_launch();
     }
+    profile_mark(ctx->prof, "linear backward", ctx->stream);
 }

@@ -1,7 +1,7 @@
 // tokenizer.h: the GPT-2 byte-level BPE vocabulary, loaded from vocab.bpe, and decoding. Host-only,
 // no PCRE2: the trainer includes it to print samples; encoding lives in tokenizer_encode.h.
 //
-// vocab.bpe alone defines the vocabulary (research/data.md §3):
+// vocab.bpe alone defines the vocabulary:
 //   - ids 0-255 are the single bytes in GPT-2's bytes_to_unicode order: the 188 "printable" bytes
 //     0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF first (in the file they are written as their own code point),
 //     then the 68 others in byte order (written as U+0100, U+0101, ...). So '!' is 0, ' ' is 220 ('Ġ');

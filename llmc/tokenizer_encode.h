@@ -1,7 +1,7 @@
 // tokenizer_encode.h: GPT-2 encoding, text bytes -> token ids, with the semantics of tiktoken's
 // `encode_ordinary` (the reference the tests compare against, id for id). Needs PCRE2 (-lpcre2-8).
 //
-// 1. Pre-tokenize with GPT-2's regex (research/data.md §4) through PCRE2 with UTF + UCP and JIT.
+// 1. Pre-tokenize with GPT-2's regex through PCRE2 with UTF + UCP and JIT.
 //    `\s` is written as an explicit class because PCRE2's UCP `\s` also matches U+180E, which the
 //    reference does not treat as whitespace. Every position is matched by some alternative and none
 //    matches empty, so the matches tile the text: piece k starts where piece k-1 ends.

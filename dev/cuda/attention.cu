@@ -1,5 +1,5 @@
 // dev/cuda/attention.cu: the playground of causal-attention variants. Each variant is checked against
-// the CPU fp64 reference (dev/cuda/attention_check.cuh) at small, awkward sizes, then timed forward,
+// the CPU fp64 reference (dev/ref/attention_check.cuh) at small, awkward sizes, then timed forward,
 // backward and forward+backward on the issue's shapes.
 //
 //   build/dev/attention                 check every variant, then benchmark every variant and shape
@@ -18,8 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/attention.cuh"
-#include "../../llmc/flash_attention_backward.cuh"
-#include "attention_check.cuh"
+#include "../ref/attention_check.cuh"
 #include "timing.cuh"
 
 // --- variant 1: naive ------------------------------------------------------------------------
@@ -137,11 +136,11 @@ static void naive_backward(void* self, bf16* dqkv, float* D, const bf16* dout, c
 // --- variants 2 and 3: the llmc/ kernels -------------------------------------------------------
 
 static void simple_forward(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t st) {
-    attention_forward(out, lse, qkv, B, T, C, NH, st);
+    attention_simple_forward(out, lse, qkv, B, T, C, NH, st);
 }
 static void simple_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16*, const bf16* qkv, const float* lse,
                             int B, int T, int C, int NH, cudaStream_t st) {
-    attention_backward(dqkv, D, dout, qkv, lse, B, T, C, NH, st);
+    attention_simple_backward(dqkv, D, dout, qkv, lse, B, T, C, NH, st);
 }
 static void flash_forward(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t st) {
     flash_attention_forward(out, lse, qkv, B, T, C, NH, st);

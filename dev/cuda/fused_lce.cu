@@ -1,5 +1,5 @@
 // dev/cuda/fused_lce.cu: the playground of LM-head loss variants. Each variant is checked against the
-// CPU fp64 reference (dev/cuda/fused_lce_ref.h) at awkward sizes, then timed on the issue's shapes
+// CPU fp64 reference (dev/ref/fused_lce_ref.h) at awkward sizes, then timed on the issue's shapes
 // next to the three plain cuBLASLt GEMMs of the same shape (the floor: logits, dx, dW).
 //
 //   build/dev/fused_lce                 check every variant, then benchmark every variant and shape
@@ -10,22 +10,9 @@
 //   build/dev/fused_lce 5 --vocab-block 2048   variant 5 with vocab blocks of at most 2048 columns
 //   build/dev/fused_lce 5 --shape 2 --profile  only the third shape, with the time of each phase
 //
-// Variants (all live in llmc/: one copy of every kernel):
-//   1 unfused: bf16 logits for all N rows (cuBLASLt), fp32 softmax/CE/gradient in place, 2 GEMMs
-//   2 token-chunked, gradient in the forward pass: fp32 logits of a chunk in a 64 MiB buffer (llmc/fused_lce.cuh)
-//   3 fully fused, the Helion example's algorithm: the forward folds mma.sync logit tiles into an online
-//     softmax in registers, only lse leaves the chip (llmc/fused_lce_mma.cuh); the backward recomputes
-//     each tile, forms the gradient on the chip and adds G·W into dx and Gᵀ·x into dW with fp32 atomics
-//     (llmc/fused_lce_mma_backward.cuh). 4F.
-//   4 the same without floating-point atomics: one kernel owns row blocks (dx), one owns vocab tiles
-//     (dW); each recomputes the logits. 5F, bitwise repeatable.
-//   5 two-dimensional blocks with cuBLASLt: rows in blocks of nb, the vocabulary in blocks of at most
-//     --vocab-block columns (llmc/fused_lce_blocks.cuh; by default flce_plan_vocab_max: 4096, wider for
-//     few rows): the lse of a row block first, then its gradient
-//     blocks recomputed; dW is swept once per row block, not once per chunk. 4F, bitwise repeatable.
-//     On Hopper its logits and gradient are wgmma kernels (llmc/fused_lce_wgmma.cuh).
-//   6 variant 5 with the dx and dW GEMMs on our own wgmma kernel (llmc/wgmma_gemm.cuh) instead of
-//     cuBLASLt, the layout counting its tiles (Hopper builds; elsewhere it is variant 5).
+// Variants (fused_lce_variants.cuh): 1 unfused, 2 chunks, 5 blocks are the paths of llmc/fused_lce.cuh;
+// 3 and 4 (the fully fused mma.sync backward, fused_lce_sm80_backward.cuh) and 6 (the blocks with our
+// own dx and dW GEMM, wgmma_gemm.cuh) are experiments that live here, reached through the head's hooks.
 // The fwd column of variants 3 and 4 is the fused forward alone (what the chunked head also uses for
 // loss-only calls).
 // Columns: fwd = loss only; bwd = the recomputing backward with per-row upstream gradients; fwd+bwd =
@@ -36,21 +23,13 @@
 #include <string.h>
 #include <math.h>
 #include <vector>
-#include "../../llmc/fused_lce.cuh"
-#include "../../llmc/fused_lce_mma.cuh"
-#include "fused_lce_check.cuh"
+#include "fused_lce_variants.cuh"
+#include "../ref/fused_lce_check.cuh"
 #include "timing.cuh"
 
-typedef struct { int id; const char* name; int logits_fp32, mma_forward, has_backward, fused_backward, blocks, own_gemms; } Variant;
-static const Variant VARIANTS[] = {
-    {1, "unfused (bf16 logits, all rows)", 0, 0, 1, 0, 0, 0},
-    {2, "chunked fp32 logits (--scratch)", 1, 0, 1, 0, 0, 0},
-    {3, "fused mma.sync, atomic dx/dW", 1, 1, 1, 3, 0, 0},
-    {4, "fused mma.sync, deterministic", 1, 1, 1, 4, 0, 0},
-    {5, "2-D blocks (--vocab-block)", 1, 0, 1, 0, 1, 0},
-    {6, "2-D blocks, own dx/dW GEMMs", 1, 0, 1, 0, 1, 1},
-};
-#define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
+typedef FlceVariant Variant;
+#define VARIANTS FLCE_VARIANTS
+#define NUM_VARIANTS FLCE_NUM_VARIANTS
 
 typedef struct { int N, C, V, Vp; } Shape;
 static const Shape BENCH_SHAPES[] = {
@@ -63,12 +42,9 @@ static size_t g_scratch = FLCE_DEFAULT_SCRATCH;  // --scratch MiB: the chunked v
 static int g_vocab_block = 0;                      // --vocab-block: variants 5 and 6's widest vocab block (0: default)
 static int g_profile = 0;                          // --profile: where the fwd+bwd time goes (variants 2, 5, 6)
 
-static void build_variant(FusedLce* h, const Variant* v, int max_n, int C, int V, int Vp, FlceOptions opt) {
-    fused_lce_build(h, max_n, C, V, Vp, opt, v->logits_fp32, g_scratch);
-    h->mma_forward = h->mma_forward && v->mma_forward;
-    if (v->fused_backward) fused_lce_use_fused_backward(h, v->fused_backward == 4);
-    if (v->own_gemms) fused_lce_use_own_gemms(h);
-    if (v->blocks) fused_lce_use_blocks(h, g_vocab_block);
+static void build_variant(FusedLce* h, FlceVariantState* st, const Variant* v, int max_n, int C, int V, int Vp,
+                          FlceOptions opt) {
+    flce_variant_build(h, st, v, max_n, C, V, Vp, opt, g_scratch, g_vocab_block);
 }
 
 // --- inputs ------------------------------------------------------------------------------------
@@ -109,8 +85,9 @@ static int check_variant(const Variant* v, const GpuContext* ctx) {
         FlceInputs in = flce_inputs_make(cs, 1234 + i);
         FlceDevice d = flce_device_make(cs, &in);
         FusedLce h;
-        build_variant(&h, v, cs->N, cs->C, cs->V, cs->Vp, cs->opt);
-        ok &= flce_check_mode(&h, v->has_backward ? FLCE_MODE_TRAIN : FLCE_MODE_FORWARD, cs, &in, &d, ctx);
+        FlceVariantState st;
+        build_variant(&h, &st, v, cs->N, cs->C, cs->V, cs->Vp, cs->opt);
+        ok &= flce_check_mode(&h, FLCE_MODE_TRAIN, cs, &in, &d, ctx);
         fused_lce_free(&h);
         flce_device_free(&d);
         flce_inputs_free(&in);
@@ -158,36 +135,32 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
         if (only_variant && v->id != only_variant) continue;
         size_t free_b, total_b;
         cuda_check(cudaMemGetInfo(&free_b, &total_b));
-        if (!v->logits_fp32 && (size_t)N * Vp * sizeof(bf16) > free_b / 2) { printf("  variant %d: skipped, logits do not fit\n", v->id); continue; }
+        if (v->path == FLCE_PATH_UNFUSED && (size_t)N * Vp * sizeof(bf16) > free_b / 2) { printf("  variant %d: skipped, logits do not fit\n", v->id); continue; }
         FusedLce h;
-        build_variant(&h, v, N, C, V, Vp, flce_options_default());
+        FlceVariantState st;
+        build_variant(&h, &st, v, N, C, V, Vp, flce_options_default());
         float t_fwd = time_ms([&] { fused_lce_forward(&h, x, W, t, N, ctx); }, ctx->stream, reps);
         double scratch = (double)(h.scratch_bytes + 2 * (size_t)N * sizeof(float)) / (1 << 20);
-        if (!v->has_backward) {
-            printf("%6d x %4d x %6d | %d %-32s | %8.2f |        - |        - |      - |      - | %9.1f MiB  (fwd %.0f TF/s, %.2fx one GEMM)\n",
-                   N, C, V, v->id, v->name, t_fwd, scratch, F / t_fwd * 1e-9, t_fwd / (t_gemm / 3));
-            fused_lce_free(&h);
-            continue;
-        }
         float t_bwd = time_ms([&] { fused_lce_backward(&h, dx, dW, dloss_rows, x, W, t, N, ctx); }, ctx->stream, reps);
         float t_fb = time_ms([&] { fused_lce_forward_backward(&h, dx, dW, 1.0f, x, W, t, N, ctx); }, ctx->stream, reps);
         printf("%6d x %4d x %6d | %d %-32s | %8.2f | %8.2f | %8.2f | %6.0f | %5.2fx | %9.1f MiB", N, C, V, v->id, v->name,
                t_fwd, t_bwd, t_fb, 3 * F / t_fb * 1e-9, t_fb / t_gemm, scratch);
-        if (h.blocks) printf("  (blocks of %d rows x %d columns)", h.blk.nb, h.blk.vb);
-        if (h.wgmma) printf(h.blocks ? "  (forward and gradient: wgmma)" : "  (forward: wgmma)");
-        if (h.blocks && h.blk.own_gemms) printf("  (dx, dW: wgmma_gemm)");
+        int blocks = h.cfg.path == FLCE_PATH_BLOCKS;
+        if (blocks) printf("  (blocks of %d rows x %d columns)", h.blk.nb, h.blk.vb);
+        if (h.sm90 && (blocks || h.fused_forward)) printf(blocks ? "  (forward and gradient: wgmma)" : "  (forward: wgmma)");
+        if (blocks && h.blk.gemms) printf("  (dx, dW: wgmma_gemm)");
         printf("\n");
         if (g_profile) {
-            Profile prof;
+            static Profile prof;  // big (an event per mark): not on the stack
             profile_build(&prof, 1);
-            h.prof = &prof;
+            GpuContext pctx = *ctx;  // the same GPU context, with the head's marks going to prof
+            pctx.prof = &prof;
             for (int r = 0; r < 3; r++) {
                 profile_start(&prof, ctx->stream);
-                fused_lce_forward_backward(&h, dx, dW, 1.0f, x, W, t, N, ctx);
+                fused_lce_forward_backward(&h, dx, dW, 1.0f, x, W, t, N, &pctx);
                 profile_step_end(&prof);
             }
             profile_print(&prof, stdout);
-            h.prof = NULL;
             profile_free(&prof);
         }
         fused_lce_check(&h, ctx);

@@ -1,11 +1,11 @@
 // test_attention.cu: GPU test of the flash attention kernels (llmc/flash_attention{,_backward}.cuh) against the CPU
-// fp64 reference (dev/test/gpt_ref_layers.h, through dev/cuda/attention_check.cuh): forward out and lse,
+// fp64 reference (dev/ref/gpt_ref_layers.h, through dev/ref/attention_check.cuh): forward out and lse,
 // backward dq, dk, dv, at T = 1, 63, 64, 100, 257 (and two longer ones: many tiles, T not a multiple
 // of 64), NH = 1 and 3, hs = 64 and 128, B = 2. Outputs are poisoned before each run; the backward runs
 // twice and must be bitwise identical. Tolerances (relative L2 1e-2 for out and the gradients, lse 1e-3
 // absolute) are justified in attention_check.cuh.
 #include "../../llmc/flash_attention_backward.cuh"
-#include "../cuda/attention_check.cuh"
+#include "../ref/attention_check.cuh"
 #include "testing.h"
 
 static void fa_fwd(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t st) {

@@ -1,14 +1,15 @@
 // test_fused_lce.cu: GPU test of the LM head API (llmc/fused_lce.cuh) against the CPU fp64 reference:
 // every entry point (training, loss only, recomputing backward with per-row upstream gradients), each
-// feature (ignore_index, z-loss, soft-capping, label smoothing), the unfused baseline, several chunks
-// per call, the fused backward (atomic and deterministic, several dx chunks), the two-dimensional blocks
-// (several row and vocab blocks, and their default widths; on Hopper also with our own dx/dW GEMMs), the
-// Hopper wgmma forward and what runs without it, bitwise determinism, bad targets flagged, and bad sizes
-// refused with an error exit.
+// feature (ignore_index, z-loss, soft-capping, label smoothing), each path (chunks, several per call;
+// blocks, several row and vocab blocks, and their default widths; unfused; auto's choice), the Hopper
+// kernels and what runs without them, and the playground's experiments through the head's hooks (the
+// fused backward, atomic and deterministic, several dx chunks; on Hopper our own dx/dW GEMMs), bitwise
+// determinism, bad targets flagged, and bad configurations refused with an error exit.
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../llmc/fused_lce.cuh"
-#include "../cuda/fused_lce_check.cuh"
+#include "../cuda/fused_lce_variants.cuh"
+#include "../ref/fused_lce_check.cuh"
 #include "testing.h"
 
 static FlceOptions options(float z_loss, float softcap, float smoothing) {
@@ -17,29 +18,41 @@ static FlceOptions options(float z_loss, float softcap, float smoothing) {
     return o;
 }
 
-// Builds the head (fused unless logits_fp32 == 0; `budget` bounds its logits buffer; fused_bwd 3 or 4
-// selects the fused backward, atomic or deterministic; 5 the two-dimensional blocks, vocab blocks of at
-// most 1024 columns; 6 those with our own dx and dW GEMMs) and checks one mode.
-static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, int fused_bwd, const GpuContext* ctx) {
+// A head of the given path (or auto) for case cs: `budget` bounds its scratch (0: the default),
+// vocab blocks of at most vb_max columns (0: the default), fallbacks as FlceConfig's
+static void build(FusedLce* h, const FlceCase* cs, FlcePath path, size_t budget, int vb_max, unsigned fallbacks) {
+    FlceConfig cfg = flce_config(cs->N, cs->C, cs->V, cs->Vp);
+    cfg.opt = cs->opt;
+    cfg.path = path;
+    cfg.scratch = budget;
+    cfg.vocab_block_max = vb_max;
+    cfg.fallbacks = fallbacks;
+    fused_lce_build(h, &cfg);
+}
+
+// Builds the head (path chunks, or unfused when logits_fp32 == 0; `budget` bounds its scratch; variant
+// 3 or 4: the playground's fused backward, atomic or deterministic; 5 the two-dimensional blocks, vocab
+// blocks of at most 1024 columns; 6 those with our own dx and dW GEMMs) and checks one mode.
+static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, int variant, const GpuContext* ctx) {
     FlceInputs in = flce_inputs_make(cs, 42 + cs->N + cs->V);
     FlceDevice d = flce_device_make(cs, &in);
     FusedLce h;
-    fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, logits_fp32, budget);
-    if (fused_bwd >= 5) {
-        if (fused_bwd == 6) fused_lce_use_own_gemms(&h);
-        fused_lce_use_blocks(&h, 1024);
+    FlceVariantState st;
+    if (variant) flce_variant_build(&h, &st, flce_variant(variant), cs->N, cs->C, cs->V, cs->Vp, cs->opt, budget,
+                                    variant >= 5 ? 1024 : 0);
+    else build(&h, cs, logits_fp32 ? FLCE_PATH_CHUNKS : FLCE_PATH_UNFUSED, budget, 0, 0);
+    if (variant >= 5) {
         printf("  (blocks of %d rows x %d vocab columns, pass 1 %s%s)\n", h.blk.nb, h.blk.vb,
                h.blk.wgmma ? "by the wgmma forward, pass 2 by the wgmma gradient" : "in the blocks",
-               h.blk.own_gemms ? ", dx and dW by wgmma_gemm" : "");
-        EXPECT(h.blk.own_gemms == (fused_bwd == 6 && h.wgmma), "%s: own GEMMs %d with variant %d, wgmma %d",
-               cs->what, h.blk.own_gemms, fused_bwd, h.wgmma);
-    } else if (fused_bwd) {
-        fused_lce_use_fused_backward(&h, fused_bwd == 4);
-        printf("  (fused backward, variant %d)\n", fused_bwd);
+               h.blk.gemms ? ", dx and dW by wgmma_gemm" : "");
+        EXPECT((h.blk.gemms != NULL) == (variant == 6 && h.sm90), "%s: own GEMMs %d with variant %d, sm90 %d",
+               cs->what, h.blk.gemms != NULL, variant, h.sm90);
+    } else if (variant) {
+        printf("  (fused backward, variant %d)\n", variant);
     }
     int ok = flce_check_mode(&h, mode, cs, &in, &d, ctx);
-    EXPECT(ok, "%s (mode %d, %s head, backward %d, %d-row chunks) differs from the reference beyond tolerance", cs->what,
-           mode, logits_fp32 ? "fused" : "unfused", fused_bwd, h.chunk);
+    EXPECT(ok, "%s (mode %d, %s head, variant %d, %d-row chunks) differs from the reference beyond tolerance", cs->what,
+           mode, flce_path_name(h.cfg.path), variant, h.chunks.rows);
     EXPECT(fused_lce_bad_target_row(&h, ctx) < 0, "%s: a bad target was flagged, but all are valid", cs->what);
     fused_lce_free(&h);
     flce_device_free(&d);
@@ -52,9 +65,12 @@ static void check_unstaged(const FlceCase* cs, const GpuContext* ctx) {
     FlceInputs in = flce_inputs_make(cs, 43 + cs->N + cs->V);
     FlceDevice d = flce_device_make(cs, &in);
     FusedLce h;
-    fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, 1, (size_t)64 * cs->Vp * sizeof(float));
-    EXPECT(h.rows_smem > 0, "%s: expected the row kernel to stage rows of %d floats", cs->what, cs->Vp);
-    h.rows_smem = 0;
+    size_t budget = (size_t)64 * cs->Vp * sizeof(float);
+    build(&h, cs, FLCE_PATH_CHUNKS, budget, 0, 0);
+    EXPECT(h.chunks.staged > 0, "%s: expected the row kernel to stage rows of %d floats", cs->what, cs->Vp);
+    fused_lce_free(&h);
+    build(&h, cs, FLCE_PATH_CHUNKS, budget, 0, FLCE_NO_ROW_STAGING);
+    EXPECT(h.chunks.staged == 0, "%s: FLCE_NO_ROW_STAGING, but the rows are staged", cs->what);
     printf("  (row kernel without shared-memory staging)\n");
     EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, cs, &in, &d, ctx), "%s: unstaged rows, training differs", cs->what);
     EXPECT(flce_check_mode(&h, FLCE_MODE_BACKWARD, cs, &in, &d, ctx), "%s: unstaged rows, backward differs", cs->what);
@@ -69,14 +85,12 @@ static void check_without_wgmma(const FlceCase* cs, const GpuContext* ctx) {
     FlceInputs in = flce_inputs_make(cs, 44 + cs->N + cs->V);
     FlceDevice d = flce_device_make(cs, &in);
     FusedLce h;
-    fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, 1, FLCE_DEFAULT_SCRATCH);
-    h.wgmma = 0;
+    build(&h, cs, FLCE_PATH_CHUNKS, 0, 0, FLCE_NO_SM90);
+    EXPECT(!h.sm90 && h.fused_forward, "%s: FLCE_NO_SM90: sm90 %d, fused forward %d", cs->what, h.sm90, h.fused_forward);
     printf("  (mma.sync forward, no wgmma)\n");
     EXPECT(flce_check_mode(&h, FLCE_MODE_FORWARD, cs, &in, &d, ctx), "%s: mma.sync forward differs", cs->what);
     fused_lce_free(&h);
-    fused_lce_build(&h, cs->N, cs->C, cs->V, cs->Vp, cs->opt, 1, (size_t)64 * cs->Vp * sizeof(float));
-    h.wgmma = 0;
-    fused_lce_use_blocks(&h, 1024);
+    build(&h, cs, FLCE_PATH_BLOCKS, (size_t)64 * cs->Vp * sizeof(float), 1024, FLCE_NO_SM90);
     printf("  (blocks of %d rows x %d vocab columns, their own pass 1)\n", h.blk.nb, h.blk.vb);
     EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, cs, &in, &d, ctx), "%s: blocks without wgmma differ", cs->what);
     EXPECT(flce_check_mode(&h, FLCE_MODE_FORWARD, cs, &in, &d, ctx), "%s: blocks' forward without wgmma differs", cs->what);
@@ -85,17 +99,18 @@ static void check_without_wgmma(const FlceCase* cs, const GpuContext* ctx) {
     flce_inputs_free(&in);
 }
 
-// Two training calls on the same inputs give bit-identical loss, dx and dW (chunked head, the
-// deterministic fused backward when fused_bwd == 4, the blocks when 5).
-static void check_determinism(int fused_bwd, const GpuContext* ctx) {
+// Two training calls on the same inputs give bit-identical loss, dx and dW (chunked head; the playground's
+// deterministic fused backward, variant 4; the blocks, 5; the blocks with our own GEMMs, 6).
+static void check_determinism(int variant, const GpuContext* ctx) {
     FlceCase cs = {333, 256, 5000, 5120, options(1e-4f, 0.0f, 0.0f), 9, "determinism"};
     FlceInputs in = flce_inputs_make(&cs, 7);
     FlceDevice d = flce_device_make(&cs, &in);
     FusedLce h;
-    fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, (size_t)100 * cs.Vp * sizeof(float));
-    if (fused_bwd == 4) fused_lce_use_fused_backward(&h, 1);
-    if (fused_bwd == 6) fused_lce_use_own_gemms(&h);
-    if (fused_bwd >= 5) fused_lce_use_blocks(&h, 1024);
+    FlceVariantState st;
+    size_t budget = (size_t)100 * cs.Vp * sizeof(float);
+    if (variant) flce_variant_build(&h, &st, flce_variant(variant), cs.N, cs.C, cs.V, cs.Vp, cs.opt, budget,
+                                    variant >= 5 ? 1024 : 0);
+    else build(&h, &cs, FLCE_PATH_CHUNKS, budget, 0, 0);
     FlceOutputs run[2];
     for (int r = 0; r < 2; r++) {
         flce_device_reset(&d, &cs, &in);
@@ -106,8 +121,8 @@ static void check_determinism(int fused_bwd, const GpuContext* ctx) {
     EXPECT(memcmp(run[0].dx, run[1].dx, (size_t)cs.N * cs.C * sizeof(float)) == 0, "determinism: dx differs between runs");
     EXPECT(memcmp(run[0].dW, run[1].dW, (size_t)cs.Vp * cs.C * sizeof(float)) == 0, "determinism: dW differs between runs");
     printf("determinism (%s): two runs of %d rows: loss, dx, dW bitwise %s\n",
-           fused_bwd == 6 ? "blocks, own GEMMs, variant 6" : fused_bwd == 5 ? "blocks, variant 5"
-           : fused_bwd ? "fused backward, variant 4" : "chunked", cs.N,
+           variant == 6 ? "blocks, own GEMMs, variant 6" : variant == 5 ? "blocks, variant 5"
+           : variant ? "fused backward, variant 4" : "chunked", cs.N,
            test_failed ? "DIFFERENT" : "identical");
     for (int r = 0; r < 2; r++) flce_outputs_free(&run[r]);
     fused_lce_free(&h);
@@ -115,8 +130,8 @@ static void check_determinism(int fused_bwd, const GpuContext* ctx) {
     flce_inputs_free(&in);
 }
 
-// fused_lce_use_fastest: the blocks while a chunk would hold fewer than FLCE_CHUNK_ROWS_MIN rows and not
-// all of them, the chunks otherwise (the trainer's -head fused).
+// Path auto: the blocks while a chunk would hold fewer than FLCE_CHUNK_ROWS_MIN rows and not all of them,
+// the chunks otherwise (the trainer's -head fused).
 static void check_choice(void) {
     struct { int max_n; size_t mib; int blocks; } cases[] = {
         {4096, 64, 1},   // 320-row chunks at V = 50304
@@ -125,19 +140,22 @@ static void check_choice(void) {
     };
     for (int i = 0; i < 3; i++) {
         FusedLce h;
-        fused_lce_build(&h, cases[i].max_n, 64, 50257, 50304, flce_options_default(), 1, cases[i].mib << 20);
-        fused_lce_use_fastest(&h);
-        EXPECT(h.blocks == cases[i].blocks, "fastest head for max_n %d and %zu MiB: %s, expected %s", cases[i].max_n,
-               cases[i].mib, h.blocks ? "blocks" : "chunks", cases[i].blocks ? "blocks" : "chunks");
-        EXPECT(h.scratch_bytes <= cases[i].mib << 20, "fastest head: scratch %zu bytes over the %zu MiB budget",
+        FlceConfig cfg = flce_config(cases[i].max_n, 64, 50257, 50304);
+        cfg.scratch = cases[i].mib << 20;
+        fused_lce_build(&h, &cfg);
+        int blocks = h.cfg.path == FLCE_PATH_BLOCKS;
+        EXPECT(blocks == cases[i].blocks, "auto head for max_n %d and %zu MiB: %s, expected %s", cases[i].max_n,
+               cases[i].mib, flce_path_name(h.cfg.path), cases[i].blocks ? "blocks" : "chunks");
+        EXPECT(h.scratch_bytes <= cases[i].mib << 20, "auto head: scratch %zu bytes over the %zu MiB budget",
                h.scratch_bytes, cases[i].mib);
-        printf("fastest head, max_n %d, %zu MiB: %s (%d-row chunks)\n", cases[i].max_n, cases[i].mib,
-               h.blocks ? "blocks" : "chunks", h.chunk);
+        printf("auto head, max_n %d, %zu MiB: %s", cases[i].max_n, cases[i].mib, flce_path_name(h.cfg.path));
+        if (blocks) printf(" (blocks of %d x %d)\n", h.blk.nb, h.blk.vb);
+        else printf(" (%d-row chunks)\n", h.chunks.rows);
         fused_lce_free(&h);
     }
 }
 
-// The blocks at their default widths (fused_lce_use_fastest, as the trainer builds them): on Hopper few
+// The blocks at their default widths (path auto, as the trainer builds them): on Hopper few
 // rows take vocab blocks wider than FLCE_BLOCK_VOCAB (flce_plan_vocab_max), here 300 rows of V = 50257 in
 // a 100-row chunk budget; training against the reference, with and without our own GEMMs.
 static void check_default_width(const GpuContext* ctx) {
@@ -146,14 +164,15 @@ static void check_default_width(const GpuContext* ctx) {
     FlceDevice d = flce_device_make(&cs, &in);
     for (int own = 0; own < 2; own++) {
         FusedLce h;
-        fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, (size_t)100 * cs.Vp * sizeof(float));
-        if (own) fused_lce_use_own_gemms(&h);
-        fused_lce_use_fastest(&h);
+        FlceVariantState st;
+        size_t budget = (size_t)100 * cs.Vp * sizeof(float);
+        if (own) flce_variant_build(&h, &st, flce_variant(6), cs.N, cs.C, cs.V, cs.Vp, cs.opt, budget, 0);
+        else build(&h, &cs, FLCE_PATH_AUTO, budget, 0, 0);
+        int blocks = h.cfg.path == FLCE_PATH_BLOCKS;
         int wide = h.blk.vb > FLCE_BLOCK_VOCAB && h.blk.vb <= flce_plan_vocab_max(cs.N, h.budget, cs.C, 1) + 255;
-        EXPECT(h.blocks && (h.wgmma ? wide : h.blk.vb <= FLCE_BLOCK_VOCAB),
-               "default width (wgmma %d): blocks %d of %d columns", h.wgmma, h.blocks, h.blk.vb);
-        printf("  (blocks of %d rows x %d vocab columns%s)\n", h.blk.nb, h.blk.vb,
-               h.blk.own_gemms ? ", own GEMMs" : "");
+        EXPECT(blocks && (h.sm90 ? wide : h.blk.vb <= FLCE_BLOCK_VOCAB),
+               "default width (sm90 %d): path %s, blocks of %d columns", h.sm90, flce_path_name(h.cfg.path), h.blk.vb);
+        printf("  (blocks of %d rows x %d vocab columns%s)\n", h.blk.nb, h.blk.vb, h.blk.gemms ? ", own GEMMs" : "");
         EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, &cs, &in, &d, ctx), "%s (own GEMMs %d) differs", cs.what, own);
         fused_lce_free(&h);
     }
@@ -163,7 +182,7 @@ static void check_default_width(const GpuContext* ctx) {
 
 // Logits that grow along the vocabulary: the wgmma forward sums a tile relative to the row's running
 // max without taking the tile's own, and takes it only when the sum passes 2^64 (a logit ~44 above;
-// llmc/fused_lce_wgmma.cuh). W's rows from 1024 on scaled by 3 (logits up to ~30 above the first
+// llmc/fused_lce_sm90.cuh). W's rows from 1024 on scaled by 3 (logits up to ~30 above the first
 // tiles': summed relative to a stale max) and by 16 (~150 above: the tile summed again, some sums inf
 // first); training and loss only through the blocks, against the reference.
 static void check_growing_logits(const GpuContext* ctx) {
@@ -175,9 +194,8 @@ static void check_growing_logits(const GpuContext* ctx) {
         for (size_t i = (size_t)1024 * cs.C; i < (size_t)cs.Vp * cs.C; i++) in.W[i] = bf16_round(in.W[i] * scale);
         FlceDevice d = flce_device_make(&cs, &in);
         FusedLce h;
-        fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, FLCE_DEFAULT_SCRATCH);
-        fused_lce_use_blocks(&h, 1024);
-        printf("  (blocks of %d rows x %d columns%s)\n", h.blk.nb, h.blk.vb, h.wgmma ? ", wgmma forward" : "");
+        build(&h, &cs, FLCE_PATH_BLOCKS, 0, 1024, 0);
+        printf("  (blocks of %d rows x %d columns%s)\n", h.blk.nb, h.blk.vb, h.sm90 ? ", wgmma forward" : "");
         EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, &cs, &in, &d, ctx), "%s: training differs", cs.what);
         EXPECT(flce_check_mode(&h, FLCE_MODE_FORWARD, &cs, &in, &d, ctx), "%s: loss only differs", cs.what);
         fused_lce_free(&h);
@@ -193,7 +211,7 @@ static void check_bad_target(const GpuContext* ctx) {
     in.t[17] = 500;  // == V
     FlceDevice d = flce_device_make(&cs, &in);
     FusedLce h;
-    fused_lce_build(&h, cs.N, cs.C, cs.V, cs.Vp, cs.opt, 1, FLCE_DEFAULT_SCRATCH);
+    build(&h, &cs, FLCE_PATH_CHUNKS, 0, 0, 0);
     flce_device_reset(&d, &cs, &in);
     fused_lce_forward_backward(&h, d.dx, d.dW, 1.0f, d.x, d.W, d.t, cs.N, ctx);
     int row = fused_lce_bad_target_row(&h, ctx);
@@ -216,11 +234,15 @@ static void expect_exit(const char* what, int which) {
     pid_t pid = fork();
     if (pid == 0) {
         FusedLce h;
-        FlceOptions o = flce_options_default();
-        if (which == 0) fused_lce_build(&h, 16, 12, 100, 128, o, 1, FLCE_DEFAULT_SCRATCH);       // C % 8 != 0
-        if (which == 1) fused_lce_build(&h, 16, 64, 200, 128, o, 1, FLCE_DEFAULT_SCRATCH);       // V > Vp
-        if (which == 2) fused_lce_build(&h, 0, 64, 100, 128, o, 1, FLCE_DEFAULT_SCRATCH);        // no rows
-        if (which == 3) { o.label_smoothing = 1.0f; fused_lce_build(&h, 16, 64, 100, 128, o, 1, FLCE_DEFAULT_SCRATCH); }
+        FlceConfig c = flce_config(16, 64, 100, 128);
+        if (which == 0) c.C = 12;                      // C % 8 != 0
+        if (which == 1) c.V = 200;                     // V > Vp
+        if (which == 2) c.max_n = 0;                   // no rows
+        if (which == 3) c.opt.label_smoothing = 1.0f;
+        if (which == 4) c.path = (FlcePath)7;          // no such path
+        if (which == 5) { c.path = FLCE_PATH_CHUNKS; c.scratch = 15 * 128 * 4; }  // fewer than 16 rows of logits
+        if (which == 6) { FlceHooks k = {}; k.block_gemms = flce_variant_own_gemms; c.hooks = &k; c.path = FLCE_PATH_CHUNKS; fused_lce_build(&h, &c); }
+        fused_lce_build(&h, &c);
         _exit(0);
     }
     int status = 0;
@@ -234,6 +256,9 @@ int main(void) {
     expect_exit("V = 200 > Vp = 128", 1);
     expect_exit("max_n = 0", 2);
     expect_exit("label_smoothing = 1", 3);
+    expect_exit("path 7", 4);
+    expect_exit("chunks in a budget of 15 rows", 5);
+    expect_exit("a block GEMM hook on path chunks", 6);
 
     GpuContext ctx;
     gpu_context_build(&ctx, 0);

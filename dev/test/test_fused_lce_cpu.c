@@ -1,8 +1,8 @@
 // test_fused_lce_cpu.c: CPU tests of the fused linear cross-entropy's two CPU models.
-//   (i)   the fp64 reference (dev/cuda/fused_lce_ref.h): its forward against the textbook definition
+//   (i)   the fp64 reference (dev/ref/fused_lce_ref.h): its forward against the textbook definition
 //         −Σ q_j log p_j (+ z-loss), and its gradients against central finite differences of its own
 //         loss, for every element of x and W, with each option on, all together, and the per-row form;
-//   (ii)  the fp32 tiled online-softmax algorithm (dev/cuda/fused_lce_cpu.h) against the reference at
+//   (ii)  the fp32 tiled online-softmax algorithm (dev/ref/fused_lce_cpu.h) against the reference at
 //         several blockings and awkward sizes: V and Vp not multiples of BN, C not a multiple of BK,
 //         N = 1, N not a multiple of BM, all rows ignored, every option on, large logits, per-row dloss;
 //   (iii) padded rows of dW untouched, dW added to a non-zero initial value (inside every (ii) check).
@@ -12,8 +12,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../cuda/fused_lce_ref.h"
-#include "../cuda/fused_lce_cpu.h"
+#include "../ref/fused_lce_ref.h"
+#include "../ref/fused_lce_cpu.h"
 #include "testing.h"
 
 typedef struct {

@@ -1,10 +1,10 @@
-// test_fused_lce_plan.c: the blocks' layout (llmc/fused_lce_plan.h) over a grid of shapes, budgets and
+// test_fused_lce_plan.c: the blocks' layout (llmc/fused_lce_blocks_plan.h) over a grid of shapes, budgets and
 // vocab-block limits: it never takes more than the budget, its blocks have the sizes the kernels need
 // (rows a multiple of 16; columns of 16, or of whole tiles with wgmma; no wider than vb_max rounded up
 // to a tile), it refuses a budget that holds fewer than 16 rows, and with wgmma it costs no more than
 // the plain fewest-blocks layout. Plus the layouts dev/cuda/fused_lce_log.md and the comments quote,
 // and the GEMM-cost callbacks.
-#include "../../llmc/fused_lce_plan.h"
+#include "../cuda/wgmma_gemm_plan.h"
 #include "testing.h"
 
 static int round_up(int a, int b) { return flce_plan_ceil_div(a, b) * b; }
@@ -51,7 +51,7 @@ int main(void) {
                     for (int e = 0; e < 5; e++)
                         for (int w = 0; w < 2; w++) check_plan(budgets[e], Ns[a], Cs[b], Vs[c], vb_maxes[d], w);
 
-    // quoted in llmc/fused_lce_plan.h: the trainer's d12 head (65536 x 768 x 50257, ~63 MiB left for it)
+    // quoted in llmc/fused_lce_blocks_plan.h: the trainer's d12 head (65536 x 768 x 50257, ~63 MiB left for it)
     size_t budget = ((size_t)64 << 20) - (2 * 65536 + 3 * 4 * (128 * 132 + 65536)) * 4;
     FlceBlockPlan p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, NULL, NULL);
     EXPECT(p.vb == 3584 && p.nb == 6016, "65536 x 768: %d rows x %d columns, expected 6016 x 3584", p.nb, p.vb);
@@ -66,7 +66,7 @@ int main(void) {
            65536.0 * 50257);
     p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, only_4096, NULL);
     EXPECT(p.vb == 4096, "65536 x 768 with a GEMM cost that wants 4096 columns: %d x %d", p.nb, p.vb);
-    // the Hopper build's GEMMs (llmc/wgmma_gemm.cuh) on a block of 5552 x 4096 at C = 768, 132 SMs, in one
+    // the Hopper build's GEMMs (dev/cuda/wgmma_gemm.cuh) on a block of 5552 x 4096 at C = 768, 132 SMs, in one
     // launch: dx in 44 x 3 tiles of 256 columns (K = 4096) on SMs 0-131, then dW in 32 x 4 of 192 (K =
     // 5552) on SMs 0-127, in units of 64-row tiles, plus the launch; at C = 1600 dx in 44 x 9 tiles of 192
     // (three per SM), then dW in 32 x 7 of 256: two more on SMs 0-91, one on the others

@@ -1,4 +1,4 @@
-// test_gpt_ref.c: CPU tests of the GPT-2 reference (dev/test/gpt_ref.h, gpt_ref_layers.h), built in double.
+// test_gpt_ref.c: CPU tests of the GPT-2 reference (dev/ref/gpt_ref.h, gpt_ref_layers.h), built in double.
 // Checks: the backward against central finite differences of the forward loss for every element of
 // every parameter tensor; padded vocabulary rows never count and get exactly zero gradient; causality
 // (a later token does not change earlier logits, and a shorter T gives the same logits); the loss at
@@ -9,8 +9,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "gpt_ref.h"
-#include "gpt_ref_fixture.h"
+#include "../ref/gpt_ref.h"
+#include "../ref/gpt_ref_fixture.h"
 #include "testing.h"
 
 // The tiny model: two layers, two heads, V not a multiple of anything, T < maxT (unused wpe rows).

@@ -1,4 +1,4 @@
-// test_gpt_ref_float.c: the float build of dev/test/gpt_ref.h (the one test_gpt.cu uses) against the
+// test_gpt_ref_float.c: the float build of dev/ref/gpt_ref.h (the one test_gpt.cu uses) against the
 // double build, through the golden values of gpt_ref_fixture.h (which test_gpt_ref checks in double).
 // The fixture's parameters are exactly representable in float, so the differences are the float
 // build's own rounding: matmuls accumulate in float, statistics and softmax sums in double.
@@ -6,8 +6,8 @@
 // gradient, so each backward formula contributes); the float build reaches a few 1e-8.
 #include <math.h>
 #include <stdlib.h>
-#include "gpt_ref.h"
-#include "gpt_ref_fixture.h"
+#include "../ref/gpt_ref.h"
+#include "../ref/gpt_ref_fixture.h"
 #include "testing.h"
 
 _Static_assert(sizeof(gpt_real) == sizeof(float), "this test is the float build: do not define GPT_REF_DOUBLE");

@@ -1,5 +1,5 @@
 // test_layers.cu: GPU test of the row and column kernels of llmc/layernorm.cuh and llmc/linear.cuh
-// against the fp64 CPU reference (dev/test/gpt_ref_layers.h), at widths the model does not reach in
+// against the fp64 CPU reference (dev/ref/gpt_ref_layers.h), at widths the model does not reach in
 // test_gpt (C = 8 .. 2048, partial lane groups, N not a multiple of the 8 rows of a block, N = 1):
 //   layernorm_forward: out, mean, rstd (and the residual form: r = bf16(a + b) stored, out);  layernorm_backward: dx ACCUMULATED onto a non-zero dinp,
 //   dw and db ACCUMULATED onto non-zero values;  linear_backward: dx, dW and the bias gradient db, and
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <math.h>
 #include <vector>
-#include "gpt_ref_layers.h"
+#include "../ref/gpt_ref_layers.h"
 #include "../../llmc/layernorm.cuh"
 #include "../../llmc/linear.cuh"
 #include "testing.h"
@@ -85,7 +85,8 @@ static int same_bits(const void* a, const void* b, size_t bytes) {
     return memcmp(ha.data(), hb.data(), bytes) == 0;
 }
 
-static void test_layernorm(int N, int C, float* scratch, cudaStream_t st) {
+static void test_layernorm(int N, int C, float* scratch, const GpuContext* ctx) {
+    cudaStream_t st = ctx->stream;
     std::vector<double> x, w, b, dout, dinp0, dw0, db0;
     bf16* d_x = make_bf16(x, (size_t)N * C, -2.0, 2.0);
     bf16* d_w = make_bf16(w, C, 0.5, 1.5);
@@ -108,9 +109,9 @@ static void test_layernorm(int N, int C, float* scratch, cudaStream_t st) {
     cuda_check(cudaMemcpy(d_db2, d_db, C * sizeof(float), cudaMemcpyDeviceToDevice));
     cuda_check(cudaDeviceSynchronize());  // device-to-device copies are asynchronous, on the legacy stream
 
-    layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, st);
-    layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C, st);
-    layernorm_backward(d_dinp2, d_dw2, d_db2, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C, st);
+    layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, ctx);
+    layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C, ctx);
+    layernorm_backward(d_dinp2, d_dw2, d_db2, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C, ctx);
     cuda_check(cudaStreamSynchronize(st));
 
     std::vector<double> out(N * (size_t)C), mean(N), rstd(N);
@@ -139,7 +140,7 @@ static void test_layernorm(int N, int C, float* scratch, cudaStream_t st) {
     bf16* d_y = make_bf16(y, (size_t)N * C, -2.0, 2.0);
     bf16* d_r;
     cuda_check(cudaMalloc(&d_r, (size_t)N * C * sizeof(bf16)));
-    residual_layernorm_forward(d_r, d_out, d_mean, d_rstd, d_x, d_y, d_w, d_b, N, C, st);
+    residual_layernorm_forward(d_r, d_out, d_mean, d_rstd, d_x, d_y, d_w, d_b, N, C, ctx);
     cuda_check(cudaStreamSynchronize(st));
     for (size_t i = 0; i < r.size(); i++) r[i] = __bfloat162float(__float2bfloat16((float)(x[i] + y[i])));
     gpt_ref_layernorm_forward(out.data(), mean.data(), rstd.data(), r.data(), w.data(), b.data(), N, C);
@@ -197,7 +198,7 @@ int main(void) {
     float* scratch;
     cuda_check(cudaMalloc(&scratch, scratch_floats * sizeof(float)));
     const int ln_cases[][2] = {{1, 8}, {7, 128}, {1003, 200}, {517, 768}, {4099, 768}, {300, 1600}, {64, 2048}};
-    for (const auto& c : ln_cases) test_layernorm(c[0], c[1], scratch, ctx.stream);
+    for (const auto& c : ln_cases) test_layernorm(c[0], c[1], scratch, &ctx);
     const int lin_cases[][3] = {{1, 64, 8}, {7, 64, 24}, {513, 96, 776}, {1100, 128, 3072}, {64, 200, 4096}};
     for (const auto& c : lin_cases) test_linear_backward(c[0], c[1], c[2], 0, scratch, &ctx);
     const int gelu_cases[][3] = {{7, 64, 24}, {1100, 3072, 768}, {64, 4096, 200}};  // IC = the GELU's width

@@ -1,7 +1,7 @@
 // test_tokenizer.c: the GPT-2 tokenizer (llmc/tokenizer.h, llmc/tokenizer_encode.h) on the CPU.
 // Run from the repository root: ./build/test_tokenizer (needs data/gpt2/ from `make data`, node and
 // the tiktoken oracle from `make test-deps`, and data/.cache/starter/docs/ from `make data`).
-//   1. known ids (DESIGN.md, research/data.md §5) and the pre-tokenizer's pieces;
+//   1. known ids (published GPT-2 encodings) and the pre-tokenizer's pieces;
 //   2. decode(encode(x)) == x on text written here, on seeded Unicode fuzz and on long pieces;
 //   3. the piece table and cache agree with plain BPE, also after the cache is flushed;
 //   4. invalid UTF-8 is rejected with the offset of the first bad byte, appending nothing;
@@ -112,7 +112,7 @@ static void test_pieces(Encoder* e) {
     static const char* const cases[][2] = {
         {"Hello world", "Hello| world"},
         {"I'm here,   they've 123abc 4,500.00...\n\n  end  ",
-         "I|'m| here|,|  | they|'ve| 123|abc| 4|,|500|.|00|...|\n\n | end|  "},  // research/data.md §4
+         "I|'m| here|,|  | they|'ve| 123|abc| 4|,|500|.|00|...|\n\n | end|  "},  // the pre-tokenizer's contractions, digits, punctuation, spaces
         {"don't DON'T I'LL", "don|'t| DON|'|T| I|'|LL"},
         {"x\xc2\xa0y", "x|\xc2\xa0|y"},                     // U+00A0 is whitespace
         {"  \xe1\xa0\x8e" "b", " | \xe1\xa0\x8e|b"},        // U+180E is not (PCRE2's \s would say "  |\xe1\xa0\x8e|b")

@@ -1,4 +1,5 @@
-// fused_lce_mma.cuh: the fully fused LM-head forward (variant 3 of dev/cuda/fused_lce.cu): one kernel
+// fused_lce_sm80_forward.cuh: the LM head's loss-only forward on the tensor cores of sm_80 and later
+// (the head's fused forward where the Hopper kernel of fused_lce_sm90.cuh does not run): one kernel
 // computes logit tiles x·Wᵀ on the tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate) and
 // folds each tile into a running (max, Σexp, Σs) per row while it is still in registers. Only three
 // floats per row and vocab split leave the chip; the (N, V) logits exist nowhere, not even per chunk.
@@ -11,7 +12,7 @@
 // Needs C % BK == 0; callers fall back to the chunked path otherwise.
 #pragma once
 #include "cuda_common.cuh"
-#include "mma.cuh"
+#include "sm80_mma.cuh"
 #include "fused_lce_common.cuh"
 
 #define FLCE_MMA_BM 128
@@ -122,29 +123,19 @@ __global__ void __launch_bounds__(FLCE_MMA_THREADS, 2) flce_mma_forward_kernel(c
         for (int mi = 0; mi < 4; mi++) {
             #pragma unroll
             for (int h = 0; h < 2; h++) {
-                float v[8], mx = -INFINITY, sum = 0.0f;
+                float v[8];  // s_j of the thread's 8 columns of this row, -inf past the vocabulary
                 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
                     #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         float z = acc[mi][ni][h * 2 + e];
                         if (cap > 0.0f) z = cap * flce_tanh(z * inv_cap);
-                        int col = col_base + ni * 8 + e;
-                        z = col < a.V ? z : -INFINITY;
-                        sum += col < a.V ? z : 0.0f;
-                        v[ni * 2 + e] = z;
-                        mx = fmaxf(mx, z);
+                        v[ni * 2 + e] = col_base + ni * 8 + e < a.V ? z : -INFINITY;
                         acc[mi][ni][h * 2 + e] = 0.0f;
                     }
                 }
                 int i = mi * 2 + h;
-                if (mx == -INFINITY) continue;  // every column of this thread is padding
-                if (mx > rm[i]) { rs[i] *= __expf(rm[i] - mx); rm[i] = mx; }
-                float s = 0.0f;
-                #pragma unroll
-                for (int e = 0; e < 8; e++) s += __expf(v[e] - rm[i]);
-                rs[i] += s;
-                rsum[i] += sum;
+                flce_fold<8>(rm[i], rs[i], rsum[i], v);
             }
         }
     }
@@ -218,10 +209,15 @@ __global__ void flce_mma_finish_kernel(float* loss_rows, float* lse_out, const f
 // --- launchers -------------------------------------------------------------------------------
 
 // How many vocab splits fill the GPU: about two blocks per SM in all, never more splits than tiles.
+// The statistics then take 3·splits·N <= 3·(2·SMs·BM + N + BM) floats (flce_mma_part_floats).
 static inline int flce_mma_splits(int N, int V, int sm_count) {
     int row_blocks = ceil_div(N, FLCE_MMA_BM), tiles = ceil_div(V, FLCE_MMA_BN);
     int s = ceil_div(2 * sm_count, row_blocks);
     return s < 1 ? 1 : (s > tiles ? tiles : s);
+}
+
+static inline size_t flce_mma_part_floats(int max_n, int sm_count) {
+    return 3 * ((size_t)2 * sm_count * FLCE_MMA_BM + max_n + FLCE_MMA_BM);
 }
 
 // part must hold (splits, N, 3) floats for splits = flce_mma_splits(N, V, sm_count).

@@ -1,9 +1,9 @@
-// wgmma.cuh: the Hopper (sm_90a) pieces a tensor-core GEMM is built from: mbarriers, the bulk tensor
+// sm90_wgmma.cuh: the Hopper (sm_90a) pieces a tensor-core GEMM is built from: mbarriers, the bulk tensor
 // copy engine (TMA) with its tensor maps, the shared-memory matrix descriptors of wgmma, the m64n256k16
 // bf16 warpgroup MMA, and the warp-specialised K loop over a ring of stages that the GEMM kernels share
-// (dev/cuda/wgmma_gemm.cu: a plain GEMM, checked against cuBLASLt; llmc/fused_lce_wgmma.cuh: the LM
-// head's forward with the softmax statistics in the epilogue, and its gradient; llmc/wgmma_gemm.cuh: an
-// accumulating GEMM, the head's dx and dW in variant 6).
+// (dev/cuda/wgmma_gemm.cu: a plain GEMM, checked against cuBLASLt; llmc/fused_lce_sm90.cuh: the LM
+// head's forward with the softmax statistics in the epilogue, and its gradient; dev/cuda/wgmma_gemm.cuh: an
+// accumulating GEMM, the head's dx and dW in the playground's variant 6).
 //
 // Layout contract (what makes TMA, the descriptors and wgmma agree): a tile of R rows x 64 bf16 (128
 // bytes per row, K contiguous) is copied with 128-byte swizzling into a 1024-byte-aligned buffer; the
@@ -137,7 +137,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float d[128], uint64_t desc_a, 
 }
 
 // the same for 192 and 128 columns of B (96 and 64 registers), and the one of the three for a tile of BN
-// columns (llmc/wgmma_gemm.cuh picks BN per GEMM shape)
+// columns (dev/cuda/wgmma_gemm.cuh picks BN per GEMM shape)
 template <int MN_A = 0, int MN_B = 0>
 __device__ __forceinline__ void wgmma_m64n192k16(float d[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(

@@ -143,7 +143,7 @@ static int flce_check_mode(FusedLce* h, int mode, const FlceCase* cs, const Flce
     static const char* names[] = {"forward+backward", "forward only", "backward, per-row dloss"};
     char title[256];
     snprintf(title, sizeof(title), "%s [%s]", cs->what, names[mode]);
-    const FlceTolerances* tol = h->logits_fp32 ? &FLCE_TOL : &FLCE_TOL_UNFUSED;
+    const FlceTolerances* tol = h->cfg.path != FLCE_PATH_UNFUSED ? &FLCE_TOL : &FLCE_TOL_UNFUSED;
     int ok = flce_ref_check_outputs(title, &ref, tol->max, o.loss, o.loss_rows, o.lse, o.dx, o.dW, in->dW0, N, C, V, Vp);
     if (grads) {
         double ex = flce_ref_err_stats(o.dx, ref.dx, NULL, (size_t)N * C).l2_rel;
@@ -152,7 +152,7 @@ static int flce_check_mode(FusedLce* h, int mode, const FlceCase* cs, const Flce
         printf("  norm-wise relative error: dx %.2e, dW %.2e (bounds %.1e, %.1e; torch eager: ~2.4e-3, ~1.5e-3)%s\n",
                ex, ew, tol->dx_norm, tol->dW_norm, nok ? "" : "  FAILED");
         ok &= nok;
-        if (h->logits_fp32) {  // the sharp check: the same bf16 rounding of the gradient as the kernel
+        if (h->cfg.path != FLCE_PATH_UNFUSED) {  // the sharp check: the same bf16 rounding of the gradient as the kernel
             FlceRefResult rg = flce_ref_forward_backward_g(in->x, in->W, in->t, N, C, V, Vp, cs->opt, 1.0,
                                                            mode == FLCE_MODE_BACKWARD ? in->dloss_rows : NULL, in->dW0, 1);
             double eg = flce_ref_err_stats(o.dW, rg.dW, in->dW0, (size_t)V * C).l2_rel;

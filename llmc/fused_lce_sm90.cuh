@@ -1,26 +1,25 @@
-// fused_lce_wgmma.cuh: the LM head's two logits GEMMs on Hopper tensor cores (sm_90a), on the TMA ring
-// and m64n256k16 wgmmas of llmc/wgmma.cuh, with fp32 accumulators that never leave the chip as logits:
+// fused_lce_sm90.cuh: the LM head's two logits GEMMs on Hopper tensor cores (sm_90a), on the TMA ring
+// and m64n256k16 wgmmas of sm90_wgmma.cuh, with fp32 accumulators that never leave the chip as logits:
 //   forward (cooperative, 128 x 256 tiles): each tile is folded, while still in registers, into a
 //     running (max, Σexp, Σs) of each row; only those three floats per row and vocab split are stored,
-//     and flce_mma_finish_kernel (fused_lce_mma.cuh, shared with the mma.sync forward) merges the splits
+//     and flce_mma_finish_kernel (fused_lce_sm80_forward.cuh, shared with the mma.sync forward) merges the splits
 //     and adds the target logit. A block owns 128 rows and walks the vocab tiles split, split + splits,
 //     ... without draining its pipeline between tiles. (A ping-pong forward, 64-row blocks whose two
 //     consumers fold alternate tiles, measured 8.0 ms against this one's 7.5.)
 //   gradient (ping-pong, 64 x 256 tiles): dL/dz of a (row block, vocab block) of fused_lce_blocks.cuh,
 //     as bf16, staged in shared memory and stored by the copy engine. (Cooperative 128 x 256 tiles, whose
 //     epilogue stalls both consumers, measured 9.5 ms against ping-pong's 8.6, both without the stores.)
-// Their epilogues cost them time beside the tensor cores (65536 x 768 x 50257 on the H200,
-// build/dev/fused_lce 5 --bench-only --shape 2 --profile): the forward takes 7.4 ms against 6.1 with its
-// epilogue compiled out, the gradient 8.8 against 7.6; ncu later found the tensor pipe busy 85% (forward)
-// and 76% (gradient) of their active cycles (dev/cuda/fused_lce_log.md). Two things the epilogues must avoid: a run-time
+// Their epilogues cost them time beside the tensor cores (dev/cuda/fused_lce_log.md has the
+// measurements: at 65536 x 768 x 50257 on an H200 the forward's epilogue costs ~1.3 ms of 7.4, the
+// gradient's ~1.2 of 8.8). Two things the epilogues must avoid: a run-time
 // option branch inside the unrolled loop over a tile (predicated, it runs anyway: soft-capping's tanh
 // made three special-function ops per logit of one; hence the CAP template parameter), and 4-byte
 // stores straight from the accumulator layout (8 rows x 16 bytes per warp instruction: 2.7 ms of the
 // gradient's then 11.3, now through stmatrix and TMA stores of whole lines).
 #pragma once
-#include "wgmma.cuh"
+#include "sm90_wgmma.cuh"
 #include "fused_lce_common.cuh"
-#include "fused_lce_mma.cuh"
+#include "fused_lce_sm80_forward.cuh"  // flce_mma_finish_kernel: the splits merged, the target logit added
 
 // --- kernels ---------------------------------------------------------------------------------
 
@@ -28,60 +27,52 @@
 // column c0 + 8j + e of the vocabulary, c0 = tile's first column + 2·(lane % 4)) into the running (max,
 // Σexp relative to it, Σs) of its two rows. CAP: soft-capping on (the logits are replaced by s); FULL:
 // every column of the tile is < V (no per-logit bounds checks); SUM: Σs kept (label smoothing needs it).
-// Once a row has a max, a full tile without soft-capping is summed relative to it without looking for
-// its own (s stays Σexp relative to m, m need not be the max): one pass instead of two, and the max is
-// taken only when a sum passes 2^64, i.e. a logit lies ~44 above m (then the tile is summed again).
+// Otherwise the row fold of fused_lce_common.cuh (flce_fold), with one shortcut: once a row has a max,
+// a full tile without soft-capping is summed relative to it without looking for its own (s stays Σexp
+// relative to m, m need not be the max): one pass instead of two, and the max is taken only when a sum
+// passes 2^64, i.e. a logit lies ~44 above m (then the tile is folded again).
 #define FLCE_FOLD_BIG 0x1p64f
 
-// acc = Σ 2^(z·log2(e) − ref2) and su = Σz (SUM) over this thread's logits z of row half h whose column is
-// < V (FULL: all of them), register layout as in flce_wgmma_fold
-template <bool FULL, bool SUM>
-__device__ __forceinline__ void flce_wgmma_sum_exp(const float d[128], int h, float ref2, int c0, int V, float& acc,
-                                                   float& su) {
+// acc = Σ 2^(z·log2(e) − ref2) and su = Σz (SUM) over this thread's 64 logits z of row half h (register
+// layout as in flce_wgmma_fold): the one-pass shortcut of a full tile
+template <bool SUM>
+__device__ __forceinline__ void flce_wgmma_sum_exp(const float d[128], int h, float ref2, float& acc, float& su) {
     acc = 0.0f;
     su = 0.0f;
     #pragma unroll
     for (int j = 0; j < 32; j++)
         #pragma unroll
-        for (int e = 0; e < 2; e++)
-            if (FULL || c0 + 8 * j + e < V) {
-                float z = d[4 * j + 2 * h + e];
-                acc += exp2f(fmaf(z, FLCE_LOG2E, -ref2));
-                if (SUM) su += z;
-            }
+        for (int e = 0; e < 2; e++) {
+            float z = d[4 * j + 2 * h + e];
+            acc += exp2f(fmaf(z, FLCE_LOG2E, -ref2));
+            if (SUM) su += z;
+        }
 }
 
 template <bool CAP, bool FULL, bool SUM>
-__device__ __forceinline__ void flce_wgmma_fold(float d[128], float m[2], float s[2], float sum[2], int c0, int V,
+__device__ __forceinline__ void flce_wgmma_fold(const float d[128], float m[2], float s[2], float sum[2], int c0, int V,
                                                 float cap, float inv_cap) {
     #pragma unroll
     for (int h = 0; h < 2; h++) {
         float acc, su;
         if (!CAP && FULL && m[h] > -INFINITY) {
-            flce_wgmma_sum_exp<true, SUM>(d, h, m[h] * FLCE_LOG2E, c0, V, acc, su);
+            flce_wgmma_sum_exp<SUM>(d, h, m[h] * FLCE_LOG2E, acc, su);
             if (acc <= FLCE_FOLD_BIG) {
                 s[h] += acc;
                 sum[h] += su;
                 continue;
             }
         }
-        float tm = -INFINITY;
+        float v[64];  // s_j of this thread's columns of row half h, -inf past the vocabulary
         #pragma unroll
         for (int j = 0; j < 32; j++)
             #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float z = d[4 * j + 2 * h + e];
                 if (CAP) z = cap * flce_tanh(z * inv_cap);
-                d[4 * j + 2 * h + e] = z;
-                if (FULL || c0 + 8 * j + e < V) tm = fmaxf(tm, z);
+                v[2 * j + e] = FULL || c0 + 8 * j + e < V ? z : -INFINITY;
             }
-        float nm = fmaxf(m[h], tm);
-        if (nm == -INFINITY) continue;  // none of this thread's columns so far is in the vocabulary
-        float nml = nm * FLCE_LOG2E;
-        flce_wgmma_sum_exp<FULL, SUM>(d, h, nml, c0, V, acc, su);
-        s[h] = s[h] * exp2f(m[h] * FLCE_LOG2E - nml) + acc;  // m = -inf before the first tile: weight 0
-        m[h] = nm;
-        sum[h] += su;
+        flce_fold<64, SUM>(m[h], s[h], sum[h], v);
     }
 }
 
@@ -207,7 +198,7 @@ __device__ __forceinline__ void flce_wgmma_grad_tile(const float d[128], uint32_
 
 // G (n, ncols) bf16, row stride ldg: dL/dz of rows r0 .. r0+n-1 and vocab columns v0 .. v0+ncols-1 (0 for
 // the padding columns >= V), from the logit tiles straight out of the tensor cores: no logits in memory.
-// Ping-pong (wgmma.cuh): the block's tiles of 64 rows x 256 columns, b, b + gridDim.x, ..., go to the two
+// Ping-pong (sm90_wgmma.cuh): the block's tiles of 64 rows x 256 columns, b, b + gridDim.x, ..., go to the two
 // consumers in turn, so that one's epilogue runs beside the other's K loop. An epilogue stages its bf16
 // tile in shared memory (stmatrix) and one thread stores it with the copy engine through tg, the map of
 // G (boxes of 64 x 64, clipped to n x ncols): full 128-byte lines, off the consumer's critical path (the

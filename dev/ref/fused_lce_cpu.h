@@ -8,7 +8,7 @@
 // tile in fp32 (a partial dot product per BK slice of C added to the accumulator, as an MMA k-step adds
 // into its fp32 accumulator); soft-cap; fold the tile into a running max m and sum s of exp(s_j − m) per
 // row (lazy: as the wgmma forward, a full tile without soft-capping is summed relative to the running m
-// without its own max, which is taken only when that sum passes 2^64; llmc/fused_lce_wgmma.cuh); pick
+// without its own max, which is taken only when that sum passes 2^64; llmc/fused_lce_sm90.cuh); pick
 // up the target logit when the target falls in the tile; sum s_j for label smoothing. Only
 // lse = m + log s and the row loss leave the block: the (N, V) logits never exist, nor does a row of them.
 // Backward (recompute form), per (row block, vocab tile) in a fixed order: recompute the logit tile,

@@ -1,4 +1,4 @@
-// fused_lce_plan.h: how the LM head's blocks (llmc/fused_lce_blocks.cuh) cut a problem within a scratch
+// fused_lce_blocks_plan.h: how the LM head's blocks (fused_lce_blocks.cuh) cut a problem within a scratch
 // budget, in plain C so that the CPU tests check it (dev/test/test_fused_lce_plan.c): a layout never
 // takes more than the budget, and with the Hopper kernels it wastes as little of the GPU as it can.
 //
@@ -9,16 +9,15 @@
 // With the wgmma kernels a gradient launch covers one (row block, vocab block) pair in tiles of
 // tile_rows x tile_cols, which fill the SMs in waves; a last wave part empty costs a whole one. The dx
 // and dW GEMMs of a block fill them in waves too, of tiles their kernel picks: the caller may count them
-// through a callback (the Hopper build asks cuBLASLt's heuristic how many waves each takes, or counts
-// the tiles of its own GEMMs, flce_plan_wg_gemm_cost). So the layout is chosen for max_n among up to 4
+// through a callback (the Hopper build asks cuBLASLt's heuristic how many waves each takes). So the layout is chosen for max_n among up to 4
 // more vocab blocks than the fewest, and for each, as many rows per block as fit or the rows spread
 // evenly (in whole tiles) over the fewest row blocks or up to 2 more: the least cost, in waves of C-long
 // tiles, a launch counted as a wave at C = 256 (~3 us: the pipeline's fill, the GEMMs' tails). At
 // 65536 x 768 x 50257 within 64 MiB, tiles of 64 x 256, the gradient alone would take 11 row blocks x
 // 15 vocab blocks, 1537 waves (1528 if none were part empty), where the fewest blocks (12 x 13) take
 // 1607; but the dW GEMM of a 6016 x 3584 block fills 0.85 of a wave (112 tiles of 192 x 128 on 132 SMs),
-// and counting the GEMMs the Hopper build takes the 12 x 13 blocks of 5552 x 4096 (H200, 65536 x 768:
-// dW GEMMs 9.2 -> 8.5 ms, dx 8.8 -> 8.5, gradient 8.9 -> 9.3); so does the count of our own GEMMs.
+// and counting the GEMMs the Hopper build takes the 12 x 13 blocks of 5552 x 4096, which measured faster
+// on an H200 (dev/cuda/fused_lce_log.md).
 #pragma once
 #include <stddef.h>
 
@@ -56,12 +55,9 @@ static inline double flce_plan_cost(int nb, int vb, int max_n, int C, int V, int
 // The widest vocab block when the caller names none: FLCE_BLOCK_VOCAB, or with wgmma for few rows as wide
 // as keeps one block's bf16 gradient (max_n x vb) within FLCE_BLOCK_G_FEW and all max_n rows in one row
 // block of `bytes` (max_n rounded up to 16): fewer, fuller launches, G still in the L2 (never narrower than
-// FLCE_BLOCK_VOCAB, so a budget that holds blocks of that width still holds the layout). H200, 1024 x 768 x
-// 50257 (`build/dev/fused_lce 5 --bench-only --shape 0 --vocab-block W`): 0.72 ms with W = 4096, 0.66 with
-// 8192, 0.60 with 16384 or 32768 (the layout takes 6 blocks of 8448: G 17 MB), 0.67 with 65536 (2 blocks:
-// G 52 MB, past the 50 MB L2). This default (10240 at 1024 rows, 4096 from 2560) against 4096, one run:
-// 0.60-0.61 ms against 0.71 there, 7.24-7.26 against 7.61-7.65 at 1024 x 4096 x 128256 (blocks of 8192);
-// variant 6 0.66 either way and 7.31-7.33 against 7.55-7.57.
+// FLCE_BLOCK_VOCAB, so a budget that holds blocks of that width still holds the layout). At 1024 x 768 x
+// 50257 the layout then takes 6 blocks of 8448 columns (G 17 MB, within the 50 MB L2); wider blocks (2 of
+// 25k: G 52 MB) measured slower again (dev/cuda/fused_lce_log.md).
 #define FLCE_BLOCK_VOCAB 4096
 #define FLCE_BLOCK_G_FEW (20 << 20)
 static inline int flce_plan_vocab_max(int max_n, size_t bytes, int C, int wgmma) {
@@ -71,50 +67,6 @@ static inline int flce_plan_vocab_max(int max_n, size_t bytes, int C, int wgmma)
     long long fit = ((long long)bytes / rows - (long long)flce_plan_row_bytes(0, C, 1)) / 2;  // 2 B a column
     if (fit < vb) vb = fit;
     return vb > FLCE_BLOCK_VOCAB ? (int)vb : FLCE_BLOCK_VOCAB;
-}
-
-// The Hopper build's dx and dW GEMMs (llmc/wgmma_gemm.cuh) walk tiles of 128 x BN columns, BN = 128,
-// 192 or 256, with a persistent grid of one block per SM. A K-long tile costs, in the units above
-// (waves of K-long 64 x 256 tiles), K · 2 · BN/256 over its measured speed relative to 256 columns
-// (FLCE_PLAN_BN_SPEED, H200).
-#define FLCE_PLAN_BN_SPEED(bn) ((bn) == 128 ? 0.85 : 1.0)
-
-// One launch of a block's dx GEMM (n x C, K = ncols, tiles of bn_dx columns) and dW GEMM (ncols x C,
-// K = n, tiles of bn_dw; wg_gemm_run_pair): the dx tiles, then the dW tiles, dealt to the SMs in turn
-// (tile i to SM i % sm_count, as the persistent grid walks them). Its cost: the busiest SM's tiles.
-static inline double flce_plan_pair_cost(int n, int C, int ncols, int bn_dx, int bn_dw, int sm_count) {
-    int tx = flce_plan_ceil_div(n, 128) * flce_plan_ceil_div(C, bn_dx);
-    int tiles = tx + flce_plan_ceil_div(ncols, 128) * flce_plan_ceil_div(C, bn_dw);
-    double cx = 2.0 * ncols * bn_dx / 256.0 / FLCE_PLAN_BN_SPEED(bn_dx);
-    double cw = 2.0 * n * bn_dw / 256.0 / FLCE_PLAN_BN_SPEED(bn_dw), worst = 0.0;
-    for (int sm = 0; sm < sm_count && sm < tiles; sm++) {
-        double c = 0.0;
-        for (int t = sm; t < tiles; t += sm_count) c += t < tx ? cx : cw;
-        if (c > worst) worst = c;
-    }
-    return worst;
-}
-
-// the cheapest tile widths of that launch (ties: the wider), and its cost
-static inline double flce_plan_pair_bn(int n, int C, int ncols, int sm_count, int* bn_dx, int* bn_dw) {
-    double best = -1.0;
-    *bn_dx = *bn_dw = 256;
-    for (int bx = 256; bx >= 128; bx -= 64)
-        for (int bw = 256; bw >= 128; bw -= 64) {
-            double c = flce_plan_pair_cost(n, C, ncols, bx, bw, sm_count);
-            if (best < 0.0 || c < best) { best = c; *bn_dx = bx; *bn_dw = bw; }
-        }
-    return best;
-}
-
-// The GEMM cost of a block for flce_block_plan: its dx and dW GEMMs in one launch at their cheapest
-// tile widths, plus the launch. arg: an FlceWgGemmCost.
-typedef struct { int C, sm_count; } FlceWgGemmCost;
-
-static double flce_plan_wg_gemm_cost(void* arg, int n, int ncols) {
-    const FlceWgGemmCost* g = (const FlceWgGemmCost*)arg;
-    int bn_dx, bn_dw;
-    return flce_plan_pair_bn(n, g->C, ncols, g->sm_count, &bn_dx, &bn_dw) + 256.0;
 }
 
 // The layout within `bytes` for up to max_n rows: vocab blocks of equal width, at most vb_max (rounded

@@ -1,4 +1,4 @@
-// mma.cuh: the PTX building blocks of the tensor-core kernels (sm_80+), one copy for all of them:
+// sm80_mma.cuh: the PTX building blocks of the tensor-core kernels (sm_80+), one copy for all of them:
 // 16-byte cp.async copies into shared memory, ldmatrix fragment loads, and the bf16 mma.sync
 // m16n8k16 with fp32 accumulators. Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"):
 //   A (16x16, row-major) a[0..3]: rows lane/4 and lane/4+8, columns 2·(lane%4)+{0,1} and +8;

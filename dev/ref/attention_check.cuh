@@ -1,5 +1,5 @@
 // attention_check.cuh: checks one causal-attention implementation (forward out and lse, backward
-// dq, dk, dv) against the CPU fp64 reference of dev/test/gpt_ref_layers.h, on random bf16 inputs.
+// dq, dk, dv) against the CPU fp64 reference of dev/ref/gpt_ref_layers.h, on random bf16 inputs.
 // Shared by dev/cuda/attention.cu (every variant) and dev/test/test_attention.cu (the flash kernels).
 // Outputs are poisoned (0xFF bytes: bf16/fp32 NaN) before each run, so unwritten elements show up
 // as non-finite; errors are relative L2 (‖x − ref‖ / ‖ref‖) and max abs with its location.
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #define GPT_REF_DOUBLE
-#include "../test/gpt_ref_layers.h"
+#include "gpt_ref_layers.h"
 #include "../../llmc/cuda_common.cuh"
 
 // One implementation under test: self carries any scratch it needs.

@@ -1,4 +1,4 @@
-// gpt_ref_layers.h: the layers of the CPU GPT-2 reference (dev/test/gpt_ref.h), one forward/backward
+// gpt_ref_layers.h: the layers of the CPU GPT-2 reference (dev/ref/gpt_ref.h), one forward/backward
 // pair each, in plain single-threaded C: encoder, LayerNorm, matmul, causal attention, GELU, cross-entropy.
 // Argument order everywhere: outputs, inputs, weights, sizes. Backward functions ACCUMULATE (+=) into
 // their outputs, except where a comment says "assigned". A test of one CUDA kernel can include this file
