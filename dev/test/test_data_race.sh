@@ -36,6 +36,7 @@ unset MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES
 
 # --- 1. one owner per fetch ----------------------------------------------------------------------
 for goals in "data" "test" "train_gpt" "data train_gpt" "train_gpt test"; do
+    # shellcheck disable=SC2086  # $goals is a list of goals
     plan=$(make -C "$scratch" --no-print-directory -n -j8 $goals 2>&1) || {
         expect "make -n -j8 $goals failed: $plan" false; continue; }
     for script in data/install_deps.sh data/fetch_gpt2_bpe.sh data/fetch_starter.sh; do
@@ -47,7 +48,7 @@ done
 # --- 2. two makes at once ------------------------------------------------------------------------
 for i in 1 2; do
     make -C "$scratch" --no-print-directory -j8 data > "$scratch/make$i.log" 2>&1 &
-    pid[$i]=$!
+    pid[i]=$!
 done
 for i in 1 2; do
     rc=0; wait "${pid[$i]}" || rc=$?

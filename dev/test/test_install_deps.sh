@@ -27,7 +27,7 @@ stub_cmd() { printf '#!/bin/sh\nexit 0\n' > "$1/$2"; chmod +x "$1/$2"; }
 # setup PRESENT... : a fresh stub dir with the given commands; "apt-get" and "apt-get-failing" give
 # an apt-get that logs to $tmp/apt.log (the failing one exits 100 on install)
 setup() {
-    rm -rf "$tmp/bin" "$tmp/apt.log"; mkdir -p "$tmp/bin"; : > "$tmp/apt.log"
+    rm -rf "${tmp:?}/bin" "$tmp/apt.log"; mkdir -p "$tmp/bin"; : > "$tmp/apt.log"
     local c
     for c in "$@"; do
         case "$c" in
