@@ -12,11 +12,14 @@
 # written into data/debian/.complete. Downloaded .debs are cached in data/.cache/debian/deb/ and
 # reused; delete them to pick up newer versions.
 # Invariants as in fetch_starter.sh: data/debian/ is complete exactly when data/debian/.complete
-# exists (written last); failures leave only temporary directories, removed on exit or by the next run.
+# exists (written last, with the document and token totals, once the shards hold every document);
+# the whole run holds the data lock (data/lock.sh); failures leave only temporary directories, removed
+# on exit or by the next run.
 # usage: bash data/fetch_debian.sh [--force]; then point the trainer at data/debian/debian_{train,val}_*.bin
 # (needs `apt-get update` to have run once; as root this script runs it when a download fails)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source data/lock.sh
 source data/publish_shards.sh
 export LC_ALL=C  # sort order, hence document order, independent of the user's locale
 
@@ -28,8 +31,9 @@ VOCAB=data/gpt2/vocab.bpe
 PACKAGES=(python3.11-doc linux-doc-6.1 perl-doc dict-gcide)
 GCIDE_ENTRIES_PER_DOC=1000
 
+data_lock
 if [ -f "$OUT/.complete" ] && [ "${1:-}" != --force ]; then
-    echo "$OUT: complete ($(grep -c '\.bin' "$OUT/.complete") shards); remove it or pass --force to rebuild"
+    check_complete debian "$OUT"
     exit 0
 fi
 [ -x "$MAKE_SHARDS" ] || { echo "error: $MAKE_SHARDS not found; run \`make build/make_shards\`" >&2; exit 1; }
@@ -39,7 +43,8 @@ for tool in apt-get dpkg-deb; do
 done
 
 mkdir -p "$CACHE/deb"
-rm -rf "$CACHE"/root.tmp.* "$CACHE"/docs.tmp.* data/debian.tmp.*  # left by a killed run
+# left by a killed run (never by a running one: that one would hold the lock)
+rm -rf "$CACHE"/root.tmp.* "$CACHE"/docs.tmp.* data/debian.tmp.*
 tmp_root=$CACHE/root.tmp.$$
 tmp_docs=$CACHE/docs.tmp.$$
 tmp_out=data/debian.tmp.$$
@@ -110,4 +115,4 @@ echo "tokenizing $(wc -l < "$CACHE/docs.list") documents with $MAKE_SHARDS into 
 "$MAKE_SHARDS" --vocab "$VOCAB" --out "$tmp_out" --name debian --val-every 20 --list "$CACHE/docs.list"
 publish_shards debian "$tmp_out" "$OUT" "debian shards from these packages (name, version, file, sha256):
 $(cat "$CACHE/versions.txt")
-$(wc -l < "$CACHE/docs.list") documents, every 20th in val"
+$(wc -l < "$CACHE/docs.list") documents, every 20th in val" "$(wc -l < "$CACHE/docs.list")"

