@@ -2,20 +2,18 @@
 // and m64n256k16 wgmmas of sm90_wgmma.cuh, with fp32 accumulators that never leave the chip as logits:
 //   forward (cooperative, 128 x 256 tiles): each tile is folded, while still in registers, into a
 //     running (max, Σexp, Σs) of each row; only those three floats per row and vocab split are stored,
-//     and flce_mma_finish_kernel (fused_lce_sm80_forward.cuh, shared with the mma.sync forward) merges the splits
-//     and adds the target logit. A block owns 128 rows and walks the vocab tiles split, split + splits,
-//     ... without draining its pipeline between tiles. (A ping-pong forward, 64-row blocks whose two
-//     consumers fold alternate tiles, measured 8.0 ms against this one's 7.5.)
+//     and flce_mma_finish_kernel (fused_lce_sm80_forward.cuh, shared with the mma.sync forward) merges
+//     the splits and adds the target logit. A block owns 128 rows and walks the vocab tiles split,
+//     split + splits, ... without draining its pipeline between tiles.
 //   gradient (ping-pong, 64 x 256 tiles): dL/dz of a (row block, vocab block) of fused_lce_blocks.cuh,
-//     as bf16, staged in shared memory and stored by the copy engine. (Cooperative 128 x 256 tiles, whose
-//     epilogue stalls both consumers, measured 9.5 ms against ping-pong's 8.6, both without the stores.)
-// Their epilogues cost them time beside the tensor cores (dev/cuda/fused_lce_log.md has the
-// measurements: at 65536 x 768 x 50257 on an H200 the forward's epilogue costs ~1.3 ms of 7.4, the
-// gradient's ~1.2 of 8.8). Two things the epilogues must avoid: a run-time
-// option branch inside the unrolled loop over a tile (predicated, it runs anyway: soft-capping's tanh
-// made three special-function ops per logit of one; hence the CAP template parameter), and 4-byte
-// stores straight from the accumulator layout (8 rows x 16 bytes per warp instruction: 2.7 ms of the
-// gradient's then 11.3, now through stmatrix and TMA stores of whole lines).
+//     as bf16, staged in shared memory and stored by the copy engine; one consumer's epilogue runs
+//     beside the other's K loop (cooperative tiles stall both consumers in the epilogue).
+// The other arrangements, and what each epilogue costs beside the tensor cores, were measured on an
+// H200: dev/cuda/fused_lce_log.md. Two things the epilogues must avoid: a run-time option branch inside
+// the unrolled loop over a tile (predicated, it runs anyway: soft-capping's tanh made three
+// special-function ops per logit of one; hence the CAP template parameter), and 4-byte stores straight
+// from the accumulator layout (8 rows x 16 bytes per warp instruction, a quarter of the gradient's time;
+// hence stmatrix and TMA stores of whole lines).
 #pragma once
 #include "sm90_wgmma.cuh"
 #include "fused_lce_common.cuh"
@@ -201,8 +199,7 @@ __device__ __forceinline__ void flce_wgmma_grad_tile(const float d[128], uint32_
 // Ping-pong (sm90_wgmma.cuh): the block's tiles of 64 rows x 256 columns, b, b + gridDim.x, ..., go to the two
 // consumers in turn, so that one's epilogue runs beside the other's K loop. An epilogue stages its bf16
 // tile in shared memory (stmatrix) and one thread stores it with the copy engine through tg, the map of
-// G (boxes of 64 x 64, clipped to n x ncols): full 128-byte lines, off the consumer's critical path (the
-// warps' own 4-byte stores, 8 rows x 16 bytes per instruction, had cost ~2.7 ms of 11.3 at 65536 x 768).
+// G (boxes of 64 x 64, clipped to n x ncols): full 128-byte lines, off the consumer's critical path.
 // The maps tx (x, boxes of 64 rows) and tw cover all of x (N, C) and W (Vp, C), so rows past the block and
 // columns past the vocab block are computed (or arrive as zeros past Vp) but not stored.
 template <bool CAP>
