@@ -313,17 +313,29 @@ static float lr_at(const TrainConfig* c, int step) {
     return lr_min + (c->lr - lr_min) * 0.5f * (1.0f + cosf(3.14159265f * frac));
 }
 
-// Peak dense bf16 tensor FLOP/s from the device's properties: SMs x clock x FLOP per clock per SM of
-// its architecture, where we know it (A100-class 8.0: 2048, Hopper 9.0: 4096); 0 when unknown.
-// At the maximum clock the driver reports; NVIDIA's published peaks use a lower clock (H100 SXM: 989 TF).
-static double gpu_peak_bf16_flops(int device) {
-    int major = 0, minor = 0, sms = 0, khz = 0;
-    cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    cuda_check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+// Peak dense bf16 tensor FLOP/s, the denominator of MFU: the datasheet's figure for GPUs we know by
+// name, else SMs x clock x FLOP per clock per SM of the architecture where we know that (A100-class 8.0:
+// 2048, Hopper 9.0: 4096; at the maximum clock the driver reports, above the clock of the datasheets:
+// 1070 against 989 TFLOP/s on an H200); 0 when unknown. *source says which.
+typedef struct { const char* name; double tflops; } GpuPeak;
+static const GpuPeak GPU_PEAKS[] = {  // dense bf16, without sparsity; the first match of the name wins
+    {"H100 PCIe", 756.0}, {"H100 NVL", 835.0}, {"H100", 989.4}, {"H200", 989.4}, {"GH200", 989.4},
+    {"A100", 312.0},
+};
+static double gpu_peak_bf16_flops(int device, const char** source) {
+    cudaDeviceProp prop;
+    cuda_check(cudaGetDeviceProperties(&prop, device));
+    for (size_t i = 0; i < sizeof(GPU_PEAKS) / sizeof(GPU_PEAKS[0]); i++)
+        if (strstr(prop.name, GPU_PEAKS[i].name)) {
+            *source = "datasheet";
+            return GPU_PEAKS[i].tflops * 1e12;
+        }
+    int khz = 0;
     cuda_check(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+    int major = prop.major, minor = prop.minor;
     double per_clock = (major == 8 && minor == 0) ? 2048.0 : (major == 9 && minor == 0) ? 4096.0 : 0.0;
-    return per_clock * sms * (double)khz * 1e3;
+    *source = "SMs x clock x FLOP/clock";
+    return per_clock * prop.multiProcessorCount * (double)khz * 1e3;
 }
 
 static double now_seconds(void) {
@@ -550,7 +562,8 @@ int main(int argc, char** argv) {
     gpu_context_build(&ctx, cfg.device);
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, cfg.device));
-    double peak = gpu_peak_bf16_flops(cfg.device);
+    const char* peak_source = "";
+    double peak = gpu_peak_bf16_flops(cfg.device, &peak_source);
 
     GptConfig mc;
     mc.max_seq_len = MAX_SEQ_LEN; mc.vocab_size = VOCAB; mc.padded_vocab_size = PADDED_VOCAB;
@@ -607,7 +620,7 @@ int main(int argc, char** argv) {
     if (resumed) table_row("resumed from", "%s (step %d)", ckpt_path, start_step);
     table_row("seed", "%d", cfg.seed);
     table_row("GPU", "%s", prop.name);
-    if (peak > 0) table_row("peak bf16", "%.1f TFLOP/s (SMs x clock x FLOP/clock)", peak / 1e12);
+    if (peak > 0) table_row("peak bf16", "%.1f TFLOP/s (%s), the MFU's base", peak / 1e12, peak_source);
     else table_row("peak bf16", "unknown for this architecture: no MFU");
     printf("%s", rule);
     size_t n = model.num_params;

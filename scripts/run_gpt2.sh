@@ -4,7 +4,8 @@
 # they are: point DATA at them). Checkpoints every 1000 steps; Ctrl-C and `-resume latest` continue.
 #
 # Napkin math (tokens ≈ 20 x parameters; 524,288 tokens per step; time at the MFU that d12 reaches on
-# one H200, ~38%: 516-519k tok/s for d12 on 2026-12-04, commit 958c32d, `./train_gpt -depth 12 -b 64 -t 1024`;
+# one H200, ~41% of the datasheet's 989 TFLOP/s: 516-519k tok/s for d12 on 2026-12-04, commit 958c32d,
+# `./train_gpt -depth 12 -b 64 -t 1024`;
 # the other sizes' times are extrapolations at the same MFU, not measurements):
 #   depth  params  tokens  steps   B (T=1024) x accumulation   FLOPs (6·N·tokens)  one H200
 #   d12    124M    2.5B     4,750  64 x 8                      1.9e18              ~1.4 h
