@@ -1,6 +1,6 @@
 // dev/cuda/attention.cu: the playground of causal-attention variants. Each variant is checked against
 // the CPU fp64 reference (dev/ref/attention_check.cuh) at small, awkward sizes, then timed forward,
-// backward and forward+backward on the issue's shapes.
+// backward and forward+backward on the trainer's d12 shape and a long-context one (T = 4096, hs = 128).
 //
 //   build/dev/attention                 check every variant, then benchmark every variant and shape
 //   build/dev/attention 3               only variant 3
@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
         for (int vi = 0; vi < NUM_VARIANTS; vi++)
             if (!only || VARIANTS[vi].id == only) ok &= check_variant(&VARIANTS[vi], ctx.stream);
     if (bench) {
-        const Shape shapes[] = {{64, 1024, 12, 64}, {4, 4096, 16, 128}};
+        const Shape shapes[] = {{64, 1024, 12, 64}, {4, 4096, 16, 128}, {4, 4096, 32, 128}};
         printf("\n%-26s | %-34s | %8s | %8s | %8s | %6s | %6s | %6s | %s\n", "shape", "variant", "fwd ms", "bwd ms",
                "f+b ms", "fwdTF", "bwdTF", "f+b TF", "scratch");
         for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) bench_shape(&shapes[i], only, ctx.stream);

@@ -1,7 +1,8 @@
 """PyTorch peer of dev/cuda/attention.cu: torch.nn.functional.scaled_dot_product_attention(is_causal=True)
-with the flash backend forced, bf16, on the same shapes and the trainer's layout (q, k, v sliced out of
-one (B, T, 3C) tensor), printing the same columns: fwd, bwd, fwd+bwd ms; TF/s as F, 2.5F, 3.5F over
-those times with F = 4·B·NH·T²·hs/2; scratch = peak memory of fwd+bwd beyond qkv, out, dout, dqkv.
+with each of its cuDNN and flash backends forced, bf16, on the same shapes and the trainer's layout (q, k,
+v sliced out of one (B, T, 3C) tensor), printing the same columns: fwd, bwd, fwd+bwd ms; TF/s as F,
+2.5F, 3.5F over those times with F = 4·B·NH·T²·hs/2; scratch = peak memory of fwd+bwd beyond qkv, out,
+dout, dqkv. A backend this PyTorch build or GPU lacks is reported and skipped.
     python3 dev/cuda/attention_torch.py
 """
 import torch
@@ -9,10 +10,11 @@ import torch.nn.functional as F
 from torch_timing import time_ms  # dev/cuda/torch_timing.py (this script's folder is on sys.path)
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
-SHAPES = [(64, 1024, 12, 64), (4, 4096, 16, 128)]
+SHAPES = [(64, 1024, 12, 64), (4, 4096, 16, 128), (4, 4096, 32, 128)]
+BACKENDS = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]
 
 
-def bench(B, T, NH, hs):
+def bench(B, T, NH, hs, name, backend):
     C = NH * hs
     torch.manual_seed(0)
     qkv = ((torch.rand(B, T, 3 * C, device="cuda") * 2 - 1) * 2).bfloat16().requires_grad_()
@@ -23,7 +25,7 @@ def bench(B, T, NH, hs):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return y.transpose(1, 2).reshape(B, T, C)
 
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    with sdpa_kernel(backend):
         out = attn()
 
         def fwd():
@@ -48,7 +50,7 @@ def bench(B, T, NH, hs):
         extra = torch.cuda.max_memory_allocated() - base - (qkv.numel() + dout.numel()) * 2
     Fl = 4.0 * B * NH * T * T * hs / 2
     shape = f"B={B} T={T} NH={NH} hs={hs}"
-    print(f"{shape:26s} | {'torch sdpa flash (bf16)':34s} | {t_f:8.3f} | {t_b:8.3f} | {t_fb:8.3f} | "
+    print(f"{shape:26s} | {'torch sdpa ' + name + ' (bf16)':34s} | {t_f:8.3f} | {t_b:8.3f} | {t_fb:8.3f} | "
           f"{Fl / t_f * 1e-9:6.0f} | {2.5 * Fl / t_b * 1e-9:6.0f} | {3.5 * Fl / t_fb * 1e-9:6.0f} | "
           f"{extra / 2**20:9.1f} MiB")
 
@@ -58,8 +60,12 @@ def main():
     print(f"{'shape':26s} | {'variant':34s} | {'fwd ms':>8s} | {'bwd ms':>8s} | {'f+b ms':>8s} | {'fwdTF':>6s} | "
           f"{'bwdTF':>6s} | {'f+b TF':>6s} | scratch")
     for (B, T, NH, hs) in SHAPES:
-        bench(B, T, NH, hs)
-        torch.cuda.empty_cache()
+        for name, backend in BACKENDS:
+            try:
+                bench(B, T, NH, hs, name, backend)
+            except RuntimeError as e:  # no kernel of that backend for this shape, GPU or build
+                print(f"B={B} T={T} NH={NH} hs={hs}: torch sdpa {name}: not available ({str(e).splitlines()[0][:80]})")
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

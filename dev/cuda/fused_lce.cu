@@ -1,6 +1,6 @@
 // dev/cuda/fused_lce.cu: the playground of LM-head loss variants. Each variant is checked against the
-// CPU fp64 reference (dev/ref/fused_lce_ref.h) at awkward sizes, then timed on the issue's shapes
-// next to the three plain cuBLASLt GEMMs of the same shape (the floor: logits, dx, dW).
+// CPU fp64 reference (dev/ref/fused_lce_ref.h) at awkward sizes, then timed on the benchmark shapes
+// (BENCH_SHAPES) next to the three plain cuBLASLt GEMMs of the same shape (the floor: logits, dx, dW).
 //
 //   build/dev/fused_lce                 check every variant, then benchmark every variant and shape
 //   build/dev/fused_lce 2               only variant 2

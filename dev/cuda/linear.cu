@@ -1,0 +1,99 @@
+// dev/cuda/linear.cu: the trainer's linear layers (llmc/linear.cuh) timed next to plain cuBLASLt GEMMs
+// of the same shapes and FLOPs: the price of what linear.cuh adds to the GEMMs (the bias in the forward
+// epilogue, the GELU backward in the dx epilogue, the bias gradient kernel). One transformer block's
+// four layers at GPT-2's shapes, N = B·T rows:
+//   qkv     C -> 3C      attproj C -> C      fc  C -> 4C      fcproj 4C -> C (its dx through GELU')
+// Columns: forward (ours: y = x·Wᵀ + b; plain: y = x·Wᵀ), backward (ours: dx, dW += dyᵀ·x, db; plain: the
+// two GEMMs dx = dy·W, dW += dyᵀ·x), TF/s over the layer's 2·N·IC·OC (fwd) and 4·N·IC·OC (bwd) FLOPs.
+// The layers' correctness is tested against the CPU reference by dev/test/test_layers.cu.
+//   build/dev/linear              N = 65536 (B = 64, T = 1024), C = 768 (d12) and C = 1600 (d48)
+//   build/dev/linear N C          one shape
+#include <stdio.h>
+#include <stdlib.h>
+#include "../../llmc/linear.cuh"
+#include "timing.cuh"
+
+__global__ void fill_kernel(bf16* p, size_t n, float scale, unsigned seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)(i * 2654435761u) ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+        p[i] = __float2bfloat16(scale * ((float)(h & 0xffff) / 32768.0f - 1.0f));
+    }
+}
+
+static bf16* alloc_filled(size_t n, float scale, unsigned seed, const GpuContext* ctx) {
+    bf16* p;
+    cuda_check(cudaMalloc(&p, n * sizeof(bf16)));
+    fill_kernel<<<1024, 256, 0, ctx->stream>>>(p, n, scale, seed);
+    cuda_check_launch();
+    return p;
+}
+
+// One layer IC -> OC over N rows; gelu: its input came out of a GELU (dx through GELU').
+// Adds its times to the totals t[4] (ours fwd, plain fwd, ours bwd, plain bwd).
+static void bench_layer(const char* name, int N, int IC, int OC, int gelu, float t[4], const GpuContext* ctx) {
+    bf16* x = alloc_filled((size_t)N * IC, 1.0f, 1, ctx);
+    bf16* u = alloc_filled((size_t)N * IC, 1.0f, 2, ctx);  // the GELU's input, for gelu layers
+    bf16* W = alloc_filled((size_t)OC * IC, 0.02f, 3, ctx);
+    bf16* b = alloc_filled(OC, 0.02f, 4, ctx);
+    bf16* dy = alloc_filled((size_t)N * OC, 0.01f, 5, ctx);
+    bf16 *y, *dx;
+    float *dW, *db, *scratch;
+    cuda_check(cudaMalloc(&y, (size_t)N * OC * sizeof(bf16)));
+    cuda_check(cudaMalloc(&dx, (size_t)N * IC * sizeof(bf16)));
+    cuda_check(cudaMalloc(&dW, (size_t)OC * IC * sizeof(float)));
+    cuda_check(cudaMalloc(&db, OC * sizeof(float)));
+    cuda_check(cudaMalloc(&scratch, (size_t)LINEAR_BIAS_CHUNKS * OC * sizeof(float)));
+    cuda_check(cudaMemsetAsync(dW, 0, (size_t)OC * IC * sizeof(float), ctx->stream));
+    cuda_check(cudaMemsetAsync(db, 0, OC * sizeof(float), ctx->stream));
+    const int reps = 20;
+    float f_ours = time_ms([&] { linear_forward(y, x, W, b, N, IC, OC, ctx); }, ctx->stream, reps);
+    float f_plain = time_ms([&] { matmul(ctx, y, CUDA_R_16BF, OC, x, IC, 0, W, IC, 1, N, OC, IC, 1.0f, 0.0f); },
+                            ctx->stream, reps);
+    float b_ours = time_ms([&] { linear_backward(dx, dW, db, scratch, dy, x, W, N, IC, OC, gelu ? u : NULL, ctx); },
+                           ctx->stream, reps);
+    float b_plain = time_ms([&] {
+        matmul(ctx, dx, CUDA_R_16BF, IC, dy, OC, 0, W, IC, 0, N, IC, OC, 1.0f, 0.0f);
+        matmul(ctx, dW, CUDA_R_32F, IC, dy, OC, 1, x, IC, 0, OC, IC, N, 1.0f, 1.0f);
+    }, ctx->stream, reps);
+    double F = 2.0 * N * (double)IC * OC;
+    printf("%-8s %5d -> %5d | %7.3f %7.3f %5.2fx | %7.3f %7.3f %5.2fx | %4.0f %4.0f TF/s\n", name, IC, OC, f_ours,
+           f_plain, f_ours / f_plain, b_ours, b_plain, b_ours / b_plain, F / f_ours * 1e-9, 2 * F / b_ours * 1e-9);
+    t[0] += f_ours; t[1] += f_plain; t[2] += b_ours; t[3] += b_plain;
+    cuda_check(cudaFree(x)); cuda_check(cudaFree(u)); cuda_check(cudaFree(W)); cuda_check(cudaFree(b));
+    cuda_check(cudaFree(dy)); cuda_check(cudaFree(y)); cuda_check(cudaFree(dx)); cuda_check(cudaFree(dW));
+    cuda_check(cudaFree(db)); cuda_check(cudaFree(scratch));
+}
+
+static void bench_block(int N, int C, const GpuContext* ctx) {
+    printf("\nN = %d, C = %d            | fwd ms: ours  plain  ratio | bwd ms: ours  plain  ratio | ours fwd, bwd\n", N, C);
+    float t[4] = {0, 0, 0, 0};
+    bench_layer("qkv", N, C, 3 * C, 0, t, ctx);
+    bench_layer("attproj", N, C, C, 0, t, ctx);
+    bench_layer("fc", N, C, 4 * C, 0, t, ctx);
+    bench_layer("fcproj", N, 4 * C, C, 1, t, ctx);
+    printf("%-21s | %7.3f %7.3f %5.2fx | %7.3f %7.3f %5.2fx | fwd+bwd %.3f against %.3f ms: %.3fx\n", "block",
+           t[0], t[1], t[0] / t[1], t[2], t[3], t[2] / t[3], t[0] + t[2], t[1] + t[3], (t[0] + t[2]) / (t[1] + t[3]));
+}
+
+int main(int argc, char** argv) {
+    if (argc != 1 && argc != 3) {
+        fprintf(stderr, "usage: %s [N C]   (default: N = 65536 at C = 768 and C = 1600)\n", argv[0]);
+        return 2;
+    }
+    GpuContext ctx;
+    gpu_context_build(&ctx, 0);
+    if (argc == 3) {
+        int N = atoi(argv[1]), C = atoi(argv[2]);
+        if (N <= 0 || C <= 0 || C % 8 != 0) {
+            fprintf(stderr, "error: N = %s, C = %s: need N > 0 and C a positive multiple of 8\n", argv[1], argv[2]);
+            return 2;
+        }
+        bench_block(N, C, &ctx);
+    } else {
+        bench_block(65536, 768, &ctx);
+        bench_block(65536, 1600, &ctx);
+    }
+    gpu_context_free(&ctx);
+    return 0;
+}
