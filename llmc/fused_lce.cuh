@@ -192,7 +192,8 @@ static inline void fused_lce_build(FusedLce* h, const FlceConfig* cfg) {
     } else {
         int fp32 = path != FLCE_PATH_UNFUSED;
         h->fused_forward = fp32 && C % FLCE_MMA_BK == 0 && !(cfg->fallbacks & FLCE_NO_FUSED_FORWARD);
-        if (h->fused_forward) h->part_floats = h->sm90 ? flce_wgmma_part_floats(max_n, V, sms) : flce_mma_part_floats(max_n, sms);
+        if (h->fused_forward)
+            h->part_floats = h->sm90 ? flce_wgmma_part_floats(max_n, V, sms) : flce_mma_part_floats(max_n, sms);
         bytes = flce_chunks_build(&h->chunks, max_n, Vp, fp32, h->budget, cfg->fallbacks & FLCE_NO_ROW_STAGING);
         if (bytes == 0) {
             fprintf(stderr, "error: fused_lce_build: a scratch budget of %zu bytes holds fewer than 16 rows of %d fp32 logits\n"
