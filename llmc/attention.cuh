@@ -28,7 +28,8 @@ static inline void attention_forward(bf16* out, float* lse, const bf16* qkv, int
 static inline void attention_backward(bf16* dqkv, float* D_scratch, const bf16* dout, const bf16* out,
                                       const bf16* qkv, const float* lse, int B, int T, int C, int NH,
                                       const GpuContext* ctx) {
-    if (attention_uses_flash(C, NH)) flash_attention_backward(dqkv, D_scratch, dout, out, qkv, lse, B, T, C, NH, ctx->stream);
+    if (attention_uses_flash(C, NH))
+        flash_attention_backward(dqkv, D_scratch, dout, out, qkv, lse, B, T, C, NH, ctx->stream);
     else attention_simple_backward(dqkv, D_scratch, dout, qkv, lse, B, T, C, NH, ctx->stream);
     profile_mark(ctx->prof, "attention backward", ctx->stream);
 }
