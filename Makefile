@@ -120,7 +120,9 @@ build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
 # bad input, data/install_deps.sh's choices, two `make -j8 data` at once in a scratch copy;
 # GPU tests: dev/test/test_<name>.cu (run only where a GPU exists). CPU_TESTS and GPU_TESTS are set
 # at the top.
-CPU_TEST_SCRIPTS := $(wildcard dev/test/test_*.sh)
+# dev/test/test_train_faults.sh trains on the GPU: it runs with the GPU tests
+GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh
+CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
 build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build deps
 	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm -lz
 build/test_%: dev/test/test_%.cu $(LLMC) $(DEV_HEADERS) | build deps-trainer
@@ -134,7 +136,7 @@ $(TIKTOKEN): | deps
 
 # builds every CUDA target too, so that a compile error in any .cu fails the test run
 test: data test-deps $(CPU_TESTS) $(GPU_TESTS) $(DEV_KERNELS) train_gpt test_gpt
-	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) $(CPU_TEST_SCRIPTS) --gpu $(GPU_TESTS) ./test_gpt
+	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) $(CPU_TEST_SCRIPTS) --gpu $(GPU_TESTS) ./test_gpt $(GPU_TEST_SCRIPTS)
 
 clean:
 	rm -rf build train_gpt test_gpt
