@@ -15,6 +15,9 @@
 CC      ?= gcc
 NVCC    ?= nvcc
 CFLAGS  ?= -O2 -g -Wall -Wextra -Wno-unused-function -std=gnu11
+# any memory error or undefined behaviour stops the test with a report (-fno-sanitize-recover)
+ASAN_FLAGS ?= -O1 -g -Wall -Wextra -Wno-unused-function -std=gnu11 -fsanitize=address,undefined \
+              -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 NVFLAGS ?= -O3 -g -lineinfo -std=c++17 --use_fast_math -Xcompiler -Wall,-Wno-unused-function
 # PCRE2's flags are asked for when a recipe runs, not here: `make deps` may install it in this very run
 PCRE2   := $$(pcre2-config --libs8)
@@ -43,6 +46,8 @@ DEV_HEADERS := $(wildcard dev/ref/*.h dev/ref/*.cuh dev/cuda/*.h dev/cuda/*.cuh 
 
 # the targets, named here because the trainer's rule (below) picks its data prerequisite by goal
 CPU_TESTS   := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
+# the same CPU tests built once more with AddressSanitizer and UndefinedBehaviorSanitizer
+ASAN_TESTS  := $(patsubst dev/test/%.c,build/asan/%,$(wildcard dev/test/test_*.c))
 GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 
@@ -59,7 +64,7 @@ deps: | deps-trainer
 deps-trainer:
 	@bash data/install_deps.sh --trainer
 
-build build/dev:
+build build/dev build/asan:
 	mkdir -p $@
 
 # --- data tools --------------------------------------------------------------------------------
@@ -116,7 +121,7 @@ build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # --- tests -------------------------------------------------------------------------------------
-# CPU tests: dev/test/test_<name>.c, and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and
+# CPU tests: dev/test/test_<name>.c (also under the sanitizers, build/asan/), and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and
 # bad input, data/install_deps.sh's choices, two `make -j8 data` at once in a scratch copy;
 # GPU tests: dev/test/test_<name>.cu (run only where a GPU exists). CPU_TESTS and GPU_TESTS are set
 # at the top.
@@ -125,6 +130,8 @@ GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh
 CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
 build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build deps
 	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm -lz
+build/asan/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build/asan deps
+	$(CC) $(ASAN_FLAGS) -o $@ $< $(PCRE2) -lm -lz
 build/test_%: dev/test/test_%.cu $(LLMC) $(DEV_HEADERS) | build deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
@@ -135,8 +142,8 @@ $(TIKTOKEN): | deps
 	mkdir -p build/node && npm install --silent --no-audit --no-fund --prefix build/node tiktoken@1.0.22
 
 # builds every CUDA target too, so that a compile error in any .cu fails the test run
-test: data test-deps $(CPU_TESTS) $(GPU_TESTS) $(DEV_KERNELS) train_gpt test_gpt
-	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) $(CPU_TEST_SCRIPTS) --gpu $(GPU_TESTS) ./test_gpt $(GPU_TEST_SCRIPTS)
+test: data test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV_KERNELS) train_gpt test_gpt
+	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) $(CPU_TEST_SCRIPTS) $(ASAN_TESTS) --gpu $(GPU_TESTS) ./test_gpt $(GPU_TEST_SCRIPTS)
 
 clean:
 	rm -rf build train_gpt test_gpt

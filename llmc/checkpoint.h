@@ -379,14 +379,15 @@ static inline int checkpoint_reader_verify(CheckpointReader* r) {
     const char* names[CHECKPOINT_TENSORS] = {"master weight", "AdamW first moment m", "AdamW second moment v"};
     const char* fix = "resume from an earlier checkpoint (`ls` its directory; -resume takes a file), or start without -resume";
     int64_t per_tensor = r->state.model.num_params * (int64_t)sizeof(float);
-    float* buf = (float*)malloc_check(CHECKPOINT_CHUNK_BYTES);
+    int64_t all = CHECKPOINT_TENSORS * per_tensor;
+    size_t chunk = all < (int64_t)CHECKPOINT_CHUNK_BYTES ? (size_t)all : CHECKPOINT_CHUNK_BYTES;
+    float* buf = (float*)malloc_check(chunk);
     uint32_t crc = r->crc_head;
     int64_t bad_at = -1;  // the first bad value: its index over all tensors
     float bad = 0.0f;
     int rc = fseek(r->f, (long)r->tensors_at, SEEK_SET);
-    for (int64_t off = 0; rc == 0 && off < CHECKPOINT_TENSORS * per_tensor; off += (int64_t)CHECKPOINT_CHUNK_BYTES) {
-        int64_t left = CHECKPOINT_TENSORS * per_tensor - off;
-        size_t n = left < (int64_t)CHECKPOINT_CHUNK_BYTES ? (size_t)left : CHECKPOINT_CHUNK_BYTES;
+    for (int64_t off = 0; rc == 0 && off < all; off += (int64_t)chunk) {
+        size_t n = all - off < (int64_t)chunk ? (size_t)(all - off) : chunk;
         if (fread(buf, 1, n, r->f) != n) { rc = -1; break; }
         crc = (uint32_t)crc32_z(crc, (const Bytef*)buf, n);
         for (size_t i = 0; bad_at < 0 && i < n / sizeof(float); i++) {

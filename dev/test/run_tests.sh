@@ -16,6 +16,7 @@ for arg in "$@"; do
         --gpu) mode=gpu; continue ;;
     esac
     name=$(basename "$arg")
+    case "$arg" in */asan/*) name="asan/$name" ;; esac  # the same test built with the sanitizers
     if [ "$mode" = gpu ] && [ "$have_gpu" = 0 ]; then
         echo "SKIPPED $name: GPU test, and nvidia-smi finds no GPU on this machine"
         rows+=("$(printf '%-26s %-4s %8s %8s  %s' "$name" gpu - - "skipped: no GPU")")
