@@ -58,6 +58,7 @@ expect_error "directory as a shard" "data/starter: a directory, not a shard file
 # nothing is created on disk before validation passes
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
 for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" "-resume $tmp/none.bin"; do
+    rm -rf "$tmp/out"
     # shellcheck disable=SC2086  # the words of $args are separate flags
     "$bin" $args -out "$tmp/out" >/dev/null 2>&1
     if [ -e "$tmp/out" ]; then failed=$((failed + 1)); echo "FAIL $args: $tmp/out was created by a refused run"
