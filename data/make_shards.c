@@ -36,6 +36,7 @@ typedef struct {
     const char* name;       // shard names start with this
     long long val_every;    // document i goes to val when i % val_every == 0; 0 = no val split
     long long shard_tokens; // at most this many tokens per shard
+    long long allow_empty;  // 1: write even when the train split would get no document
     const char** files;     // (n_files,) documents, in order
     size_t n_files, cap_files;
     char* lists[64];        // (n_lists,) the --list files' text, which `files` points into
@@ -65,6 +66,8 @@ static void usage(FILE* f) {
             "  --val-every N       documents 0, N, 2N, ... go to val, the others to train (default 20;\n"
             "                      0 = no val split)\n"
             "  --shard-tokens N    at most N tokens per shard (default 100000000)\n"
+            "  --allow-empty-split 1  write the shards even when the train split gets no document (refused\n"
+            "                      otherwise: one file, or --val-every 1, sends every document to val)\n"
             "  --list FILE         also read document paths from FILE, one per line (may repeat; the paths\n"
             "                      take the place of the option in the document order)\n");
 }
@@ -137,12 +140,21 @@ static void config_parse(Config* c, int argc, char** argv) {
         else if (strcmp(a, "--val-every") == 0) c->val_every = parse_count(a, v, 0, 1LL << 40);
         else if (strcmp(a, "--shard-tokens") == 0) c->shard_tokens = parse_count(a, v, 1, SHARD_MAX_TOKENS);
         else if (strcmp(a, "--list") == 0) config_add_list(c, v);
+        else if (strcmp(a, "--allow-empty-split") == 0) c->allow_empty = parse_count(a, v, 0, 1);
         else { fprintf(stderr, "error: unknown option %s\n", a); usage(stderr); exit(EXIT_FAILURE); }
     }
     const char* missing = !c->out_dir ? "--out DIR" : !c->name ? "--name NAME" : c->n_files == 0 ? "input FILEs" : NULL;
     if (missing) { fprintf(stderr, "error: missing %s\n", missing); usage(stderr); exit(EXIT_FAILURE); }
     if (!*c->name || strchr(c->name, '/')) {
         fprintf(stderr, "error: --name %s: must be a non-empty file name prefix without '/'\n", c->name);
+        exit(EXIT_FAILURE);
+    }
+    // documents 0, N, 2N, ... go to val: ceil(n / N) of them
+    long long n = (long long)c->n_files, val_docs = c->val_every > 0 ? (n + c->val_every - 1) / c->val_every : 0;
+    if (n - val_docs == 0 && !c->allow_empty) {
+        fprintf(stderr, "error: --val-every %lld with %lld document(s) sends every document to val: the train split "
+                "would be empty\n  hint: give more files, a larger --val-every (0: no val split), or "
+                "--allow-empty-split 1 to write it anyway\n", c->val_every, n);
         exit(EXIT_FAILURE);
     }
 }

@@ -3,13 +3,14 @@
 // the GPU side (copying the model's state in and out) is llmc/gpt_checkpoint.cuh.
 //
 // The file, ckpt_<step, 8 digits>.bin, all little-endian:
-//   int32 header[256]  [0] magic 20251202, [1] version 1,
+//   int32 header[256]  [0] magic 20251202, [1] version 2,
 //                      [2] layers L, [3] channels C, [4] heads NH, [5] vocab V, [6] padded vocab Vp,
 //                      [7] max sequence length, [8..9] number of parameters P (int64),
 //                      [10..11] optimizer steps completed (int64), [12..13] the sampler's RNG state (uint64),
 //                      [14..25] the train stream's DataLoaderPosition: global batch, total windows, seed,
 //                               B, T, shuffle (6 x int64),
-//                      [26] bytes of the settings text S, [27] tensors that follow (3), the rest 0
+//                      [26] bytes of the settings text S, [27] tensors that follow (3),
+//                      [28] zlib's crc32 of the whole file read with this slot as 0, the rest 0
 //   char settings[S]   the run's flags as text ("-depth 6 -lr 0.001 ..."), zero-padded to a multiple of 4
 //   float master[P], m[P], v[P]   fp32 master weights, AdamW first and second moments, in gpt.cuh's
 //                      parameter order
@@ -20,13 +21,21 @@
 // directory fsync'ed), so a file under a final name is always complete. Only then is <dir>/latest
 // (the completed checkpoint's file name, one line, itself written through a temporary file) replaced,
 // and older checkpoints beyond the last K deleted. A crash at any point leaves `latest` naming a
-// complete checkpoint. Readers check magic, version, every size and the file size.
+// complete checkpoint. Readers check magic, version, every size and the file size; before anything is
+// loaded, checkpoint_reader_verify reads the tensors once to check the checksum and that every value is
+// finite (and every v >= 0), so a damaged file is refused before the GPU is touched.
+// Version 1 (before 2026-12-04: no checksum, slot 28 is 0) is still read, without the checksum check.
+//
+// Test hook (never set in normal use): LLMC_TEST_CKPT_FAIL_AFTER=N makes every writer fail with ENOSPC
+// once N bytes of the file are written, and N:kill makes the process SIGKILL itself there instead:
+// a disk that fills up, or a process killed, in the middle of a checkpoint.
 //
 // Errors: functions return 0, or -1 with a message naming the file and what to do in `err`; nothing
 // exits, so every failure is testable. The trainer wraps them in checkpoint_check.
 #pragma once
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,11 +43,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>        // crc32_z (Debian: zlib1g-dev; link with -lz)
 #include "check.h"
 #include "dataloader.h"  // DataLoaderPosition
 
 #define CHECKPOINT_MAGIC 20251202
-#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_VERSION 2          // 2: with the checksum; 1 is still read
+#define CHECKPOINT_CHUNK_BYTES ((size_t)64 << 20)  // host buffer of checkpoint_reader_verify
 #define CHECKPOINT_HEADER_INTS 256
 #define CHECKPOINT_HEADER_BYTES (CHECKPOINT_HEADER_INTS * (int)sizeof(int32_t))
 #define CHECKPOINT_TENSORS 3          // master, m, v
@@ -73,7 +84,7 @@ static inline int64_t checkpoint_file_bytes(int64_t num_params, int64_t settings
 enum {
     CKPT_H_MAGIC = 0, CKPT_H_VERSION = 1, CKPT_H_LAYERS = 2, CKPT_H_CHANNELS = 3, CKPT_H_HEADS = 4, CKPT_H_VOCAB = 5,
     CKPT_H_PADDED_VOCAB = 6, CKPT_H_MAX_SEQ_LEN = 7, CKPT_H_PARAMS = 8, CKPT_H_STEP = 10, CKPT_H_RNG = 12,
-    CKPT_H_DATA = 14, CKPT_H_SETTINGS_BYTES = 26, CKPT_H_TENSORS = 27
+    CKPT_H_DATA = 14, CKPT_H_SETTINGS_BYTES = 26, CKPT_H_TENSORS = 27, CKPT_H_CRC = 28
 };
 
 static inline void checkpoint_put64(int32_t* h, int at, uint64_t v) {
@@ -143,6 +154,9 @@ typedef struct {
     char path[CHECKPOINT_PATH_LEN];          // the final name
     char tmp_path[CHECKPOINT_PATH_LEN + 8];  // written here; renamed to `path` by checkpoint_writer_close
     int64_t expect_bytes, written;
+    uint32_t crc;                            // crc32 of the bytes written, the header's slot CKPT_H_CRC as 0
+    int64_t fail_after;                      // test hook LLMC_TEST_CKPT_FAIL_AFTER: fail after this many bytes; -1: never
+    int kill_at_fail;                        // ... with ":kill": SIGKILL this process there instead
     char err[CHECKPOINT_ERR_LEN];
 } CheckpointWriter;
 
@@ -153,6 +167,22 @@ static inline int checkpoint_writer_fail(CheckpointWriter* w, const char* what) 
     w->f = NULL;
     remove(w->tmp_path);
     return -1;
+}
+
+// Every byte of the file goes through here: counted, added to the checksum, and cut short by the test hook.
+static inline int checkpoint_writer_put(CheckpointWriter* w, const void* data, size_t bytes) {
+    size_t n = bytes;
+    if (w->fail_after >= 0 && w->written + (int64_t)bytes > w->fail_after)
+        n = w->fail_after > w->written ? (size_t)(w->fail_after - w->written) : 0;
+    if (n > 0 && fwrite(data, 1, n, w->f) != n) return checkpoint_writer_fail(w, "fwrite");
+    w->crc = (uint32_t)crc32_z(w->crc, (const Bytef*)data, n);
+    w->written += (int64_t)n;
+    if (n < bytes) {  // the test hook's fault
+        if (w->kill_at_fail) { fflush(w->f); raise(SIGKILL); }
+        errno = ENOSPC;
+        return checkpoint_writer_fail(w, "fwrite (fault injected by LLMC_TEST_CKPT_FAIL_AFTER)");
+    }
+    return 0;
 }
 
 // Opens <path>.tmp and writes the header and the settings text; the tensors follow with
@@ -171,17 +201,20 @@ static inline int checkpoint_writer_open(CheckpointWriter* w, const char* path, 
                  path, CHECKPOINT_SETTINGS_MAX);
         return -1;
     }
+    const char* hook = getenv("LLMC_TEST_CKPT_FAIL_AFTER");
+    w->fail_after = hook && *hook ? strtoll(hook, NULL, 10) : -1;
+    w->kill_at_fail = hook && strstr(hook, ":kill") != NULL;
     w->f = fopen(w->tmp_path, "wb");
     if (!w->f) return checkpoint_writer_fail(w, "fopen of the temporary file");
     int32_t header[CHECKPOINT_HEADER_INTS];
     checkpoint_pack_header(header, s, (int32_t)settings_bytes);
     char pad[4] = {0, 0, 0, 0};
     int64_t padded = checkpoint_settings_padded((int64_t)settings_bytes);
-    if (fwrite(header, sizeof(header), 1, w->f) != 1 || fwrite(s->settings, 1, settings_bytes, w->f) != settings_bytes ||
-        fwrite(pad, 1, (size_t)(padded - (int64_t)settings_bytes), w->f) != (size_t)(padded - (int64_t)settings_bytes))
-        return checkpoint_writer_fail(w, "writing the header");
+    w->crc = (uint32_t)crc32_z(0L, Z_NULL, 0);
+    if (checkpoint_writer_put(w, header, sizeof(header)) != 0 || checkpoint_writer_put(w, s->settings, settings_bytes) != 0 ||
+        checkpoint_writer_put(w, pad, (size_t)(padded - (int64_t)settings_bytes)) != 0)
+        return -1;
     w->expect_bytes = checkpoint_file_bytes(s->model.num_params, (int64_t)settings_bytes, CHECKPOINT_TENSORS);
-    w->written = CHECKPOINT_HEADER_BYTES + padded;
     return 0;
 }
 
@@ -190,9 +223,7 @@ static inline int checkpoint_writer_append(CheckpointWriter* w, const void* data
         errno = EINVAL;
         return checkpoint_writer_fail(w, "appending more tensor data than the header announces");
     }
-    if (bytes > 0 && fwrite(data, 1, bytes, w->f) != bytes) return checkpoint_writer_fail(w, "fwrite");
-    w->written += (int64_t)bytes;
-    return 0;
+    return checkpoint_writer_put(w, data, bytes);
 }
 
 // Checks that everything announced was written, then flush, fsync, rename into place, fsync the directory.
@@ -201,6 +232,9 @@ static inline int checkpoint_writer_close(CheckpointWriter* w) {
         errno = EINVAL;
         return checkpoint_writer_fail(w, "closing before all tensors were written");
     }
+    uint32_t crc = w->crc;  // into its slot of the header, which the checksum read as 0
+    if (fseek(w->f, CKPT_H_CRC * (long)sizeof(int32_t), SEEK_SET) != 0 || fwrite(&crc, sizeof(crc), 1, w->f) != 1)
+        return checkpoint_writer_fail(w, "writing the checksum");
     if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) return checkpoint_writer_fail(w, "flush and fsync");
     FILE* f = w->f;
     w->f = NULL;
@@ -223,6 +257,10 @@ typedef struct {
     FILE* f;
     char path[CHECKPOINT_PATH_LEN];
     CheckpointState state;  // filled by checkpoint_reader_open
+    int32_t version;        // 1: no checksum; 2: with one
+    uint32_t crc_stored;    // the header's checksum (version 2)
+    uint32_t crc_head;      // crc32 of the header (checksum slot as 0) and the settings: where the tensors' starts
+    int64_t tensors_at;     // file offset of the first tensor
     char err[CHECKPOINT_ERR_LEN];
 } CheckpointReader;
 
@@ -266,13 +304,17 @@ static inline int checkpoint_reader_open(CheckpointReader* r, const char* path) 
     if (h[CKPT_H_MAGIC] != CHECKPOINT_MAGIC)
         return checkpoint_reader_fail(r, "magic %d, expected %d: %s; %s", h[CKPT_H_MAGIC], CHECKPOINT_MAGIC,
                                       checkpoint_what_magic(h[CKPT_H_MAGIC]), fix);
-    if (h[CKPT_H_VERSION] != CHECKPOINT_VERSION)
-        return checkpoint_reader_fail(r, "format version %d, this program reads version %d: resume it with the "
+    if (h[CKPT_H_VERSION] != 1 && h[CKPT_H_VERSION] != CHECKPOINT_VERSION)
+        return checkpoint_reader_fail(r, "format version %d, this program reads versions 1 and %d: resume it with the "
                                       "train_gpt that wrote it, or start without -resume", h[CKPT_H_VERSION], CHECKPOINT_VERSION);
+    r->version = h[CKPT_H_VERSION];
+    r->crc_stored = (uint32_t)h[CKPT_H_CRC];
+    h[CKPT_H_CRC] = 0;
+    r->crc_head = (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), (const Bytef*)h, CHECKPOINT_HEADER_BYTES);
     checkpoint_unpack_header(&r->state, h);
     int32_t settings_bytes = h[CKPT_H_SETTINGS_BYTES], tensors = h[CKPT_H_TENSORS];
     if (settings_bytes < 0 || settings_bytes >= CHECKPOINT_SETTINGS_MAX || tensors != CHECKPOINT_TENSORS ||
-        r->state.model.num_params <= 0 || r->state.step < 0)
+        r->state.model.num_params <= 0 || r->state.model.num_params > ((int64_t)1 << 40) || r->state.step < 0)
         return checkpoint_reader_fail(r, "corrupt header (settings %d bytes, %d tensors, %lld parameters, step %lld); %s",
                                       settings_bytes, tensors, (long long)r->state.model.num_params,
                                       (long long)r->state.step, fix);
@@ -284,7 +326,9 @@ static inline int checkpoint_reader_open(CheckpointReader* r, const char* path) 
     int64_t padded = checkpoint_settings_padded(settings_bytes);
     if (fread(r->state.settings, 1, (size_t)padded, r->f) != (size_t)padded)
         return checkpoint_reader_fail(r, "could not read the settings text; the file changed while reading");
+    r->crc_head = (uint32_t)crc32_z(r->crc_head, (const Bytef*)r->state.settings, (size_t)padded);
     r->state.settings[settings_bytes] = '\0';
+    r->tensors_at = CHECKPOINT_HEADER_BYTES + padded;
     return 0;
 }
 
@@ -318,6 +362,56 @@ static inline int checkpoint_reader_read(CheckpointReader* r, void* dst, size_t 
     if (bytes > 0 && fread(dst, 1, bytes, r->f) != bytes)
         return checkpoint_reader_fail(r, "could not read %zu bytes of tensors: %s; the file changed while reading",
                                       bytes, feof(r->f) ? "unexpected end of file" : strerror(errno));
+    return 0;
+}
+
+static inline int checkpoint_is_finite(float x) {  // by its bits: immune to -ffast-math
+    uint32_t b;
+    memcpy(&b, &x, sizeof(b));
+    return (b & 0x7f800000u) != 0x7f800000u;
+}
+
+// Reads the tensors of an opened checkpoint once, before anything is loaded: the checksum (version 2)
+// must match and every value must be finite (and every v >= 0); then goes back to the first tensor, for
+// checkpoint_reader_read. Costs one more read of the file (1.4 GiB at d12, mostly from the page cache
+// the second time). Returns 0, or -1 with what is wrong and where in r->err.
+static inline int checkpoint_reader_verify(CheckpointReader* r) {
+    const char* names[CHECKPOINT_TENSORS] = {"master weight", "AdamW first moment m", "AdamW second moment v"};
+    const char* fix = "resume from an earlier checkpoint (`ls` its directory; -resume takes a file), or start without -resume";
+    int64_t per_tensor = r->state.model.num_params * (int64_t)sizeof(float);
+    int64_t all = CHECKPOINT_TENSORS * per_tensor;
+    size_t chunk = all < (int64_t)CHECKPOINT_CHUNK_BYTES ? (size_t)all : CHECKPOINT_CHUNK_BYTES;
+    float* buf = (float*)malloc_check(chunk);
+    uint32_t crc = r->crc_head;
+    int64_t bad_at = -1;  // the first bad value: its index over all tensors
+    float bad = 0.0f;
+    int rc = fseek(r->f, (long)r->tensors_at, SEEK_SET);
+    for (int64_t off = 0; rc == 0 && off < all; off += (int64_t)chunk) {
+        size_t n = all - off < (int64_t)chunk ? (size_t)(all - off) : chunk;
+        if (fread(buf, 1, n, r->f) != n) { rc = -1; break; }
+        crc = (uint32_t)crc32_z(crc, (const Bytef*)buf, n);
+        for (size_t i = 0; bad_at < 0 && i < n / sizeof(float); i++) {
+            int64_t k = off / (int64_t)sizeof(float) + (int64_t)i;
+            if (!checkpoint_is_finite(buf[i]) || (k >= 2 * r->state.model.num_params && buf[i] < 0.0f)) {
+                bad_at = k;
+                bad = buf[i];
+            }
+        }
+    }
+    free(buf);
+    if (rc != 0) return checkpoint_reader_fail(r, "could not read the tensors: the file changed while reading");
+    if (r->version >= 2 && crc != r->crc_stored)
+        return checkpoint_reader_fail(r, "checksum mismatch (stored 0x%08x, computed 0x%08x): the file is damaged "
+                                      "(a disk error or an incomplete copy); %s", r->crc_stored, crc, fix);
+    if (bad_at >= 0) {
+        int64_t P = r->state.model.num_params;
+        return checkpoint_reader_fail(r, "%s %lld of %lld is %g: %s; the run had gone bad before this checkpoint; %s",
+                                      names[bad_at / P], (long long)(bad_at % P), (long long)P, (double)bad,
+                                      checkpoint_is_finite(bad) ? "a second moment is never negative" : "not finite",
+                                      fix);
+    }
+    if (fseek(r->f, (long)r->tensors_at, SEEK_SET) != 0)
+        return checkpoint_reader_fail(r, "seek failed: %s", strerror(errno));
     return 0;
 }
 

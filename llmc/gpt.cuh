@@ -270,14 +270,16 @@ static inline void gpt_backward(GptModel* m, const int* targets, float dloss, co
 // --- update --------------------------------------------------------------------------------------
 
 // Gradient norm and clip scale on the device (m->acts.norm), then AdamW at step t = 1, 2, ... with
-// weight decay on the 2-D matrices only. clip <= 0: no clipping.
+// weight decay on the 2-D matrices only. clip <= 0: no clipping. When the norm or the loss is not
+// finite, m->acts.norm[2] is 1 and nothing changes (the caller reads it to log the skipped step); t
+// still counts the step, so a resumed run's bias correction matches the uninterrupted run's.
 static inline void gpt_update(GptModel* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                               float clip, int t, const GpuContext* ctx) {
-    global_norm(m->acts.norm, m->acts.scratch, m->grads_memory, m->num_params, clip, ctx);
+    global_norm(m->acts.norm, m->acts.scratch, m->grads_memory, m->num_params, clip, m->acts.loss, ctx);
     for (int i = 0; i < GPT_NUM_TENSORS; i++) {
         size_t o = m->tensor_offset[i];
         adamw_update(m->params_memory + o, m->master_memory + o, m->m_memory + o, m->v_memory + o,
-                     m->grads_memory + o, m->acts.norm + 1, m->tensor_size[i], lr, beta1, beta2, eps,
+                     m->grads_memory + o, m->acts.norm + 1, m->acts.norm + 2, m->tensor_size[i], lr, beta1, beta2, eps,
                      gpt_tensor_is_matrix(i) ? weight_decay : 0.0f, t, ctx);
     }
 }

@@ -8,7 +8,24 @@
 #include "checkpoint.h"
 #include "gpt.cuh"
 
-#define GPT_CHECKPOINT_CHUNK_BYTES ((size_t)64 << 20)
+#define GPT_CHECKPOINT_CHUNK_BYTES CHECKPOINT_CHUNK_BYTES
+
+// The sizes of the model of config c, from the host alone: -resume checks a checkpoint against them
+// before the GPU is touched.
+static inline CheckpointModel gpt_checkpoint_model_of(const GptConfig* c) {
+    CheckpointModel k;
+    k.num_layers = c->num_layers;
+    k.channels = c->channels;
+    k.num_heads = c->num_heads;
+    k.vocab_size = c->vocab_size;
+    k.padded_vocab_size = c->padded_vocab_size;
+    k.max_seq_len = c->max_seq_len;
+    size_t sizes[GPT_NUM_TENSORS], n = 0;
+    gpt_tensor_sizes(sizes, c);
+    for (int i = 0; i < GPT_NUM_TENSORS; i++) n += sizes[i];
+    k.num_params = (int64_t)n;
+    return k;
+}
 
 static inline CheckpointModel gpt_checkpoint_model(const GptModel* m) {
     CheckpointModel c;

@@ -62,7 +62,7 @@ typedef struct {
     bf16* dfch;        // (BT, 4C)
     float* att_D;      // (B, NH, T) Σ p·dp per query row
     float* scratch;    // (GPT_SCRATCH_FLOATS(C)) partial sums of the column reductions and the norm
-    float* norm;       // (2) grad norm and clip scale
+    float* norm;       // (3) grad norm, clip scale, skip flag (1: the step is not applied)
     float* loss;       // (1) mean loss over the micro-steps since gpt_zero_grad
     float* logits_row; // (Vp) fp32 logits of one position, for sampling
     int* inputs;       // (BT) device copy of the batch
@@ -158,7 +158,7 @@ static inline size_t gpt_point_acts(GptActs* a, const GptConfig* c, int B, int T
         L * BT * f, L * BT * f, L * BT * 4 * C * h, (recompute ? 1 : L) * BT * 4 * C * h, L * BT * C * h,
         BT * C * h, BT * f, BT * f, BT * C * h, BT * C * h,
         BT * C * h, BT * 3 * C * h, BT * 4 * C * h, BT * NH * f, GPT_SCRATCH_FLOATS(C) * f,
-        2 * f, f, (size_t)c->padded_vocab_size * f, BT * sizeof(int), BT * sizeof(int),
+        3 * f, f, (size_t)c->padded_vocab_size * f, BT * sizeof(int), BT * sizeof(int),
         BT * sizeof(int), (BT + 1) * sizeof(int), BT * sizeof(int)};
     return gpt_carve(p, bytes, (int)(sizeof(bytes) / sizeof(bytes[0])), base);
 }

@@ -70,11 +70,16 @@ static inline void shard_writer_close(ShardWriter* w) {
 // returns -1 with a message naming the file and the fix in `err`. Never exits: the loader decides.
 static inline int64_t shard_check_header(const char* path, char* err, size_t errlen) {
     const char* fix = "regenerate it with `make data` (or the data/ tool that wrote it)";
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: %s, not a shard file; a shard pattern names .bin files (for a directory of "
+                 "shards: %s/*.bin)", path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", path);
+        return -1;
+    }
     FILE* f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
     int32_t header[SHARD_HEADER_INTS];
     size_t got = fread(header, sizeof(int32_t), SHARD_HEADER_INTS, f);
-    struct stat st;
     int stat_ok = fstat(fileno(f), &st) == 0;
     fclose(f);
     if (got != SHARD_HEADER_INTS) {
@@ -112,8 +117,9 @@ static inline int shard_read_tokens(const char* path, int64_t ntok, int vocab_si
     if (!ok) { snprintf(err, errlen, "%s: could not read %lld tokens; the file changed or is truncated", path, (long long)ntok); return -1; }
     for (int64_t i = 0; i < ntok; i++) {
         if (out[i] >= vocab_size) {
-            snprintf(err, errlen, "%s: token %lld has id %d, not below the vocabulary size %d: not a GPT-2 shard, or corrupt",
-                     path, (long long)i, out[i], vocab_size);
+            snprintf(err, errlen, "%s: token %lld (byte offset %lld) has id %d, not below the vocabulary size %d: not a "
+                     "GPT-2 shard, or corrupt", path, (long long)i, (long long)SHARD_HEADER_BYTES + 2 * i, out[i],
+                     vocab_size);
             return -1;
         }
     }

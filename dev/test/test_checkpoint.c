@@ -6,10 +6,20 @@
 // and -resume's resolution (latest, a directory, a file); keep-last-K; each bad file (missing, too short,
 // bad magic, a token shard, bad version, truncated, too long, corrupt header, wrong model sizes) gives
 // an error naming the file.
+// Integrity: the checksum catches a flipped byte anywhere (header, settings, tensors); a NaN, an inf or a
+// negative second moment written with a valid checksum is refused; a version 1 file (no checksum) is
+// still read; every refusal names the file. Faults while writing: the write fails after N bytes (the
+// LLMC_TEST_CKPT_FAIL_AFTER hook) at every part of the file, and the writing process is SIGKILLed, by
+// the hook and at random moments from outside: the previous checkpoint and `latest` are intact and
+// verify, and the next checkpoint is written. With ./train_gpt built: -resume of a checkpoint of other
+// sizes, or with a bad setting, is refused naming the file before CUDA starts.
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "../../llmc/checkpoint.h"
 #include "../../llmc/checkpoint_dir.h"
@@ -33,17 +43,21 @@ static CheckpointState fake_state(int64_t step) {
     return s;
 }
 
-// master, m, v of step `step`: distinct, step-dependent values (including a negative zero and a NaN payload)
+// master, m, v of step `step`: distinct, step-dependent values (including a negative zero and a
+// subnormal); v (the last P_) is positive, as a second moment is
 static void fake_tensors(float* t, int64_t step) {
-    for (int i = 0; i < CHECKPOINT_TENSORS * P_; i++) t[i] = (float)(i * 0.001 + step) * (i % 2 ? -1.0f : 1.0f);
+    for (int i = 0; i < CHECKPOINT_TENSORS * P_; i++)
+        t[i] = (float)(i * 0.001 + step) * (i % 2 && i < 2 * P_ ? -1.0f : 1.0f);
     t[5] = -0.0f;
-    uint32_t nan_bits = 0x7fc01234u;
-    memcpy(&t[7], &nan_bits, 4);
+    uint32_t subnormal_bits = 0x00001234u;
+    memcpy(&t[7], &subnormal_bits, 4);
 }
 
-static int write_fake(const char* path, int64_t step) {
+// fake_tensors with value `at` index `poison` (-1: none)
+static int write_fake_poisoned(const char* path, int64_t step, int poison, float value) {
     float t[CHECKPOINT_TENSORS * P_];
     fake_tensors(t, step);
+    if (poison >= 0) t[poison] = value;
     CheckpointState s = fake_state(step);
     CheckpointWriter w;
     if (checkpoint_writer_open(&w, path, &s) != 0) { fprintf(stderr, "%s\n", w.err); return -1; }
@@ -52,6 +66,8 @@ static int write_fake(const char* path, int64_t step) {
     if (checkpoint_writer_close(&w) != 0) { fprintf(stderr, "%s\n", w.err); return -1; }
     return 0;
 }
+
+static int write_fake(const char* path, int64_t step) { return write_fake_poisoned(path, step, -1, 0.0f); }
 
 // The full checkpoint protocol of the trainer: file, marker, prune.
 static void save_step(const char* dir, int64_t step, int keep) {
@@ -75,6 +91,7 @@ static int read_matches(const char* path, int64_t step) {
     if (checkpoint_reader_open(&r, path) != 0) { fprintf(stderr, "%s\n", r.err); return 0; }
     CheckpointState want = fake_state(step);
     if (checkpoint_check_model(&r, &want.model) != 0) { fprintf(stderr, "%s\n", r.err); return 0; }
+    if (checkpoint_reader_verify(&r) != 0) { fprintf(stderr, "%s\n", r.err); return 0; }
     float got[CHECKPOINT_TENSORS * P_], t[CHECKPOINT_TENSORS * P_];
     fake_tensors(t, step);
     int ok = checkpoint_reader_read(&r, got, sizeof(got)) == 0;
@@ -115,6 +132,7 @@ static void expect_rejected(const char* what, const char* path, const char* need
     CheckpointState want = fake_state(0);
     int rc = checkpoint_reader_open(&r, path);
     if (rc == 0) rc = checkpoint_check_model(&r, &want.model);
+    if (rc == 0) rc = checkpoint_reader_verify(&r);
     checkpoint_reader_close(&r);
     int named = strstr(r.err, path) != NULL, said = strstr(r.err, needle) != NULL;
     printf("  %-22s -> %s\n", what, rc ? r.err : "ACCEPTED");
@@ -139,10 +157,10 @@ static void test_corrupt(const char* good) {
     snprintf(p, sizeof(p), "%s/shard.bin", tmp_dir);
     corrupt_copy(p, good, 0, &v, 4);
     expect_rejected("a token shard", p, "token shard");
-    v = 2;
+    v = 3;
     snprintf(p, sizeof(p), "%s/version.bin", tmp_dir);
     corrupt_copy(p, good, 4 * CKPT_H_VERSION, &v, 4);
-    expect_rejected("bad version", p, "version 2");
+    expect_rejected("bad version", p, "version 3");
     snprintf(p, sizeof(p), "%s/truncated.bin", tmp_dir);
     corrupt_copy(p, good, file_size(good) - 4, NULL, 0);
     expect_rejected("truncated by 4 bytes", p, "truncated");
@@ -173,6 +191,212 @@ static void test_corrupt(const char* good) {
     snprintf(p, sizeof(p), "%s/maxt.bin", tmp_dir);
     corrupt_copy(p, good, 4 * CKPT_H_MAX_SEQ_LEN, &v, 4);
     expect_rejected("another context", p, "context 1024");
+}
+
+// --- integrity: the checksum, non-finite state, version 1 ----------------------------------------
+
+static void test_integrity(const char* good, int64_t step) {
+    printf("integrity:\n");
+    char p[512];
+    int64_t size = file_size(good), settings_at = CHECKPOINT_HEADER_BYTES, tensors_at = size - CHECKPOINT_TENSORS * P_ * 4;
+    struct { const char* what; int64_t at; } flips[] = {
+        {"a header byte flipped", 4 * CKPT_H_RNG}, {"a settings byte flipped", settings_at + 3},
+        {"a master byte flipped", tensors_at + 17}, {"a v byte flipped", size - 1}};
+    for (int k = 0; k < 4; k++) {
+        FILE* f = fopen_check(good, "rb");
+        unsigned char b;
+        if (fseek(f, (long)flips[k].at, SEEK_SET) != 0) { perror(good); exit(EXIT_FAILURE); }
+        fread_check(&b, 1, 1, f);
+        fclose(f);
+        b ^= 0x10;
+        snprintf(p, sizeof(p), "%s/flip%d.bin", tmp_dir, k);
+        corrupt_copy(p, good, flips[k].at, &b, 1);
+        expect_rejected(flips[k].what, p, "checksum mismatch");
+    }
+    uint32_t nan_bits = 0x7fc00000u;  // a NaN written into the file by something else: the checksum sees it
+    snprintf(p, sizeof(p), "%s/nan_copied.bin", tmp_dir);
+    corrupt_copy(p, good, tensors_at + 40, &nan_bits, 4);
+    expect_rejected("NaN written into a copy", p, "checksum mismatch");
+    // state that went bad before it was saved: the checksum is valid, the values are not
+    snprintf(p, sizeof(p), "%s/nan_m.bin", tmp_dir);
+    EXPECT(write_fake_poisoned(p, step, P_ + 7, NAN) == 0, "writing %s", p);
+    expect_rejected("NaN in m", p, "AdamW first moment m 7 of 1000 is nan: not finite");
+    snprintf(p, sizeof(p), "%s/inf_master.bin", tmp_dir);
+    EXPECT(write_fake_poisoned(p, step, 3, -INFINITY) == 0, "writing %s", p);
+    expect_rejected("-inf in the weights", p, "master weight 3 of 1000 is -inf");
+    snprintf(p, sizeof(p), "%s/neg_v.bin", tmp_dir);
+    EXPECT(write_fake_poisoned(p, step, 2 * P_ + 1, -1.0f) == 0, "writing %s", p);
+    expect_rejected("negative v", p, "second moment v 1 of 1000 is -1");
+    // version 1 (before the checksum): slot 28 is 0; still read, with every other check
+    int32_t old[2] = {1, 0};
+    snprintf(p, sizeof(p), "%s/v1.bin", tmp_dir);
+    corrupt_copy(p, good, 4 * CKPT_H_VERSION, &old[0], 4);
+    corrupt_copy(p, p, 4 * CKPT_H_CRC, &old[1], 4);
+    int v1_ok = read_matches(p, step);
+    printf("  %-22s -> %s\n", "version 1", v1_ok ? "read, identical" : "REFUSED");
+    EXPECT(v1_ok, "a version 1 checkpoint %s was not read", p);
+    corrupt_copy(p, p, size - 4, &nan_bits, 4);
+    expect_rejected("version 1 with a NaN", p, "not finite");
+}
+
+// --- faults while writing ------------------------------------------------------------------------
+
+// After a failed or killed write of step `step`: no file under its name, `latest` still names `prev`,
+// which verifies.
+static void expect_intact(const char* what, const char* dir, int64_t step, int64_t prev) {
+    char path[CHECKPOINT_PATH_LEN], resolved[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN], want[CHECKPOINT_PATH_LEN];
+    checkpoint_path(path, sizeof(path), dir, step);
+    checkpoint_path(want, sizeof(want), dir, prev);
+    int absent = !exists(path);
+    int resolves = checkpoint_resolve(resolved, sizeof(resolved), "latest", dir, err, sizeof(err)) == 0 &&
+                   strcmp(resolved, want) == 0;
+    int intact = resolves && read_matches(resolved, prev);
+    EXPECT(absent && intact, "%s: %s exists %d, latest -> %s (want %s), intact %d", what, path, !absent, resolved,
+           want, intact);
+}
+
+// The trainer's protocol in this process, with the write hook set to `hook` (NULL: none); returns 0 when
+// everything was written.
+static int save_with_hook(const char* dir, int64_t step, const char* hook, char* err, size_t errlen) {
+    char path[CHECKPOINT_PATH_LEN];
+    checkpoint_path(path, sizeof(path), dir, step);
+    if (hook) setenv("LLMC_TEST_CKPT_FAIL_AFTER", hook, 1); else unsetenv("LLMC_TEST_CKPT_FAIL_AFTER");
+    float t[CHECKPOINT_TENSORS * P_];
+    fake_tensors(t, step);
+    CheckpointState s = fake_state(step);
+    CheckpointWriter w;
+    int rc = checkpoint_writer_open(&w, path, &s);
+    for (int k = 0; k < CHECKPOINT_TENSORS && rc == 0; k++) rc = checkpoint_writer_append(&w, t + k * P_, P_ * sizeof(float));
+    if (rc == 0) rc = checkpoint_writer_close(&w);
+    unsetenv("LLMC_TEST_CKPT_FAIL_AFTER");
+    if (rc != 0) { snprintf(err, errlen, "%s", w.err); return rc; }
+    if (checkpoint_mark_latest(dir, path, err, errlen) != 0) return -1;
+    return checkpoint_prune(dir, 2, step, err, errlen);
+}
+
+static void test_write_faults(void) {
+    printf("faults while writing:\n");
+    char dir[512], err[CHECKPOINT_ERR_LEN], hook[64], path[CHECKPOINT_PATH_LEN];
+    snprintf(dir, sizeof(dir), "%s/faults", tmp_dir);
+    EXPECT(checkpoint_make_dir(dir, err, sizeof(err)) == 0, "make_dir: %s", err);
+    EXPECT(save_with_hook(dir, 1, NULL, err, sizeof(err)) == 0, "first checkpoint: %s", err);
+    int64_t total = checkpoint_file_bytes(P_, (int64_t)strlen(fake_state(2).settings), CHECKPOINT_TENSORS);
+    // in the header, at its end, in the settings, at the first tensor, inside each tensor, one byte short
+    int64_t at[] = {0, 100, CHECKPOINT_HEADER_BYTES, CHECKPOINT_HEADER_BYTES + 20, total - 3 * P_ * 4,
+                    total - 2 * P_ * 4 + 6, total - P_ * 4 - 4, total - 1};
+    int n_at = (int)(sizeof(at) / sizeof(at[0]));
+    for (int k = 0; k < n_at; k++) {
+        snprintf(hook, sizeof(hook), "%lld", (long long)at[k]);
+        int rc = save_with_hook(dir, 2, hook, err, sizeof(err));
+        checkpoint_path(path, sizeof(path), dir, 2);
+        int named = strstr(err, path) != NULL && strstr(err, "No space left on device") != NULL;
+        if (k == 0) printf("  the disk fills up at byte 0: %s\n", err);
+        EXPECT(rc != 0 && named, "a write failing after %lld bytes: rc %d, message %s", (long long)at[k], rc, err);
+        char what[96];
+        snprintf(what, sizeof(what), "a write failing after %lld of %lld bytes", (long long)at[k], (long long)total);
+        expect_intact(what, dir, 2, 1);
+        char tmp[CHECKPOINT_PATH_LEN + 8];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        EXPECT(!exists(tmp), "%s: the temporary %s was left behind", what, tmp);
+    }
+    printf("  a write failing at %d points of %lld bytes: the previous checkpoint and latest intact\n", n_at,
+           (long long)total);
+    // SIGKILL by the hook, in a child, at the same points
+    for (int k = 0; k < n_at; k++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            snprintf(hook, sizeof(hook), "%lld:kill", (long long)at[k]);
+            save_with_hook(dir, 2, hook, err, sizeof(err));
+            _exit(0);  // not reached: the hook killed the process
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        char what[96];
+        snprintf(what, sizeof(what), "SIGKILL after %lld of %lld bytes", (long long)at[k], (long long)total);
+        EXPECT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "%s: the child was not killed (status %d)", what, status);
+        expect_intact(what, dir, 2, 1);
+    }
+    printf("  SIGKILL at %d points of the write: the previous checkpoint and latest intact\n", n_at);
+    // SIGKILL from outside at random moments of a child that writes checkpoints without pause
+    uint64_t rng = 12345;
+    int64_t step = 2;
+    for (int k = 0; k < 6; k++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            for (int64_t s = step;; s++) save_with_hook(dir, s, NULL, err, sizeof(err));
+        }
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        struct timespec ts = {0, (long)(1000000 + (rng >> 33) % 20000000)};  // 1 to 21 ms
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        char resolved[CHECKPOINT_PATH_LEN];
+        int ok = checkpoint_resolve(resolved, sizeof(resolved), "latest", dir, err, sizeof(err)) == 0;
+        const char* base = strrchr(resolved, '/');
+        int64_t got = ok && base ? checkpoint_step_of_name(base + 1) : -1;
+        ok = ok && got >= 1 && read_matches(resolved, got);
+        EXPECT(ok, "killed at a random moment (round %d): latest -> %s does not verify: %s", k, resolved, err);
+        if (got >= step) step = got + 1;
+    }
+    printf("  SIGKILL from outside at 6 random moments: latest verifies each time (last step %lld)\n",
+           (long long)step - 1);
+    // after all that, the next checkpoint is written and becomes latest
+    EXPECT(save_with_hook(dir, step + 100, NULL, err, sizeof(err)) == 0, "writing after the faults: %s", err);
+    expect_intact("the write after the faults", dir, step + 101, step + 100);
+}
+
+// --- the trainer refuses bad checkpoints before CUDA starts ---------------------------------------
+
+// ./train_gpt -resume FILE ... must exit 1 with FILE and `needle` in its stderr, and not get as far as CUDA.
+static void expect_trainer_refuses(const char* what, const char* file, const char* extra, const char* needle) {
+    char cmd[2048], out[8192], log[600];
+    snprintf(log, sizeof(log), "%s/trainer.txt", tmp_dir);
+    snprintf(cmd, sizeof(cmd), "./train_gpt -resume %s -out %s/trainer_out %s > %s 2>&1", file, tmp_dir, extra, log);
+    int status = system(cmd);
+    FILE* f = fopen_check(log, "rb");
+    size_t n = fread(out, 1, sizeof(out) - 1, f);
+    fclose(f);
+    out[n] = 0;
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    printf("  %-30s -> %s", what, out);
+    EXPECT(rc == 1 && strstr(out, file) && strstr(out, needle) && !strstr(out, "CUDA"),
+           "%s: rc %d, expected 1 and a message naming %s and \"%s\" before CUDA starts: %s", what, rc, file, needle, out);
+}
+
+static void test_trainer(void) {
+    if (access("./train_gpt", X_OK) != 0) {
+        printf("trainer: ./train_gpt not built, its -resume checks left out\n");
+        return;
+    }
+    printf("trainer (-resume, before CUDA):\n");
+    char p[512];
+    CheckpointState s = fake_state(5);  // d6's shape (d6 has 30M parameters; this file 1000)
+    s.model.num_layers = 6; s.model.channels = 384; s.model.num_heads = 6; s.model.max_seq_len = 1024;
+    float t[CHECKPOINT_TENSORS * P_];
+    fake_tensors(t, 5);
+    const char* settings[] = {"-depth 6 -b 4 -t 64 -seed 42", "-depth 6 -b 4 -t 64 -seed 42 -beta1 1.5",
+                              "-depth 6 -b 4 -t 64 -seed 42 -lr fast"};
+    const char* names[] = {"params", "beta1", "lr"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(p, sizeof(p), "%s/trainer_%s.bin", tmp_dir, names[k]);
+        snprintf(s.settings, sizeof(s.settings), "%s", settings[k]);
+        CheckpointWriter w;
+        int rc = checkpoint_writer_open(&w, p, &s);
+        for (int i = 0; i < CHECKPOINT_TENSORS && rc == 0; i++) rc = checkpoint_writer_append(&w, t + i * P_, P_ * 4);
+        if (rc == 0) rc = checkpoint_writer_close(&w);
+        EXPECT(rc == 0, "writing %s: %s", p, w.err);
+    }
+    snprintf(p, sizeof(p), "%s/trainer_params.bin", tmp_dir);
+    expect_trainer_refuses("1000 parameters for d6", p, "-train 'data/starter/starter_train_*.bin'", "parameters");
+    snprintf(p, sizeof(p), "%s/trainer_beta1.bin", tmp_dir);
+    expect_trainer_refuses("-beta1 1.5 in its settings", p, "", "-beta1 1.5");
+    snprintf(p, sizeof(p), "%s/trainer_lr.bin", tmp_dir);
+    expect_trainer_refuses("-lr fast in its settings", p, "", "-lr");
+    char out_dir[600];
+    snprintf(out_dir, sizeof(out_dir), "%s/trainer_out", tmp_dir);
+    EXPECT(!exists(out_dir), "the refused runs created %s", out_dir);
 }
 
 // --- main ----------------------------------------------------------------------------------------
@@ -268,6 +492,9 @@ int main(void) {
            strcmp(resolved, path) == 0, "latest after step 35: %s", resolved);
 
     test_corrupt(path);
+    test_integrity(path, 35);
+    test_write_faults();
+    test_trainer();
 
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp_dir);

@@ -272,20 +272,33 @@ static void test_save_restore(void) {
     dataloader_free(&a);
 }
 
-// Expects init on sub/*.bin (or, when `late`, a later next_batch) to fail with a message naming bad.bin.
-static void expect_bad(const char* sub, const char* what, int late) {
+// Expects init on sub/*.bin (or, when `late`, a later next_batch) to fail with a message naming bad.bin
+// (and saying `needle`, when not NULL); a late failure must leave the loader usable: the next call fails
+// the same way instead of crashing or exiting.
+static void expect_bad_saying(const char* sub, const char* what, int late, const char* needle) {
     char bad[512];
     path_in(bad, sizeof(bad), sub, "bad.bin");
     DataLoader dl;
     DataLoaderConfig c = config(sub, 0, 0, 0, 1);
     int rc = dataloader_init(&dl, &c);
+    int batches = 0;
     if (late && rc == 0) {
-        for (int k = 0; k < 100 && rc == 0; k++) rc = dataloader_next_batch(&dl);
+        for (; batches < 100 && rc == 0; batches++) rc = dataloader_next_batch(&dl);
+        EXPECT(batches > 1, "%s: expected good batches before the bad shard, got %d", what, batches - 1);
     }
     EXPECT(rc != 0 && strstr(dl.err, bad), "%s: expected an error naming %s, got rc %d: %s", what, bad, rc, dl.err);
+    EXPECT(!needle || strstr(dl.err, needle), "%s: the message does not say \"%s\": %s", what, needle, dl.err);
     if (rc != 0) printf("  %s -> %s\n", what, dl.err);
+    if (late && rc != 0) {
+        char first[DATALOADER_ERR_LEN];
+        snprintf(first, sizeof(first), "%s", dl.err);
+        EXPECT(dataloader_next_batch(&dl) != 0 && strcmp(dl.err, first) == 0,
+               "%s: the call after the error did not fail the same way: %s", what, dl.err);
+    }
     dataloader_free(&dl);
 }
+
+static void expect_bad(const char* sub, const char* what, int late) { expect_bad_saying(sub, what, late, NULL); }
 
 static void patch_header(const char* path, int index, int32_t value) {
     FILE* f = fopen_check(path, "r+b");
@@ -321,7 +334,13 @@ static void test_bad_shards(void) {
     bad_case("short_header", 1, -1, 0, SHARD_HEADER_BYTES + 2 - 100, 0);  // 100 bytes: cut into the header
     expect_bad("short_header", "truncated header", 0);
     bad_case("vocab", 40, -1, 0, 0, GPT2_VOCAB);  // read when the stream reaches it: after a_good.bin
-    expect_bad("vocab", "token >= vocab", 1);
+    expect_bad_saying("vocab", "token >= vocab", 1, "token 39 (byte offset 1102) has id 50257");
+    make_subdir("dir");  // a directory that the pattern matches, beside a good shard
+    make_subdir("dir/bad.bin");
+    char p[512];
+    path_in(p, sizeof(p), "dir", "a_good.bin");
+    write_counting_shard(p, 1, 40);
+    expect_bad_saying("dir", "a directory as a shard", 0, "a directory, not a shard file");
     bad_case("few", B_ * T_, -1, 0, 0, 0);  // one token short of a batch
     expect_bad("few", "too few tokens", 0);
     DataLoader dl;

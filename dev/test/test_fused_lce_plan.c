@@ -9,6 +9,30 @@
 
 static int round_up(int a, int b) { return flce_plan_ceil_div(a, b) * b; }
 
+// The grid counts one check per property, which passes when it holds in every case; each failing case
+// is printed. The number of cases is printed apart, so that the total of checks is not read as coverage.
+enum { G_REFUSED, G_BUDGET, G_BYTES, G_ROWS, G_COLUMNS, G_COST, G_WIDEST, G_DEFAULT_FITS, G_PROPS };
+static const char* const grid_props[G_PROPS] = {
+    "a refused budget holds fewer than 16 rows", "a plan stays within its budget", "a plan's bytes are rows x row bytes",
+    "rows: a multiple of 16, at most N rounded up", "columns: aligned, at most vb_max rounded up",
+    "with wgmma no dearer than the fewest blocks", "the widest vocab block fits its budget",
+    "a layout at the default width means one at the widest"};
+static int grid_cases[G_PROPS], grid_failed[G_PROPS];
+#define GRID_EXPECT(prop, cond, ...) do { \
+    grid_cases[prop]++; \
+    if (!(cond)) { grid_failed[prop]++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+                   fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
+
+static void grid_summary(void) {
+    int cases = 0;
+    for (int k = 0; k < G_PROPS; k++) {
+        EXPECT(grid_failed[k] == 0, "grid property \"%s\" fails in %d of %d cases", grid_props[k], grid_failed[k],
+               grid_cases[k]);
+        cases += grid_cases[k];
+    }
+    printf("grid: %d properties (one check each) over %d case checks\n", G_PROPS, cases);
+}
+
 static void check_plan(size_t bytes, int N, int C, int V, int vb_max, int wgmma) {
     FlceBlockPlan p = flce_block_plan(bytes, N, C, V, vb_max, wgmma, 64, 256, 132, NULL, NULL);
     int align = wgmma ? 256 : 16;
@@ -17,19 +41,19 @@ static void check_plan(size_t bytes, int N, int C, int V, int vb_max, int wgmma)
     size_t nb0 = bytes / flce_plan_row_bytes(vb0, C, wgmma) / 16 * 16;
     if (nb0 > (size_t)round_up(N, 16)) nb0 = (size_t)round_up(N, 16);
     if (p.bytes == 0) {
-        EXPECT(nb0 < 16, "N=%d C=%d V=%d budget %zu: refused, but %zu rows of %d columns fit", N, C, V, bytes, nb0, vb0);
+        GRID_EXPECT(G_REFUSED, nb0 < 16, "N=%d C=%d V=%d budget %zu: refused, but %zu rows of %d columns fit", N, C, V, bytes, nb0, vb0);
         return;
     }
-    EXPECT(p.bytes <= bytes, "N=%d C=%d V=%d: takes %zu bytes of a %zu budget", N, C, V, p.bytes, bytes);
-    EXPECT(p.bytes == (size_t)p.nb * flce_plan_row_bytes(p.vb, C, wgmma), "N=%d C=%d V=%d: bytes %zu for %d x %d",
+    GRID_EXPECT(G_BUDGET, p.bytes <= bytes, "N=%d C=%d V=%d: takes %zu bytes of a %zu budget", N, C, V, p.bytes, bytes);
+    GRID_EXPECT(G_BYTES, p.bytes == (size_t)p.nb * flce_plan_row_bytes(p.vb, C, wgmma), "N=%d C=%d V=%d: bytes %zu for %d x %d",
            N, C, V, p.bytes, p.nb, p.vb);
-    EXPECT(p.nb >= 16 && p.nb % 16 == 0 && p.nb <= round_up(N, 16), "N=%d C=%d V=%d: %d rows per block", N, C, V, p.nb);
-    EXPECT(p.vb % align == 0 && p.vb <= round_up(vb_max, align) && p.vb > 0, "N=%d C=%d V=%d vb_max %d: %d columns",
+    GRID_EXPECT(G_ROWS, p.nb >= 16 && p.nb % 16 == 0 && p.nb <= round_up(N, 16), "N=%d C=%d V=%d: %d rows per block", N, C, V, p.nb);
+    GRID_EXPECT(G_COLUMNS, p.vb % align == 0 && p.vb <= round_up(vb_max, align) && p.vb > 0, "N=%d C=%d V=%d vb_max %d: %d columns",
            N, C, V, vb_max, p.vb);
     if (wgmma && nb0 >= 16) {  // (more vocab blocks may fit where the fewest do not)
         double c = flce_plan_cost(p.nb, p.vb, N, C, V, 64, 256, 132, NULL, NULL);
         double c0 = flce_plan_cost((int)nb0, vb0, N, C, V, 64, 256, 132, NULL, NULL);
-        EXPECT(c <= c0, "N=%d C=%d V=%d: cost %.0f above the fewest blocks' %.0f", N, C, V, c, c0);
+        GRID_EXPECT(G_COST, c <= c0, "N=%d C=%d V=%d: cost %.0f above the fewest blocks' %.0f", N, C, V, c, c0);
     }
 }
 
@@ -109,18 +133,19 @@ int main(void) {
             for (int e = 0; e < 5; e++) {
                 int n = Ns[a], vb = flce_plan_vocab_max(n, budgets[e], Cs[b], 1);
                 size_t rows = (size_t)round_up(n, 16);
-                EXPECT(vb == 4096 || (rows * vb * 2 <= (size_t)FLCE_BLOCK_G_FEW &&
+                GRID_EXPECT(G_WIDEST, vb == 4096 || (rows * vb * 2 <= (size_t)FLCE_BLOCK_G_FEW &&
                                       rows * flce_plan_row_bytes(vb, Cs[b], 1) <= budgets[e]),
                        "max_n %d, C %d, %zu bytes: widest vocab block %d", n, Cs[b], budgets[e], vb);
                 for (int c = 0; c < 4; c++) {
                     FlceBlockPlan narrow = flce_block_plan(budgets[e], n, Cs[b], Vs[c], 4096, 1, 64, 256, 132, NULL, NULL);
                     FlceBlockPlan wide = flce_block_plan(budgets[e], n, Cs[b], Vs[c], vb, 1, 64, 256, 132, NULL, NULL);
-                    EXPECT(!narrow.bytes || wide.bytes, "N=%d C=%d V=%d, %zu bytes: no layout at the default width %d",
+                    GRID_EXPECT(G_DEFAULT_FITS, !narrow.bytes || wide.bytes, "N=%d C=%d V=%d, %zu bytes: no layout at the default width %d",
                            n, Cs[b], Vs[c], budgets[e], vb);
                 }
             }
     p = flce_block_plan(budget, 1024, 768, 50257, flce_plan_vocab_max(1024, budget, 768, 1), 1, 64, 256, 132, NULL, NULL);
     EXPECT(p.nb == 1024 && p.vb == 8448, "1024 x 768 with the default: %d rows x %d columns, expected 1024 x 8448",
            p.nb, p.vb);
+    grid_summary();
     return test_summary("test_fused_lce_plan");
 }

@@ -5,7 +5,9 @@
 //   - every shard has at most --shard-tokens tokens and only the last of a split fewer;
 //   - --list expands in place; --val-every 0 writes no val split; a rerun removes stale shards;
 //   - bad input (invalid UTF-8, a missing file, bad flags) fails naming the file (and byte offset),
-//     and leaves no temporary file behind.
+//     and leaves no temporary file behind;
+//   - a split that would leave train empty (one file; --val-every 1) is refused, writing nothing,
+//     unless --allow-empty-split 1.
 #define _GNU_SOURCE
 #include <glob.h>
 #include <stdint.h>
@@ -187,19 +189,37 @@ static void test_errors(void) {
             EXPECT(shard_check_header(g.gl_pathv[i], e_err, sizeof(e_err)) > 0, "%s", e_err);
         globfree(&g);
     }
-    snprintf(args, sizeof(args), "--out %s --name m %s/no_such_file.txt", dir, dir);
+    snprintf(args, sizeof(args), "--out %s --name m %s/doc0.txt %s/no_such_file.txt", dir, dir, dir);
     rc = run(args, err, sizeof(err));
     EXPECT(rc != 0 && strstr(err, "no_such_file.txt"), "a missing file: exit %d, stderr: %s", rc, err);
     static const char* const bad_flags[] = {"--shard-tokens 0", "--shard-tokens 3000000000", "--val-every -1",
                                             "--val-every x", "--bogus 1", "--name", "--vocab /nonexistent"};
     for (size_t i = 0; i < sizeof(bad_flags) / sizeof(bad_flags[0]); i++) {
-        snprintf(args, sizeof(args), "--out %s --name f %s %s/doc0.txt", dir, bad_flags[i], dir);
+        snprintf(args, sizeof(args), "--out %s --name f %s %s/doc0.txt %s/doc1.txt", dir, bad_flags[i], dir, dir);
         rc = run(args, err, sizeof(err));
         EXPECT(rc != 0 && strstr(err, "error"), "flags \"%s\": exit %d, stderr: %s", bad_flags[i], rc, err);
     }
     snprintf(args, sizeof(args), "--name f %s/doc0.txt", dir);
     rc = run(args, err, sizeof(err));
     EXPECT(rc != 0 && strstr(err, "--out"), "no --out: exit %d, stderr: %s", rc, err);
+    // an empty train split: refused before anything is written, unless asked for
+    const char* empty_cases[][2] = {{"--val-every 20", "one document"}, {"--val-every 1 ", "--val-every 1"}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof(args), "--vocab %s --out %s/empty%d --name z %s %s/doc0.txt%s", VOCAB, dir, k,
+                 empty_cases[k][0], dir, k ? " " : "");
+        if (k) snprintf(args + strlen(args), sizeof(args) - strlen(args), "%s/doc1.txt", dir);
+        rc = run(args, err, sizeof(err));
+        char out_dir[600];
+        snprintf(out_dir, sizeof(out_dir), "%s/empty%d", dir, k);
+        EXPECT(rc == 1 && strstr(err, "the train split would be empty") && strstr(err, "--allow-empty-split"),
+               "%s: exit %d, stderr: %s", empty_cases[k][1], rc, err);
+        EXPECT(access(out_dir, F_OK) != 0, "%s: refused, but %s was created", empty_cases[k][1], out_dir);
+        if (k == 0) printf("empty train split refused: %s", err);
+    }
+    snprintf(args, sizeof(args), "--vocab %s --out %s/empty2 --name z --allow-empty-split 1 %s/doc0.txt", VOCAB, dir, dir);
+    rc = run(args, err, sizeof(err));
+    EXPECT(rc == 0 && count_files(path_in_dir("empty2/z_val_*.bin")) == 1 && count_files(path_in_dir("empty2/z_train_*.bin")) == 0,
+           "--allow-empty-split 1: exit %d, stderr: %s", rc, err);
 }
 
 int main(void) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_train_flags.sh: ./train_gpt's flags and bad input, without a GPU (every check below fails before
-# the GPU is touched). Each bad command must exit 1 with an error naming the flag or file; -h must list
-# every flag of the table in train_gpt.cu. Prints `test_train_flags: N passed, M failed`.
+# the GPU is touched). Each bad command must exit 1 with an error naming the flag or file (one flag per
+# message; a repeated flag is an error); -h must list every flag of the table in train_gpt.cu; a refused
+# run creates nothing on disk. Prints `test_train_flags: N passed, M failed`.
 set -u
 cd "$(dirname "$0")/../.."
 bin=./train_gpt
@@ -38,6 +39,32 @@ expect_error "bad head scratch" "-head_scratch 0" -head_scratch 0
 expect_error "bad schedule" "-schedule step: choose cosine or linear" -schedule step
 expect_error "steps 0 without resume" "-steps 0" -steps 0
 expect_error "no train shards" "no shard file matches the pattern nothere/*.bin" -train 'nothere/*.bin'
+
+# each bad value gets a message for its own flag only
+expect_error "beta1 out of range" "-beta1 1.5: must be in [0, 1)" -beta1 1.5
+err=$("$bin" -beta1 1.5 2>&1 >/dev/null)
+if printf '%s' "$err" | grep -qE -- '-beta2|-wd|-clip|-eps'; then failed=$((failed + 1)); echo "FAIL -beta1 1.5 names other flags: $err"
+else passed=$((passed + 1)); fi
+expect_error "beta2 out of range" "-beta2 -0.5: must be in [0, 1)" -beta2 -0.5
+expect_error "negative clip" "-clip -1: the clipping norm" -clip -1
+expect_error "negative warmup" "-warmup -3: warm-up steps" -warmup -3
+expect_error "val_batches 0" "-val_batches 0: must be 1 or more" -val_batches 0
+expect_error "max_bad_steps 0" "-max_bad_steps 0: must be 1 or more" -max_bad_steps 0
+# a repeated flag is refused, naming both values
+expect_error "repeated flag" "flag -b given twice (4, then 8)" -b 4 -b 8
+# a directory matched as a shard is reported as one
+expect_error "directory as a shard" "data/starter: a directory, not a shard file" -train data/starter
+
+# nothing is created on disk before validation passes
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
+for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" "-resume $tmp/none.bin"; do
+    rm -rf "$tmp/out"
+    # shellcheck disable=SC2086  # the words of $args are separate flags
+    "$bin" $args -out "$tmp/out" >/dev/null 2>&1
+    if [ -e "$tmp/out" ]; then failed=$((failed + 1)); echo "FAIL $args: $tmp/out was created by a refused run"
+    else passed=$((passed + 1)); fi
+done
+rm -rf "$tmp"
 
 echo "test_train_flags: $passed passed, $failed failed"
 [ "$failed" = 0 ]
