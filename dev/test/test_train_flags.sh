@@ -39,5 +39,18 @@ expect_error "bad schedule" "-schedule step: choose cosine or linear" -schedule 
 expect_error "steps 0 without resume" "-steps 0" -steps 0
 expect_error "no train shards" "no shard file matches the pattern nothere/*.bin" -train 'nothere/*.bin'
 
+# -init: its file is read before the GPU is touched. A safetensors file of GPT-2 names but no layers
+# and 16 channels: not a GPT-2 size.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+json='{"wte.weight":{"dtype":"F32","shape":[2,16],"data_offsets":[0,128]},"wpe.weight":{"dtype":"F32","shape":[2,16],"data_offsets":[128,256]}}'
+# the 8-byte little-endian header length (< 256 here), the header, the data
+{ printf "\\$(printf %03o ${#json})"; printf '\0\0\0\0\0\0\0%s' "$json"; head -c 256 /dev/zero; } > "$tmp/m.safetensors"
+expect_error "-init, no such file" "-init $tmp/none: safetensors $tmp/none: cannot open" -init "$tmp/none"
+expect_error "-init of a directory without model.safetensors" "no such file in the directory $tmp" -init "$tmp"
+expect_error "-init, not a GPT-2 size" "a model of 0 layers and 16 channels, not one of GPT-2's sizes" -init "$tmp/m.safetensors"
+expect_error "-init with -depth" "which is not what -depth gives" -init "$tmp/m.safetensors" -depth 6
+expect_error "-init and -resume" "-resume continues a run, -init starts one from weights" -init "$tmp/m.safetensors" -resume latest
+
 echo "test_train_flags: $passed passed, $failed failed"
 [ "$failed" = 0 ]
