@@ -11,9 +11,9 @@
 #                    run first by the targets above: as root with apt-get it installs the missing ones,
 #                    otherwise (or with DEPS_NO_INSTALL=1) it prints the command to run and stops
 #                    (data/install_deps.sh); the trainer and export_hf wait only for libcjson-dev
-#   make dev         build every kernel playground in dev/cuda/ into build/dev/
+#   make dev         build every kernel playground in dev/cuda/, and dev/interop/gpt_dump.cu, into build/dev/
 #   make clean       remove build outputs (keeps fetched data; `make clean-data` removes that)
-# `make -j N` is safe at any N: each fetch and the package install have one target that owns them.
+# `make -j N` is safe at any N: each fetch and each package install have one target that owns them.
 
 CC      ?= gcc
 NVCC    ?= nvcc
