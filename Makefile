@@ -5,12 +5,16 @@
 #                    and the GPU tests when a GPU is present
 #   make data        fetch the GPT-2 BPE files and the starter corpus, write data/starter/*.bin
 #   make data-debian a larger optional set from Debian packages into data/debian/*.bin
-#   make deps        the packages for the data tools and tests (libpcre2-dev, npm, zlib1g-dev), run first by the
-#                    targets above (the trainer waits only for zlib1g-dev, its checkpoints' checksum): as root with apt-get it installs the missing ones, otherwise (or
-#                    with DEPS_NO_INSTALL=1) it prints the command to run and stops (data/install_deps.sh)
-#   make dev         build every kernel playground in dev/cuda/ into build/dev/
+#   make export_hf   build/export_hf CKPT DIR: a checkpoint to a directory that Hugging Face
+#                    transformers loads (doc/interop.md); host only, no GPU
+#   make deps        the packages for the build, data tools and tests (libcjson-dev, zlib1g-dev,
+#                    libpcre2-dev, npm), run first by the targets above: as root with apt-get it installs
+#                    the missing ones, otherwise (or with DEPS_NO_INSTALL=1) it prints the command to run
+#                    and stops (data/install_deps.sh); the trainer and export_hf wait only for libcjson-dev
+#                    and zlib1g-dev (safetensors' JSON, the checkpoints' crc32)
+#   make dev         build every kernel playground in dev/cuda/, and dev/interop/gpt_dump.cu, into build/dev/
 #   make clean       remove build outputs (keeps fetched data; `make clean-data` removes that)
-# `make -j N` is safe at any N: each fetch and the package install have one target that owns them.
+# `make -j N` is safe at any N: each fetch and each package install have one target that owns them.
 
 CC      ?= gcc
 NVCC    ?= nvcc
@@ -21,6 +25,18 @@ ASAN_FLAGS ?= -O1 -g -Wall -Wextra -Wno-unused-function -std=gnu11 -fsanitize=ad
 NVFLAGS ?= -O3 -g -lineinfo -std=c++17 --use_fast_math -Xcompiler -Wall,-Wno-unused-function
 # PCRE2's flags are asked for when a recipe runs, not here: `make deps` may install it in this very run
 PCRE2   := $$(pcre2-config --libs8)
+# cJSON (safetensors headers, config.json): linked only into what reads or writes them. The system's
+# (libcjson-dev), or where it cannot be installed (a machine without a package registry), the Debian
+# packages unpacked into CJSON_DIR by `make cjson-local` (then `make CJSON_DIR=.cjson ...`)
+ifeq ($(CJSON_DIR),)
+  CJSON      := -lcjson
+  CJSON_NVCC := -lcjson
+else
+  CJSON_LIB  := $(abspath $(CJSON_DIR))/usr/lib/$(shell uname -m)-linux-gnu
+  CJSON      := -I$(CJSON_DIR)/usr/include -L$(CJSON_LIB) -Wl,-rpath,$(CJSON_LIB) -lcjson
+  CJSON_NVCC := -I$(CJSON_DIR)/usr/include -L$(CJSON_LIB) -Xlinker -rpath=$(CJSON_LIB) -lcjson
+  export CJSON_HEADER := $(CJSON_DIR)/usr/include/cjson/cJSON.h
+endif
 
 # --- GPU architecture: detected with nvidia-smi, else sm_90; override with GPU_ARCH=80 etc. --------
 ifeq ($(GPU_ARCH),)
@@ -50,19 +66,24 @@ CPU_TESTS   := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
 ASAN_TESTS  := $(patsubst dev/test/%.c,build/asan/%,$(wildcard dev/test/test_*.c))
 GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
+INTEROP     := build/dev/gpt_dump
 
-.PHONY: help deps deps-trainer data data-try data-debian test dev clean clean-data test-deps
+.PHONY: help deps deps-trainer cjson-local data data-try data-debian export_hf test dev clean clean-data test-deps
 help:
 	@sed -n '2,/^$$/s/^# \{0,3\}//p' Makefile
 
 # --- system packages ----------------------------------------------------------------------------
 # One target owns the check and the install, and every recipe that needs PCRE2 or npm waits for it
-# (order-only), so that under -j no two apt-get run at once. The CUDA targets need only zlib1g-dev (the
-# checkpoints' crc32): deps-trainer, which deps waits for, so the two never run apt-get together.
-deps: | deps-trainer
-	@bash data/install_deps.sh
+# (order-only). The CUDA targets and the export tool need only cJSON and zlib (safetensors' JSON, the
+# checkpoints' crc32): deps-trainer installs those alone, so that they build where npm cannot be had.
+# deps waits for deps-trainer, so that under -j no two apt-get run at once.
 deps-trainer:
 	@bash data/install_deps.sh --trainer
+deps: | deps-trainer
+	@bash data/install_deps.sh
+# libcjson1 and libcjson-dev downloaded (not installed) and unpacked into .cjson/, for CJSON_DIR=.cjson
+cjson-local:
+	mkdir -p .cjson && cd .cjson && apt-get download libcjson1 libcjson-dev && for f in *.deb; do dpkg-deb -x $$f .; done
 
 build build/dev build/asan:
 	mkdir -p $@
@@ -77,6 +98,10 @@ build/make_shards: data/make_shards.c llmc/tokenizer.h llmc/tokenizer_encode.h l
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< $(PCRE2) && mv $@.tmp.$$$$ $@
 build/brown_detok: data/brown_detok.c llmc/check.h | build
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< && mv $@.tmp.$$$$ $@
+# a checkpoint to Hugging Face's GPT-2 layout (llmc/gpt_hf.h, doc/interop.md)
+export_hf: build/export_hf
+build/export_hf: data/export_hf.c $(LLMC) | build deps-trainer
+	$(CC) $(CFLAGS) -o $@ $< $(CJSON) -lm -lz
 
 # --- data --------------------------------------------------------------------------------------
 # The GPT-2 BPE files and the starter shards (idempotent; see data/fetch_starter.sh). Each fetch has
@@ -100,7 +125,7 @@ data-debian: | data/gpt2/vocab.bpe $(DATA_TOOLS)
 # is data-try, a make of its own for `data` whose failure is reported and ignored. No goal of such a
 # make builds any data target, so the two cannot race. With any other goal (`make test`, `make data
 # train_gpt`, ...) the trainer waits for the data target itself, and a failure stops the make.
-CUDA_ONLY_GOALS := train_gpt test_gpt dev $(DEV_KERNELS) $(GPU_TESTS) help clean
+CUDA_ONLY_GOALS := train_gpt test_gpt dev $(DEV_KERNELS) $(INTEROP) $(GPU_TESTS) export_hf build/export_hf help clean
 ifeq ($(filter-out $(CUDA_ONLY_GOALS),$(MAKECMDGOALS)),)
   TRAIN_DATA := data-try
 else
@@ -110,15 +135,18 @@ data-try:
 	@test -f data/starter/.complete || $(MAKE) --no-print-directory GPU_ARCH=$(GPU_ARCH) data || { \
 	  echo "warning: no starter data (see the error above). ./train_gpt is still built, to train on your own"; \
 	  echo "  shards (-train, -val); to fetch the starter corpus run \`make data\` (PCRE2, npm and the network)."; } >&2
-train_gpt: train_gpt.cu $(LLMC) | $(TRAIN_DATA) deps-trainer
-	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
+train_gpt: train_gpt.cu $(LLMC) | deps-trainer $(TRAIN_DATA)
+	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON_NVCC)
 test_gpt: test_gpt.cu $(LLMC) $(DEV_HEADERS) | deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # --- dev playgrounds: dev/cuda/<name>.cu -> build/dev/<name> -------------------------------------
-dev: $(DEV_KERNELS)
+dev: $(DEV_KERNELS) $(INTEROP)
 build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
+# the check against transformers (dev/interop/hf_check.py) runs this for train_gpt's side
+build/dev/gpt_dump: dev/interop/gpt_dump.cu $(LLMC) | build/dev deps-trainer
+	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON_NVCC)
 
 # --- tests -------------------------------------------------------------------------------------
 # CPU tests: dev/test/test_<name>.c (also under the sanitizers, build/asan/), and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and
@@ -128,10 +156,11 @@ build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
 # dev/test/test_train_faults.sh trains on the GPU: it runs with the GPU tests
 GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh
 CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
+build/test_safetensors build/test_gpt_hf build/asan/test_safetensors build/asan/test_gpt_hf: TEST_LIBS := $(CJSON)
 build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build deps
-	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm -lz
+	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm -lz $(TEST_LIBS)
 build/asan/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build/asan deps
-	$(CC) $(ASAN_FLAGS) -o $@ $< $(PCRE2) -lm -lz
+	$(CC) $(ASAN_FLAGS) -o $@ $< $(PCRE2) -lm -lz $(TEST_LIBS)
 build/test_%: dev/test/test_%.cu $(LLMC) $(DEV_HEADERS) | build deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
@@ -142,7 +171,7 @@ $(TIKTOKEN): | deps
 	mkdir -p build/node && npm install --silent --no-audit --no-fund --prefix build/node tiktoken@1.0.22
 
 # builds every CUDA target too, so that a compile error in any .cu fails the test run
-test: data test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV_KERNELS) train_gpt test_gpt
+test: data test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV_KERNELS) $(INTEROP) build/export_hf train_gpt test_gpt
 	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) $(CPU_TEST_SCRIPTS) $(ASAN_TESTS) --gpu $(GPU_TESTS) ./test_gpt $(GPU_TEST_SCRIPTS)
 
 clean:

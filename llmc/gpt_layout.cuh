@@ -1,8 +1,9 @@
 // gpt_layout.cuh: what the GPT-2 model is in memory: its config, the parameter tensors in llm.c's order
 // (wte (Vp, C), wpe (maxT, C), ln1w, ln1b (L, C), qkvw (L, 3C, C), qkvb (L, 3C), attprojw (L, C, C),
 // attprojb (L, C), ln2w, ln2b (L, C), fcw (L, 4C, C), fcb (L, 4C), fcprojw (L, C, 4C), fcprojb (L, C),
-// lnfw, lnfb (C)), the activations, and the model struct with its one block per lifetime; and the
-// functions that carve those blocks into tensors. The steps that use them are in gpt.cuh.
+// lnfw, lnfb (C); the config and the tensors' sizes and names are host-only, in gpt_config.h), the
+// activations, and the model struct with its one block per lifetime; and the functions that carve those
+// blocks into tensors. The steps that use them are in gpt.cuh.
 #pragma once
 #include "cuda_common.cuh"
 #include "encoder.cuh"
@@ -10,20 +11,7 @@
 #include "linear.cuh"
 #include "global_norm.cuh"
 #include "fused_lce.cuh"
-
-typedef struct {
-    int max_seq_len;        // maxT: rows of wpe
-    int vocab_size;         // V = 50257
-    int padded_vocab_size;  // Vp = 50304: rows of wte, a multiple of 128 for fast GEMMs
-    int num_layers;         // L
-    int num_heads;          // NH
-    int channels;           // C, a multiple of 8
-} GptConfig;
-
-enum {
-    GPT_WTE, GPT_WPE, GPT_LN1W, GPT_LN1B, GPT_QKVW, GPT_QKVB, GPT_ATTPROJW, GPT_ATTPROJB, GPT_LN2W, GPT_LN2B,
-    GPT_FCW, GPT_FCB, GPT_FCPROJW, GPT_FCPROJB, GPT_LNFW, GPT_LNFB, GPT_NUM_TENSORS
-};
+#include "gpt_config.h"     // GptConfig, the tensor ids, sizes and names (host-only)
 
 typedef struct {
     bf16 *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;   // shapes in the header comment
@@ -101,25 +89,6 @@ typedef struct {
 } GptModel;
 
 // --- layout ------------------------------------------------------------------------------------
-
-static inline void gpt_tensor_sizes(size_t s[GPT_NUM_TENSORS], const GptConfig* c) {
-    size_t C = c->channels, L = c->num_layers;
-    size_t v[GPT_NUM_TENSORS] = {(size_t)c->padded_vocab_size * C, (size_t)c->max_seq_len * C, L * C, L * C,
-                                 L * 3 * C * C, L * 3 * C, L * C * C, L * C, L * C, L * C,
-                                 L * 4 * C * C, L * 4 * C, L * 4 * C * C, L * C, C, C};
-    for (int i = 0; i < GPT_NUM_TENSORS; i++) s[i] = v[i];
-}
-
-static inline const char* gpt_tensor_name(int i) {
-    static const char* const n[GPT_NUM_TENSORS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-                                                   "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
-    return n[i];
-}
-
-// Weight decay and random init apply to the 2-D matrices only.
-static inline int gpt_tensor_is_matrix(int i) {
-    return i == GPT_WTE || i == GPT_WPE || i == GPT_QKVW || i == GPT_ATTPROJW || i == GPT_FCW || i == GPT_FCPROJW;
-}
 
 static inline void gpt_point_params(GptModel* m) {
     bf16** p[GPT_NUM_TENSORS] = {&m->params.wte, &m->params.wpe, &m->params.ln1w, &m->params.ln1b, &m->params.qkvw,

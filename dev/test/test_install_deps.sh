@@ -2,10 +2,12 @@
 # test_install_deps.sh: data/install_deps.sh's choices, without touching the system: the script runs
 # with a PATH of stubs only (it uses nothing but shell builtins and apt-get), where each stub command
 # is present or not as a case needs, and a stub apt-get logs its arguments and "installs" a package
-# by creating its stub commands (zlib1g-dev: a stub zlib.h where DEPS_ZLIB_H points). Checks: nothing missing -> silent, no apt-get; missing as root ->
-# one apt-get update and one install of exactly the missing packages, one line saying so;
+# by creating its stub commands (libcjson-dev and zlib1g-dev: stub headers, which CJSON_HEADER and
+# DEPS_ZLIB_H point the script at). Checks: nothing missing -> silent, no apt-get; missing as root -> one
+# apt-get update and one install of exactly the missing packages, one line saying so; --trainer ->
+# libcjson-dev and zlib1g-dev only;
 # DEPS_NO_INSTALL=1, or no apt-get -> exit 1 with the command to run (or what to install), no apt-get;
-# a failing install -> exit 1 naming the command; --trainer asks for zlib1g-dev only. The root cases run only as root (as in CI);
+# a failing install -> exit 1 naming the command. The root cases run only as root (as in CI);
 # elsewhere the not-root message (with sudo) is checked instead.
 # Prints `test_install_deps: N passed, M failed`.
 set -euo pipefail
@@ -24,14 +26,15 @@ hasnt() { ! has "$@"; }
 
 # stub_cmd DIR NAME: an executable that does nothing
 stub_cmd() { printf '#!/bin/sh\nexit 0\n' > "$1/$2"; chmod +x "$1/$2"; }
-# setup PRESENT... : a fresh stub dir with the given commands ("zlib": the stub header); "apt-get" and "apt-get-failing" give
-# an apt-get that logs to $tmp/apt.log (the failing one exits 100 on install)
+# setup PRESENT... : a fresh stub dir with the given commands ("cjson", "zlib": the headers); "apt-get" and
+# "apt-get-failing" give an apt-get that logs to $tmp/apt.log (the failing one exits 100 on install)
+header=$tmp/include/cjson/cJSON.h
+zlib_header=$tmp/include/zlib.h
 setup() {
-    rm -rf "${tmp:?}/bin" "$tmp/include" "$tmp/apt.log"; mkdir -p "$tmp/bin"; : > "$tmp/apt.log"
+    rm -rf "${tmp:?}/bin" "$tmp/include" "$tmp/apt.log"; mkdir -p "$tmp/bin" "$tmp/include/cjson"; : > "$tmp/apt.log"
     local c
     for c in "$@"; do
         case "$c" in
-            zlib) mkdir -p "$tmp/include"; : > "$tmp/include/zlib.h" ;;
             apt-get|apt-get-failing)
                 cat > "$tmp/bin/apt-get" <<STUB
 #!/bin/bash
@@ -43,29 +46,34 @@ for p in "\$@"; do
         libpcre2-dev) cmds="pcre2-config" ;;
         npm) cmds="npm node" ;;
         nodejs) cmds="node" ;;
-        zlib1g-dev) /bin/mkdir -p "$tmp/include"; : > "$tmp/include/zlib.h"; continue ;;
+        libcjson-dev) : > "$header"; continue ;;
+        zlib1g-dev) : > "$zlib_header"; continue ;;
         *) continue ;;
     esac
     for x in \$cmds; do printf '#!/bin/sh\nexit 0\n' > "$tmp/bin/\$x"; /bin/chmod +x "$tmp/bin/\$x"; done
 done
 STUB
                 chmod +x "$tmp/bin/apt-get" ;;
+            cjson) : > "$header" ;;
+            zlib) : > "$zlib_header" ;;
             *) stub_cmd "$tmp/bin" "$c" ;;
         esac
     done
 }
-# run [VAR=VALUE...] [-- SCRIPT ARGS]: the script with PATH=$tmp/bin and DEPS_ZLIB_H in $tmp (plus
-# the given variables); sets out (stdout and stderr) and rc
+# run [VAR=VALUE...] [-- ARG]: the script with PATH=$tmp/bin and the stub headers (plus the given
+# variables and the script's argument); sets out (stdout and stderr) and rc
 run() {
     rc=0
-    local args=()
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
-    [ "${1:-}" = -- ] && shift
-    out=$(env -u DEPS_NO_INSTALL "${args[@]}" DEPS_ZLIB_H="$tmp/include/zlib.h" PATH="$tmp/bin" "$BASH" "$script" "$@" 2>&1) || rc=$?
+    local vars=() arg=()
+    while [ $# -gt 0 ]; do
+        if [ "$1" = -- ]; then arg=("$2"); break; fi
+        vars+=("$1"); shift
+    done
+    out=$(env -u DEPS_NO_INSTALL "${vars[@]}" PATH="$tmp/bin" CJSON_HEADER="$header" DEPS_ZLIB_H="$zlib_header" "$BASH" "$script" "${arg[@]}" 2>&1) || rc=$?
 }
 apt_log() { cat "$tmp/apt.log"; }
 
-setup pcre2-config npm node zlib apt-get
+setup pcre2-config cjson zlib npm node apt-get
 run
 expect "all present: exit 0 (rc $rc, output: $out)" [ "$rc" = 0 ]
 expect "all present: silent (output: $out)" [ -z "$out" ]
@@ -74,8 +82,8 @@ expect "all present: no apt-get (log: $(apt_log))" [ -z "$(apt_log)" ]
 setup apt-get
 run DEPS_NO_INSTALL=1
 expect "DEPS_NO_INSTALL=1: exit 1 (rc $rc)" [ "$rc" = 1 ]
-expect "DEPS_NO_INSTALL=1: prints the install command (output: $out)" has "$out" "apt-get install -y libpcre2-dev npm zlib1g-dev"
-expect "DEPS_NO_INSTALL=1: names what is missing (output: $out)" has "$out" "pcre2-config, npm, zlib.h not found"
+expect "DEPS_NO_INSTALL=1: prints the install command (output: $out)" has "$out" "apt-get install -y libpcre2-dev libcjson-dev zlib1g-dev npm"
+expect "DEPS_NO_INSTALL=1: names what is missing (output: $out)" has "$out" "pcre2-config, cjson/cJSON.h, zlib.h, npm not found"
 expect "DEPS_NO_INSTALL=1: no apt-get (log: $(apt_log))" [ -z "$(apt_log)" ]
 
 setup
@@ -88,30 +96,36 @@ if [ "$EUID" = 0 ]; then
     run
     expect "root, all missing: exit 0 (rc $rc, output: $out)" [ "$rc" = 0 ]
     expect "root, all missing: one line saying so (output: $out)" \
-        [ "$out" = "data/install_deps.sh: installing libpcre2-dev npm zlib1g-dev with apt-get (missing: pcre2-config, npm, zlib.h)" ]
+        [ "$out" = "data/install_deps.sh: installing libpcre2-dev libcjson-dev zlib1g-dev npm with apt-get (missing: pcre2-config, cjson/cJSON.h, zlib.h, npm)" ]
     expect "root, all missing: apt-get update, then install (log: $(apt_log))" \
-        [ "$(apt_log)" = "$(printf 'update -qq\ninstall -y -qq libpcre2-dev npm zlib1g-dev')" ]
+        [ "$(apt_log)" = "$(printf 'update -qq\ninstall -y -qq libpcre2-dev libcjson-dev zlib1g-dev npm')" ]
 
-    setup pcre2-config npm node apt-get
+    setup pcre2-config cjson zlib apt-get
+    run
+    expect "root, npm missing: installs npm only (log: $(apt_log))" has "$(apt_log)" "install -y -qq npm"
+    expect "root, npm missing: not libpcre2-dev (log: $(apt_log))" hasnt "$(apt_log)" "libpcre2-dev"
+
+    setup pcre2-config npm node zlib apt-get
+    run
+    expect "root, cJSON missing: installs libcjson-dev only (log: $(apt_log))" \
+        [ "$(apt_log)" = "$(printf 'update -qq\ninstall -y -qq libcjson-dev')" ]
+
+    setup pcre2-config npm node cjson apt-get
     run
     expect "root, zlib missing: installs zlib1g-dev only (log: $(apt_log))" \
         [ "$(apt_log)" = "$(printf 'update -qq\ninstall -y -qq zlib1g-dev')" ]
 
     setup apt-get
     run -- --trainer
-    expect "root, --trainer: installs zlib1g-dev only (log: $(apt_log))" \
-        [ "$(apt_log)" = "$(printf 'update -qq\ninstall -y -qq zlib1g-dev')" ]
+    expect "root, --trainer, all missing: exit 0 (rc $rc, output: $out)" [ "$rc" = 0 ]
+    expect "root, --trainer: installs libcjson-dev and zlib1g-dev only (log: $(apt_log))" \
+        [ "$(apt_log)" = "$(printf 'update -qq\ninstall -y -qq libcjson-dev zlib1g-dev')" ]
 
-    setup pcre2-config zlib apt-get
-    run
-    expect "root, npm missing: installs npm only (log: $(apt_log))" has "$(apt_log)" "install -y -qq npm"
-    expect "root, npm missing: not libpcre2-dev (log: $(apt_log))" hasnt "$(apt_log)" "libpcre2-dev"
-
-    setup pcre2-config npm zlib apt-get
+    setup pcre2-config cjson zlib npm apt-get
     run
     expect "root, node missing beside npm: installs nodejs (log: $(apt_log))" has "$(apt_log)" "install -y -qq nodejs"
 
-    setup npm node zlib apt-get-failing
+    setup npm node cjson zlib apt-get-failing
     run
     expect "root, install fails: exit 1 (rc $rc)" [ "$rc" = 1 ]
     expect "root, install fails: names the command (output: $out)" has "$out" "\`apt-get install -y libpcre2-dev\` failed"
@@ -120,9 +134,26 @@ else
     setup apt-get
     run
     expect "not root: exit 1 (rc $rc)" [ "$rc" = 1 ]
-    expect "not root: prints the sudo command (output: $out)" has "$out" "sudo apt-get install -y libpcre2-dev npm zlib1g-dev"
+    expect "not root: prints the sudo command (output: $out)" has "$out" "sudo apt-get install -y libpcre2-dev libcjson-dev zlib1g-dev npm"
     expect "not root: no apt-get (log: $(apt_log))" [ -z "$(apt_log)" ]
+    setup apt-get
+    run -- --trainer
+    expect "not root, --trainer: asks for libcjson-dev and zlib1g-dev only (output: $out)" \
+        has "$out" "sudo apt-get install -y libcjson-dev zlib1g-dev"$'\n'
 fi
+
+setup cjson zlib
+run -- --trainer
+expect "--trainer, cJSON and zlib present: exit 0, silent (rc $rc, output: $out)" [ "$rc" = 0 -a -z "$out" ]
+setup pcre2-config npm node zlib apt-get
+run DEPS_NO_INSTALL=1 -- --trainer
+expect "--trainer, cJSON missing: exit 1 (rc $rc)" [ "$rc" = 1 ]
+expect "--trainer, cJSON missing: the command for libcjson-dev alone (output: $out)" has "$out" "apt-get install -y libcjson-dev"$'\n'
+setup pcre2-config npm node cjson apt-get
+run DEPS_NO_INSTALL=1 -- --trainer
+expect "--trainer, zlib missing: the command for zlib1g-dev alone (output: $out)" has "$out" "apt-get install -y zlib1g-dev"$'\n'
+run -- bogus
+expect "an unknown argument: exit 2 with the usage (rc $rc, output: $out)" [ "$rc" = 2 ]
 
 echo "test_install_deps: $passed passed, $failed failed"
 [ "$failed" = 0 ]

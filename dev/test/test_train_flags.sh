@@ -66,5 +66,18 @@ for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" 
 done
 rm -rf "$tmp"
 
+# -init: its file is read before the GPU is touched. A safetensors file of GPT-2 names but no layers
+# and 16 channels: not a GPT-2 size.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+json='{"wte.weight":{"dtype":"F32","shape":[2,16],"data_offsets":[0,128]},"wpe.weight":{"dtype":"F32","shape":[2,16],"data_offsets":[128,256]}}'
+# the 8-byte little-endian header length (< 256 here), the header, the data
+{ printf "\\$(printf %03o ${#json})"; printf '\0\0\0\0\0\0\0%s' "$json"; head -c 256 /dev/zero; } > "$tmp/m.safetensors"
+expect_error "-init, no such file" "-init $tmp/none: safetensors $tmp/none: cannot open" -init "$tmp/none"
+expect_error "-init of a directory without model.safetensors" "no such file in the directory $tmp" -init "$tmp"
+expect_error "-init, not a GPT-2 size" "a model of 0 layers and 16 channels, not one of GPT-2's sizes" -init "$tmp/m.safetensors"
+expect_error "-init with -depth" "which is not what -depth gives" -init "$tmp/m.safetensors" -depth 6
+expect_error "-init and -resume" "-resume continues a run, -init starts one from weights" -init "$tmp/m.safetensors" -resume latest
+
 echo "test_train_flags: $passed passed, $failed failed"
 [ "$failed" = 0 ]
