@@ -1,5 +1,6 @@
 // tokenize.c: the tokenizers from the command line (llmc/tokenizer.h, llmc/tokenizer_tiktoken.h,
-// llmc/tokenizer_encode.h). OPTIONS are --encoding gpt2|cl100k_base|o200k_base and --vocab PATH.
+// llmc/tokenizer_encode.h). OPTIONS, before or after the command, are --encoding gpt2|cl100k_base|o200k_base
+// and --vocab PATH; e.g. build/tokenize encode --encoding o200k_base FILE.
 //   build/tokenize [OPTIONS] encode FILE|-      ids of the file's bytes, one per line
 //   build/tokenize [OPTIONS] decode [FILE|-]    ids (whitespace, commas, brackets between) -> bytes
 //   build/tokenize [OPTIONS] bench FILE         encoding speed on this thread, and the regex alone
@@ -18,7 +19,7 @@
 
 static void usage(FILE* f) {
     fprintf(f,
-            "usage: build/tokenize [--encoding NAME] [--vocab PATH] COMMAND [ARG]\n"
+            "usage: build/tokenize COMMAND [ARG] [--encoding NAME] [--vocab PATH]   (options go anywhere)\n"
             "  encode FILE|-        print the token ids of the file's bytes, one per line\n"
             "  decode [FILE|-]      read token ids (separated by whitespace, commas or brackets; default\n"
             "                       stdin) and write their bytes to stdout\n"
@@ -81,8 +82,8 @@ static int cmd_decode(const Tokenizer* t, const char* path) {
                                : tokenizer_decode(t, (int)id, &n);
         if (!s) {
             int word = (int)strcspn((const char*)text + i, " \t\r\n,[]");
-            fprintf(stderr, "error: %s: byte %zu: \"%.*s\" is not a token id in [0, %d)\n", path, i,
-                    word < 20 ? word : 20, (const char*)text + i, t->vocab_size);
+            fprintf(stderr, "error: %s: byte %zu: \"%.*s\" is not a token id of %s (ids below %d, some unused)\n",
+                    path, i, word < 20 ? word : 20, (const char*)text + i, t->name, t->vocab_size);
             exit(EXIT_FAILURE);
         }
         fwrite_check(s, 1, n, stdout);
@@ -153,25 +154,31 @@ static int cmd_check_json(const Tokenizer* t, const char* path) {
 int main(int argc, char** argv) {
     const char* vocab = NULL;  // the encoding's default path
     const char* encoding = "gpt2";
-    int i = 1;
-    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
-        if (strcmp(argv[i], "--help") == 0) { usage(stdout); return 0; }
+    const char* pos[3] = {"", NULL, NULL};  // the command and its arguments; options may go anywhere
+    int n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { usage(stdout); return 0; }
+        if (strncmp(argv[i], "--", 2) != 0) {
+            if (n_pos < 3) pos[n_pos] = argv[i];
+            n_pos++;
+            continue;
+        }
         int is_vocab = strcmp(argv[i], "--vocab") == 0, is_encoding = strcmp(argv[i], "--encoding") == 0;
         if ((!is_vocab && !is_encoding) || i + 1 >= argc) {
             fprintf(stderr, "error: %s: unknown option or missing value\n", argv[i]);
             usage(stderr);
             return EXIT_FAILURE;
         }
-        if (is_vocab) vocab = argv[i + 1];
-        else encoding = argv[i + 1];
+        if (is_vocab) vocab = argv[++i];
+        else encoding = argv[++i];
     }
     if (!tokenizer_find_encoding(encoding)) {
         fprintf(stderr, "error: --encoding %s: unknown; the encodings are %s\n", encoding, TOKENIZER_ENCODING_NAMES);
         return EXIT_FAILURE;
     }
-    const char* cmd = i < argc ? argv[i] : "";
-    const char* arg = i + 1 < argc ? argv[i + 1] : NULL;
-    int nargs = argc - i - 1;
+    const char* cmd = pos[0];
+    const char* arg = pos[1];
+    int nargs = n_pos - 1;
     int needs_arg = strcmp(cmd, "encode") == 0 || strcmp(cmd, "bench") == 0;
     int known = needs_arg || strcmp(cmd, "decode") == 0 || strcmp(cmd, "check-json") == 0;
     if (!known || nargs > 1 || (needs_arg && nargs != 1)) {

@@ -8,7 +8,8 @@
 //     and leaves no temporary file behind;
 //   - --encoding cl100k_base and o200k_base write uint32 shards in llm.c's Llama-3 layout (header
 //     magic 20240801, version 7, count; file size 1024 + 4 * count), read back here directly, holding
-//     the encoding's EOT + the encoder's ids of each document; gpt2 still writes the uint16 layout.
+//     the encoding's EOT + the encoder's ids of each document; gpt2 still writes the uint16 layout;
+//   - build/tokenize encode --encoding NAME FILE prints the ids one a line.
 #define _GNU_SOURCE
 #include <glob.h>
 #include <stdint.h>
@@ -254,6 +255,22 @@ static void test_u32_shards(const char* encoding) {
     tokenizer_free(&t);
 }
 
+// build/tokenize encode --encoding NAME FILE prints one id a line (tiktoken's ids for "hello world").
+static void test_tokenize_cli(void) {
+    static const char* const cases[][2] = {
+        {"", "31373\n995\n"}, {"--encoding cl100k_base", "15339\n1917\n"}, {"--encoding o200k_base", "24912\n2375\n"}};
+    write_text(path_in_dir("hw.txt"), "hello world", 11);
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char cmd[1200], out[256] = "";
+        snprintf(cmd, sizeof(cmd), "build/tokenize encode %s %s", cases[c][0], path_in_dir("hw.txt"));
+        FILE* p = popen(cmd, "r");
+        size_t n = p ? fread(out, 1, sizeof(out) - 1, p) : 0;
+        int status = p ? pclose(p) : -1;
+        out[n] = 0;
+        EXPECT(status == 0 && strcmp(out, cases[c][1]) == 0, "%s: exit %d, printed \"%s\"", cmd, status, out);
+    }
+}
+
 static void test_errors(void) {
     char args[4096], err[8192];
     write_text(path_in_dir("bad.txt"), "ok so \xff far", 11);
@@ -305,6 +322,7 @@ int main(void) {
     test_split_and_shards(&e);
     test_u32_shards("cl100k_base");
     test_u32_shards("o200k_base");
+    test_tokenize_cli();
     test_errors();
     encoder_free(&e);
     tokenizer_free(&t);
