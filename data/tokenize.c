@@ -1,8 +1,10 @@
-// tokenize.c: the GPT-2 tokenizer from the command line (llmc/tokenizer.h, llmc/tokenizer_encode.h).
-//   build/tokenize [--vocab PATH] encode FILE|-      ids of the file's bytes, one per line
-//   build/tokenize [--vocab PATH] decode [FILE|-]    ids (whitespace, commas, brackets between) -> bytes
-//   build/tokenize [--vocab PATH] bench FILE         encoding speed on this thread, and the regex alone
-//   build/tokenize [--vocab PATH] check-json [PATH]  cross-check encoder.json against vocab.bpe
+// tokenize.c: the tokenizers from the command line (llmc/tokenizer.h, llmc/tokenizer_tiktoken.h,
+// llmc/tokenizer_encode.h). OPTIONS, before or after the command, are --encoding gpt2|cl100k_base|o200k_base
+// and --vocab PATH; e.g. build/tokenize encode --encoding o200k_base FILE.
+//   build/tokenize [OPTIONS] encode FILE|-      ids of the file's bytes, one per line
+//   build/tokenize [OPTIONS] decode [FILE|-]    ids (whitespace, commas, brackets between) -> bytes
+//   build/tokenize [OPTIONS] bench FILE         encoding speed on this thread, and the regex alone
+//   build/tokenize check-json [PATH]            cross-check GPT-2's encoder.json against vocab.bpe
 // Encoding follows tiktoken's encode_ordinary: "<|endoftext|>" in the text is ordinary text.
 // Invalid UTF-8 input is an error that names the file and the byte offset.
 #define _GNU_SOURCE
@@ -13,17 +15,22 @@
 #include "../llmc/check.h"
 #include "../llmc/tokenizer.h"
 #include "../llmc/tokenizer_encode.h"
+#include "../llmc/tokenizer_tiktoken.h"
 
 static void usage(FILE* f) {
     fprintf(f,
-            "usage: build/tokenize [--vocab PATH] COMMAND [ARG]\n"
-            "  encode FILE|-        print the GPT-2 token ids of the file's bytes, one per line\n"
+            "usage: build/tokenize COMMAND [ARG] [--encoding NAME] [--vocab PATH]   (options go anywhere)\n"
+            "  encode FILE|-        print the token ids of the file's bytes, one per line\n"
             "  decode [FILE|-]      read token ids (separated by whitespace, commas or brackets; default\n"
             "                       stdin) and write their bytes to stdout\n"
             "  bench FILE           encode FILE on one thread, print MB/s and tokens, and the regex-only speed\n"
             "  check-json [PATH]    check that encoder.json (default data/gpt2/encoder.json) matches vocab.bpe\n"
+            "                       (gpt2 only)\n"
             "options:\n"
-            "  --vocab PATH         GPT-2 vocab.bpe (default data/gpt2/vocab.bpe; `make data` fetches it)\n"
+            "  --encoding NAME      gpt2 (default), cl100k_base or o200k_base\n"
+            "  --vocab PATH         the encoding's file: default data/gpt2/vocab.bpe (`make data` fetches it),\n"
+            "                       data/tiktoken/cl100k_base.json, data/tiktoken/o200k_base.json (`make\n"
+            "                       data-tiktoken` fetches them)\n"
             "Special tokens are not parsed: \"<|endoftext|>\" in the text is encoded as ordinary text.\n");
 }
 
@@ -75,8 +82,8 @@ static int cmd_decode(const Tokenizer* t, const char* path) {
                                : tokenizer_decode(t, (int)id, &n);
         if (!s) {
             int word = (int)strcspn((const char*)text + i, " \t\r\n,[]");
-            fprintf(stderr, "error: %s: byte %zu: \"%.*s\" is not a token id in [0, %d)\n", path, i,
-                    word < 20 ? word : 20, (const char*)text + i, t->vocab_size);
+            fprintf(stderr, "error: %s: byte %zu: \"%.*s\" is not a token id of %s (ids below %d, some unused)\n",
+                    path, i, word < 20 ? word : 20, (const char*)text + i, t->name, t->vocab_size);
             exit(EXIT_FAILURE);
         }
         fwrite_check(s, 1, n, stdout);
@@ -145,20 +152,33 @@ static int cmd_check_json(const Tokenizer* t, const char* path) {
 }
 
 int main(int argc, char** argv) {
-    const char* vocab = "data/gpt2/vocab.bpe";
-    int i = 1;
-    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
-        if (strcmp(argv[i], "--help") == 0) { usage(stdout); return 0; }
-        if (strcmp(argv[i], "--vocab") != 0 || i + 1 >= argc) {
+    const char* vocab = NULL;  // the encoding's default path
+    const char* encoding = "gpt2";
+    const char* pos[3] = {"", NULL, NULL};  // the command and its arguments; options may go anywhere
+    int n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { usage(stdout); return 0; }
+        if (strncmp(argv[i], "--", 2) != 0) {
+            if (n_pos < 3) pos[n_pos] = argv[i];
+            n_pos++;
+            continue;
+        }
+        int is_vocab = strcmp(argv[i], "--vocab") == 0, is_encoding = strcmp(argv[i], "--encoding") == 0;
+        if ((!is_vocab && !is_encoding) || i + 1 >= argc) {
             fprintf(stderr, "error: %s: unknown option or missing value\n", argv[i]);
             usage(stderr);
             return EXIT_FAILURE;
         }
-        vocab = argv[i + 1];
+        if (is_vocab) vocab = argv[++i];
+        else encoding = argv[++i];
     }
-    const char* cmd = i < argc ? argv[i] : "";
-    const char* arg = i + 1 < argc ? argv[i + 1] : NULL;
-    int nargs = argc - i - 1;
+    if (!tokenizer_find_encoding(encoding)) {
+        fprintf(stderr, "error: --encoding %s: unknown; the encodings are %s\n", encoding, TOKENIZER_ENCODING_NAMES);
+        return EXIT_FAILURE;
+    }
+    const char* cmd = pos[0];
+    const char* arg = pos[1];
+    int nargs = n_pos - 1;
     int needs_arg = strcmp(cmd, "encode") == 0 || strcmp(cmd, "bench") == 0;
     int known = needs_arg || strcmp(cmd, "decode") == 0 || strcmp(cmd, "check-json") == 0;
     if (!known || nargs > 1 || (needs_arg && nargs != 1)) {
@@ -166,8 +186,12 @@ int main(int argc, char** argv) {
         usage(stderr);
         return EXIT_FAILURE;
     }
+    if (strcmp(cmd, "check-json") == 0 && strcmp(encoding, "gpt2") != 0) {
+        fprintf(stderr, "error: check-json checks GPT-2's encoder.json; --encoding %s has no such file\n", encoding);
+        return EXIT_FAILURE;
+    }
     Tokenizer t;
-    tokenizer_init(&t, vocab);
+    tokenizer_init_encoding(&t, encoding, vocab);
     int rc = strcmp(cmd, "encode") == 0 ? cmd_encode(&t, arg)
            : strcmp(cmd, "decode") == 0 ? cmd_decode(&t, arg ? arg : "-")
            : strcmp(cmd, "bench") == 0  ? cmd_bench(&t, arg)

@@ -1,6 +1,8 @@
 // shard.h: the token shard format, byte-compatible with llm.c's.
 // A shard is int32 header[256] = {magic 20240520, version 1, token count, 0...}, then `count` uint16
-// GPT-2 token ids. Writers go through a temporary file renamed into place at close, so a shard that
+// GPT-2 token ids. Vocabularies above 65,536 tokens (cl100k_base, o200k_base) use llm.c's Llama-3
+// layout: magic 20240801, version 7, then uint32 ids (written by shard_writer_open_u32).
+// Writers go through a temporary file renamed into place at close, so a shard that
 // exists under its final name is always complete. Readers check magic, version, size and (optionally)
 // that every id is below the vocabulary size, and say which file is wrong and how to remake it.
 #pragma once
@@ -18,6 +20,8 @@
 #define SHARD_MAX_TOKENS 0x7fffffffLL   // the count is an int32
 #define GPT2_EOT 50256                  // <|endoftext|>, written before every document
 #define GPT2_VOCAB 50257
+#define SHARD_U32_MAGIC 20240801        // llm.c's Llama-3 layout: uint32 ids
+#define SHARD_U32_VERSION 7
 
 // --- writing -----------------------------------------------------------------------------------
 
@@ -26,6 +30,8 @@ typedef struct {
     char path[4096];      // final name
     char tmp_path[4096];  // written here, renamed to `path` by shard_writer_close
     int64_t ntok;
+    int32_t magic, version;  // the layout: SHARD_MAGIC/VERSION (uint16 ids) or SHARD_U32_MAGIC/VERSION
+    int token_bytes;         // 2 or 4
 } ShardWriter;
 
 static inline void shard_writer_open(ShardWriter* w, const char* path) {
@@ -38,23 +44,47 @@ static inline void shard_writer_open(ShardWriter* w, const char* path) {
     int32_t header[SHARD_HEADER_INTS] = {0};  // rewritten with the count at close
     fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f);
     w->ntok = 0;
+    w->magic = SHARD_MAGIC;
+    w->version = SHARD_VERSION;
+    w->token_bytes = 2;
 }
 
-static inline void shard_writer_append(ShardWriter* w, const uint16_t* tokens, size_t n) {
+// Opens a shard in the Llama-3 layout (uint32 ids); append with shard_writer_append_u32.
+static inline void shard_writer_open_u32(ShardWriter* w, const char* path) {
+    shard_writer_open(w, path);
+    w->magic = SHARD_U32_MAGIC;
+    w->version = SHARD_U32_VERSION;
+    w->token_bytes = 4;
+}
+
+static inline void shard_writer_write_(ShardWriter* w, const void* tokens, size_t n, int token_bytes) {
+    if (w->token_bytes != token_bytes) {
+        fprintf(stderr, "error: shard %s holds %d-byte ids; appending %d-byte ones is a bug in the caller\n", w->path,
+                w->token_bytes, token_bytes);
+        exit(EXIT_FAILURE);
+    }
     if (w->ntok + (int64_t)n > SHARD_MAX_TOKENS) {
         fprintf(stderr, "error: shard %s would exceed %lld tokens (the header count is int32)\n  hint: use a smaller shard size\n",
                 w->path, SHARD_MAX_TOKENS);
         exit(EXIT_FAILURE);
     }
-    fwrite_check(tokens, sizeof(uint16_t), n, w->f);
+    fwrite_check(tokens, (size_t)token_bytes, n, w->f);
     w->ntok += (int64_t)n;
+}
+
+static inline void shard_writer_append(ShardWriter* w, const uint16_t* tokens, size_t n) {
+    shard_writer_write_(w, tokens, n, 2);
+}
+
+static inline void shard_writer_append_u32(ShardWriter* w, const uint32_t* tokens, size_t n) {
+    shard_writer_write_(w, tokens, n, 4);
 }
 
 // Writes the real header, flushes to disk and renames the temporary file into place.
 static inline void shard_writer_close(ShardWriter* w) {
     int32_t header[SHARD_HEADER_INTS] = {0};
-    header[0] = SHARD_MAGIC;
-    header[1] = SHARD_VERSION;
+    header[0] = w->magic;
+    header[1] = w->version;
     header[2] = (int32_t)w->ntok;
     if (fseek(w->f, 0, SEEK_SET) != 0) { perror(w->tmp_path); exit(EXIT_FAILURE); }
     fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f);

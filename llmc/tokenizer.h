@@ -1,5 +1,6 @@
-// tokenizer.h: the GPT-2 byte-level BPE vocabulary, loaded from vocab.bpe, and decoding. Host-only,
-// no PCRE2: the trainer includes it to print samples; encoding lives in tokenizer_encode.h.
+// tokenizer.h: a byte-level BPE vocabulary and decoding; GPT-2's, loaded from vocab.bpe. Host-only,
+// no PCRE2: the trainer includes it to print samples; encoding lives in tokenizer_encode.h, and
+// tiktoken's cl100k_base and o200k_base load through tokenizer_tiktoken.h into the same struct.
 //
 // vocab.bpe alone defines the vocabulary:
 //   - ids 0-255 are the single bytes in GPT-2's bytes_to_unicode order: the 188 "printable" bytes
@@ -25,19 +26,31 @@
 
 #define TOKENIZER_GPT2_MERGES 50000
 #define TOKENIZER_GPT2_EOT 50256
-#define TOKENIZER_LOOKUP_BITS 17       // 2^17 slots for 50,256 tokens: load 0.38, short probes
+#define TOKENIZER_LOOKUP_BITS 17       // GPT-2: 2^17 slots for 50,256 tokens: load 0.38, short probes
 #define TOKENIZER_ERR_LEN 4608         // a 4096-byte path and the words around it
+#define TOKENIZER_MAX_SPECIAL 8
 static const char tokenizer_eot_text[] = "<|endoftext|>";
 
+// Ids [0, n_ranks) are the BPE tokens, ranked by id (lower id = merged first); the special tokens
+// come after them. Ids in [n_ranks, vocab_size) that are not special are unused (cl100k_base has 16,
+// o200k_base 19) and decode to nothing.
 typedef struct Tokenizer {
-    int vocab_size;          // 50257 = 256 bytes + 50000 merges + <|endoftext|>
-    int n_merges;            // 50000
-    int eot_id;              // 50256
+    char name[16];           // the encoding: "gpt2", "cl100k_base" or "o200k_base"
+    int vocab_size;          // one past the largest id: 50257, 100277, 200019
+    int n_ranks;             // BPE tokens: 50256, 100256, 199998
+    int n_merges;            // n_ranks - 256 (GPT-2: the 50000 lines of vocab.bpe)
+    int eot_id;              // <|endoftext|>: 50256, 100257, 199999
+    int n_special;
+    int32_t special_ids[TOKENIZER_MAX_SPECIAL];  // (n_special,) ascending; their bytes are in the table
+    char* pattern;           // the pre-tokenizer regex as the encoder file gives it (NUL-terminated);
+                             // NULL for GPT-2, whose pattern is built into tokenizer_encode.h
     unsigned char* bytes;    // (offsets[vocab_size],) every token's bytes, id after id
     uint32_t* offsets;       // (vocab_size + 1,) token id is bytes[offsets[id] .. offsets[id + 1])
-    int32_t* merges;         // (n_merges, 2) left and right id of merge r, which makes id 256 + r
-    int32_t* lookup;         // (1 << TOKENIZER_LOOKUP_BITS,) open addressing: token bytes -> id, -1 empty;
-                             // holds every id but <|endoftext|> (special tokens are never looked up)
+    int32_t* merges;         // (n_merges, 2) GPT-2 only (else NULL): left and right id of merge r,
+                             // which makes id 256 + r
+    int lookup_bits;         // the lookup has 2^lookup_bits slots (load <= 0.4)
+    int32_t* lookup;         // (1 << lookup_bits,) open addressing: token bytes -> id, -1 empty;
+                             // holds the ids below n_ranks (special tokens are never looked up)
 } Tokenizer;
 
 // --- byte strings ------------------------------------------------------------------------------
@@ -61,7 +74,7 @@ static inline uint64_t tokenizer_hash(const unsigned char* s, size_t n) {
 
 // The id of the token whose bytes are s[0..n), or -1 (also for <|endoftext|>).
 static inline int tokenizer_lookup(const Tokenizer* t, const unsigned char* s, size_t n) {
-    uint32_t mask = (1u << TOKENIZER_LOOKUP_BITS) - 1;
+    uint32_t mask = (1u << t->lookup_bits) - 1;
     for (uint32_t i = (uint32_t)tokenizer_hash(s, n) & mask;; i = (i + 1) & mask) {
         int id = t->lookup[i];
         if (id < 0) return -1;
@@ -71,7 +84,7 @@ static inline int tokenizer_lookup(const Tokenizer* t, const unsigned char* s, s
 }
 
 static inline void tokenizer_lookup_insert(Tokenizer* t, int id) {
-    uint32_t mask = (1u << TOKENIZER_LOOKUP_BITS) - 1;
+    uint32_t mask = (1u << t->lookup_bits) - 1;
     const unsigned char* s = t->bytes + t->offsets[id];
     uint32_t i = (uint32_t)tokenizer_hash(s, t->offsets[id + 1] - t->offsets[id]) & mask;
     while (t->lookup[i] >= 0) i = (i + 1) & mask;
@@ -158,6 +171,7 @@ static inline void tokenizer_free(Tokenizer* t) {
     free(t->offsets);
     free(t->merges);
     free(t->lookup);
+    free(t->pattern);
     memset(t, 0, sizeof(*t));
 }
 
@@ -211,15 +225,20 @@ static inline int tokenizer_load(Tokenizer* t, const char* path, char* err, size
         snprintf(err + k, errlen - k, "; %s", fix);
         return -1;
     }
+    snprintf(t->name, sizeof(t->name), "gpt2");
     t->n_merges = TOKENIZER_GPT2_MERGES;
-    t->vocab_size = 256 + t->n_merges + 1;
+    t->n_ranks = 256 + t->n_merges;
+    t->vocab_size = t->n_ranks + 1;
     t->eot_id = TOKENIZER_GPT2_EOT;
+    t->n_special = 1;
+    t->special_ids[0] = TOKENIZER_GPT2_EOT;
     size_t cap = 1 << 19;
     t->bytes = (unsigned char*)malloc_check(cap);
     t->offsets = (uint32_t*)calloc_check((size_t)t->vocab_size + 1, sizeof(uint32_t));
     t->merges = (int32_t*)malloc_check(2 * sizeof(int32_t) * (size_t)t->n_merges);
-    t->lookup = (int32_t*)malloc_check(sizeof(int32_t) << TOKENIZER_LOOKUP_BITS);
-    memset(t->lookup, 0xff, sizeof(int32_t) << TOKENIZER_LOOKUP_BITS);  // all -1
+    t->lookup_bits = TOKENIZER_LOOKUP_BITS;
+    t->lookup = (int32_t*)malloc_check(sizeof(int32_t) << t->lookup_bits);
+    memset(t->lookup, 0xff, sizeof(int32_t) << t->lookup_bits);  // all -1
     unsigned char order[256];
     tokenizer_byte_order(order);
     for (int id = 0; id < 256; id++) {
@@ -267,12 +286,13 @@ static inline void tokenizer_init(Tokenizer* t, const char* vocab_bpe_path) {
 // --- decoding ----------------------------------------------------------------------------------
 
 // The bytes of token `id` (not NUL-terminated; a token may be part of a UTF-8 character) and their
-// count in *len; NULL (and *len = 0) for an id outside [0, vocab_size).
+// count in *len; NULL (and *len = 0) for an id outside [0, vocab_size) or an unused one (no token
+// is empty, so an empty entry marks an unused id).
 static inline const unsigned char* tokenizer_decode(const Tokenizer* t, int id, size_t* len) {
     *len = 0;
     if (id < 0 || id >= t->vocab_size) return NULL;
     *len = t->offsets[id + 1] - t->offsets[id];
-    return t->bytes + t->offsets[id];
+    return *len ? t->bytes + t->offsets[id] : NULL;
 }
 
 // Decodes ids[0..n) into out (at most `cap` bytes written, like snprintf). Returns the full decoded

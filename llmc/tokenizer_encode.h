@@ -1,13 +1,21 @@
-// tokenizer_encode.h: GPT-2 encoding, text bytes -> token ids, with the semantics of tiktoken's
-// `encode_ordinary` (the reference the tests compare against, id for id). Needs PCRE2 (-lpcre2-8).
+// tokenizer_encode.h: encoding, text bytes -> token ids, for GPT-2, cl100k_base and o200k_base, with
+// the semantics of tiktoken's `encode_ordinary` (the reference the tests compare against, id for id).
+// Needs PCRE2 (-lpcre2-8).
 //
-// 1. Pre-tokenize with GPT-2's regex through PCRE2 with UTF + UCP and JIT.
+// 1. Pre-tokenize with the encoding's regex through PCRE2 with UTF + UCP and JIT.
 //    `\s` is written as an explicit class because PCRE2's UCP `\s` also matches U+180E, which the
-//    reference does not treat as whitespace. Every position is matched by some alternative and none
-//    matches empty, so the matches tile the text: piece k starts where piece k-1 ends.
+//    reference does not treat as whitespace: GPT-2's pattern below is written that way, and the
+//    patterns of the tiktoken files go through encoder_rewrite_pattern (`\s` -> the class, `\S` -> its
+//    complement). Otherwise PCRE2 compiles them as they are: the case-insensitive contractions
+//    `(?i:'s|...)` (PCRE2, like the reference, folds 's' with U+017F), `\p{N}{1,3}`, and o200k_base's
+//    \p{Lu}/\p{Ll}/\p{Lt}/\p{Lm}/\p{Lo}/\p{M} classes. (The files of tiktoken@1.0.22 have no possessive
+//    quantifiers; PCRE2 would accept those too.) Every position is matched by some alternative and
+//    none matches empty, so the matches tile the text: piece k starts where piece k-1 ends.
+//    PCRE2 10.42 knows Unicode 14; the reference's tables are newer, so characters assigned since
+//    (Unicode 15's CJK extension H, Kawi, ...) may split differently. Text from before 2021 is not affected.
 // 2. Each piece becomes ids as tiktoken does it: if the whole piece is a token, that token; else BPE
 //    on its bytes: repeatedly join the adjacent pair whose joined bytes form the token of lowest
-//    rank (leftmost on ties). The rank of token id is id - 256, so "lowest rank" = "lowest id". A pair
+//    rank (leftmost on ties). Ranks grow with ids in every encoding, so "lowest rank" = "lowest id". A pair
 //    counts when its joined bytes are a token, whatever merge line made that token (which can differ
 //    from the pair itself; encoder.py's rule looks up the pair, tiktoken's the bytes, and we follow
 //    tiktoken). The pair table therefore holds every split of every token into two tokens.
@@ -25,7 +33,7 @@
 // regex alone ~130 MB/s, encoding ~80 MB/s with an empty cache and ~100 MB/s with a warm one.
 //
 // Special tokens are never parsed from text: "<|endoftext|>" in the input is ordinary text
-// (tiktoken's encode_ordinary); tools insert GPT2_EOT themselves.
+// (tiktoken's encode_ordinary); tools insert the tokenizer's eot_id themselves.
 //
 // Invalid UTF-8 is rejected, not repaired: encoder_encode appends nothing, returns -1, and gives the
 // byte offset of the first invalid byte (as found by PCRE2's UTF check, which rejects overlong forms,
@@ -51,8 +59,10 @@ static const char encoder_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" ENCODER_WS "\\p{L}\\p{N}]+"
     "|[" ENCODER_WS "]+(?![^" ENCODER_WS "])|[" ENCODER_WS "]+";
 
-#define ENCODER_PAIR_EMPTY 0xffffffffu   // no pair key: ids are < 65535
-#define ENCODER_TABLE_BITS 18            // 2^18 slots (4 MiB), refilled when half full
+#define ENCODER_ID_BITS 21               // a pair entry packs left, right and the joined id in 21 bits each
+#define ENCODER_PAIR_EMPTY UINT64_MAX    // no entry: ids are < 2^21 - 1
+#define ENCODER_TABLE_BITS 18            // at least 2^18 slots (4 MiB; cl100k 2^19, o200k 2^20), refilled
+                                         // when half full
 #define ENCODER_CACHE_MAX_PIECE 256      // longer pieces are rare and would crowd the arena
 #define ENCODER_ARENA_WORDS (1u << 21)   // 8 MiB of cached ids and piece tails
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -98,12 +108,13 @@ typedef struct Encoder {
     pcre2_code* re;
     pcre2_match_data* md;
     int jit;                       // 1 when PCRE2 compiled the pattern to machine code
-    int32_t byte_id[256];          // byte -> its id (inverse of the bytes_to_unicode order)
-    uint64_t* pairs;               // (pair_mask + 1,) key << 32 | id of the token left + right, where
-                                   // key = left << 16 | right; key ENCODER_PAIR_EMPTY = empty slot.
+    int32_t byte_id[256];          // byte -> its id (the same order in every encoding)
+    uint64_t* pairs;               // (pair_mask + 1,) key << 21 | id of the token left + right, where
+                                   // key = left << 21 | right; ENCODER_PAIR_EMPTY = empty slot.
                                    // Key and id share a word: a lookup is one cache miss, not two
     uint32_t pair_mask, pair_shift;
-    EncoderSlot* table;            // (1 << ENCODER_TABLE_BITS,) piece bytes -> ids, linear probing
+    uint32_t table_bits;           // the table has 2^table_bits slots: >= 4x the tokens
+    EncoderSlot* table;            // (1 << table_bits,) piece bytes -> ids, linear probing
     uint32_t* arena;               // (ENCODER_ARENA_WORDS,) what cached slots point to
     uint32_t table_n, arena_used;  // slots filled (tokens included), arena words used
     // BPE scratch for one piece of up to scratch_n bytes; node i starts as byte i of the piece
@@ -117,12 +128,19 @@ typedef struct Encoder {
 
 // --- the pair table: (left, right) -> token -------------------------------------------------------
 
+static inline uint64_t encoder_pair_key(int32_t a, int32_t b) { return (uint64_t)a << ENCODER_ID_BITS | (uint64_t)b; }
+
+// Fibonacci hashing: the top bits of key * 2^64/phi.
+static inline uint32_t encoder_pair_slot(const Encoder* e, uint64_t key) {
+    return (uint32_t)((key * 0x9e3779b97f4a7c15ULL) >> e->pair_shift);
+}
+
 static inline int32_t encoder_pair(const Encoder* e, int32_t a, int32_t b) {
-    uint32_t key = (uint32_t)a << 16 | (uint32_t)b;
-    for (uint32_t i = (key * 0x9e3779b1u) >> e->pair_shift;; i = (i + 1) & e->pair_mask) {
-        uint32_t k = (uint32_t)(e->pairs[i] >> 32);
-        if (k == key) return (int32_t)(uint32_t)e->pairs[i];
-        if (k == ENCODER_PAIR_EMPTY) return -1;
+    uint64_t key = encoder_pair_key(a, b);
+    for (uint32_t i = encoder_pair_slot(e, key);; i = (i + 1) & e->pair_mask) {
+        uint64_t entry = e->pairs[i];
+        if (entry >> ENCODER_ID_BITS == key) return (int32_t)(entry & ((1u << ENCODER_ID_BITS) - 1));
+        if (entry == ENCODER_PAIR_EMPTY) return -1;
     }
 }
 
@@ -131,7 +149,7 @@ static inline int32_t encoder_pair(const Encoder* e, int32_t a, int32_t b) {
 static inline int64_t encoder_pairs_pass(Encoder* e, int insert) {
     const Tokenizer* t = e->tok;
     int64_t count = 0;
-    for (int32_t id = 256; id < 256 + t->n_merges; id++) {
+    for (int32_t id = 256; id < t->n_ranks; id++) {
         const unsigned char* s = t->bytes + t->offsets[id];
         size_t n = t->offsets[id + 1] - t->offsets[id];
         for (size_t k = 1; k < n; k++) {
@@ -139,10 +157,10 @@ static inline int64_t encoder_pairs_pass(Encoder* e, int insert) {
             if (b < 0) continue;
             count++;
             if (!insert) continue;
-            uint32_t key = (uint32_t)a << 16 | (uint32_t)b;
-            uint32_t i = (key * 0x9e3779b1u) >> e->pair_shift;
-            while ((uint32_t)(e->pairs[i] >> 32) != ENCODER_PAIR_EMPTY) i = (i + 1) & e->pair_mask;
-            e->pairs[i] = (uint64_t)key << 32 | (uint32_t)id;
+            uint64_t key = encoder_pair_key(a, b);
+            uint32_t i = encoder_pair_slot(e, key);
+            while (e->pairs[i] != ENCODER_PAIR_EMPTY) i = (i + 1) & e->pair_mask;
+            e->pairs[i] = key << ENCODER_ID_BITS | (uint64_t)id;
         }
     }
     return count;
@@ -252,7 +270,7 @@ static inline const unsigned char* encoder_slot_tail(const Encoder* e, const Enc
 
 // The slot of piece s[0..n) (head and hash from above), or the empty slot where it would go.
 static inline EncoderSlot* encoder_table_find(Encoder* e, const unsigned char* s, size_t n, uint64_t head, uint64_t h) {
-    uint32_t mask = (1u << ENCODER_TABLE_BITS) - 1;
+    uint32_t mask = (1u << e->table_bits) - 1;
     for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
         EncoderSlot* c = &e->table[i];
         if (c->len == 0) return c;
@@ -260,13 +278,13 @@ static inline EncoderSlot* encoder_table_find(Encoder* e, const unsigned char* s
     }
 }
 
-// Empties the table, then puts every token (except <|endoftext|>) back in.
+// Empties the table, then puts every token (except the special ones) back in.
 static inline void encoder_table_reset(Encoder* e) {
     const Tokenizer* t = e->tok;
-    memset(e->table, 0, sizeof(EncoderSlot) << ENCODER_TABLE_BITS);
+    memset(e->table, 0, sizeof(EncoderSlot) << e->table_bits);
     e->table_n = e->arena_used = 0;
     const unsigned char* end = t->bytes + t->offsets[t->vocab_size];
-    for (int id = 0; id < 256 + t->n_merges; id++) {
+    for (int id = 0; id < t->n_ranks; id++) {
         const unsigned char* s = t->bytes + t->offsets[id];
         size_t n = t->offsets[id + 1] - t->offsets[id];
         uint64_t head = encoder_head(s, n, end);
@@ -282,7 +300,7 @@ static inline void encoder_table_reset(Encoder* e) {
 static inline void encoder_cache_insert(Encoder* e, EncoderSlot* c, const unsigned char* s, size_t n, uint64_t head,
                                         uint64_t h, const int32_t* ids, size_t m) {
     size_t words = m + (n > 8 ? (n - 8 + 3) / 4 : 0);
-    if (e->table_n + 1 > (1u << (ENCODER_TABLE_BITS - 1)) || e->arena_used + words > ENCODER_ARENA_WORDS) {
+    if (e->table_n + 1 > (1u << (e->table_bits - 1)) || e->arena_used + words > ENCODER_ARENA_WORDS) {
         encoder_table_reset(e);
         e->n_flushes++;
         c = encoder_table_find(e, s, n, head, h);
@@ -297,36 +315,77 @@ static inline void encoder_cache_insert(Encoder* e, EncoderSlot* c, const unsign
 
 // --- init / free ---------------------------------------------------------------------------------
 
+// Writes `pattern` to out (cap bytes) with `\s` replaced by ENCODER_WS (a class of its own outside
+// brackets, its members inside) and `\S` outside brackets by the complement class. Returns 0, or -1
+// when out is too small or `\S` appears inside brackets (no pattern here does that).
+static inline int encoder_rewrite_pattern(const char* pattern, char* out, size_t cap) {
+    size_t o = 0;
+    int in_class = 0;
+    for (const char* p = pattern; *p; p++) {
+        char piece[160] = {p[0], 0};
+        if (p[0] == '\\' && p[1]) {
+            if (p[1] == 's') snprintf(piece, sizeof(piece), in_class ? "%s" : "[%s]", ENCODER_WS);
+            else if (p[1] == 'S' && !in_class) snprintf(piece, sizeof(piece), "[^%s]", ENCODER_WS);
+            else if (p[1] == 'S') return -1;
+            else { piece[1] = p[1]; piece[2] = 0; }
+            p++;
+        } else if (p[0] == '[' && !in_class) {
+            in_class = 1;
+            size_t k = 1;  // a ']' right after '[' or '[^' is a member, not the end
+            if (p[1] == '^') piece[k++] = *++p;
+            if (p[1] == ']') piece[k++] = *++p;
+            piece[k] = 0;
+        } else if (p[0] == ']' && in_class) {
+            in_class = 0;
+        }
+        size_t k = strlen(piece);
+        if (o + k + 1 > cap) return -1;
+        memcpy(out + o, piece, k);
+        o += k;
+    }
+    out[o] = 0;
+    return 0;
+}
+
 static inline void encoder_init(Encoder* e, const Tokenizer* t) {
     memset(e, 0, sizeof(*e));
     e->tok = t;
-    if (t->vocab_size >= 65535) check_fail("vocabulary too large for 16-bit pair keys", "GPT-2 has 50257 tokens");
+    if (t->vocab_size >= (1 << ENCODER_ID_BITS) - 1)
+        check_fail("vocabulary too large for the 21-bit ids of the pair table", "the encodings here have at most 200019 tokens");
+    char pattern[4096];
+    if (t->pattern && encoder_rewrite_pattern(t->pattern, pattern, sizeof(pattern)) != 0) {
+        fprintf(stderr, "error: the %s pattern cannot be rewritten for PCRE2: %s\n", t->name, t->pattern);
+        check_fail("encoder_rewrite_pattern", "a pattern over 1 KB or with \\S inside brackets; is the encoder file right?");
+    }
     int errcode;
     PCRE2_SIZE erroff;
-    e->re = pcre2_compile((PCRE2_SPTR)encoder_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &errcode,
-                          &erroff, NULL);
+    e->re = pcre2_compile((PCRE2_SPTR)(t->pattern ? pattern : encoder_pattern), PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP, &errcode, &erroff, NULL);
     if (!e->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(errcode, msg, sizeof(msg));
-        fprintf(stderr, "error: PCRE2 cannot compile the GPT-2 pattern at offset %zu: %s\n", (size_t)erroff, msg);
+        fprintf(stderr, "error: PCRE2 cannot compile the %s pattern at offset %zu: %s\n", t->name, (size_t)erroff, msg);
         check_fail("pcre2_compile", "PCRE2 must be built with Unicode support (Debian's libpcre2-dev is)");
     }
     e->jit = pcre2_jit_compile(e->re, PCRE2_JIT_COMPLETE) == 0;  // without JIT: 3x slower, same ids
     e->md = pcre2_match_data_create_from_pattern(e->re, NULL);
     if (!e->md) check_fail("pcre2_match_data_create_from_pattern", "host memory is exhausted");
-    unsigned char order[256];
-    tokenizer_byte_order(order);
-    for (int id = 0; id < 256; id++) e->byte_id[order[id]] = id;
-    // GPT-2: 108,299 pairs for 50,000 merges. Size the table at >= 2x (load <= 0.5), then fill it.
+    for (int b = 0; b < 256; b++) {
+        unsigned char c = (unsigned char)b;
+        e->byte_id[b] = tokenizer_lookup(t, &c, 1);  // every byte is a token (the loaders check)
+    }
+    // Pairs: GPT-2 108,299 for 50,000 merges. Size the table at >= 2x (load <= 0.5), then fill it.
     int64_t n_pairs = encoder_pairs_pass(e, 0);
     int bits = 1;
     while ((1LL << bits) < 2 * n_pairs) bits++;
     e->pair_mask = (1u << bits) - 1;
-    e->pair_shift = 32 - (uint32_t)bits;  // Fibonacci hashing: the top `bits` bits of key * 2^32/phi
+    e->pair_shift = 64 - (uint32_t)bits;
     e->pairs = (uint64_t*)malloc_check(sizeof(uint64_t) << bits);
     memset(e->pairs, 0xff, sizeof(uint64_t) << bits);
     encoder_pairs_pass(e, 1);
-    e->table = (EncoderSlot*)malloc_check(sizeof(EncoderSlot) << ENCODER_TABLE_BITS);
+    e->table_bits = ENCODER_TABLE_BITS;
+    while ((1u << e->table_bits) < 4u * (uint32_t)t->n_ranks) e->table_bits++;  // tokens fill <= 1/4
+    e->table = (EncoderSlot*)malloc_check(sizeof(EncoderSlot) << e->table_bits);
     e->arena = (uint32_t*)malloc_check(ENCODER_ARENA_WORDS * sizeof(uint32_t));
     encoder_table_reset(e);
 }
@@ -405,7 +464,7 @@ static inline int64_t encoder_next_piece(Encoder* e, const unsigned char* text, 
     }
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(e->md);
     if (rc < 1 || ov[0] != off || ov[1] <= off) {
-        fprintf(stderr, "error: the GPT-2 pattern did not match at byte %zu (rc %d)\n", off, rc);
+        fprintf(stderr, "error: the %s pattern did not match at byte %zu (rc %d)\n", e->tok->name, off, rc);
         check_fail("encoder_next_piece", "an internal bug: every position should start a non-empty piece");
     }
     return (int64_t)ov[1];
@@ -423,7 +482,7 @@ static inline int encoder_encode(Encoder* e, const unsigned char* text, size_t l
     if (stop < 0) return -1;
     size_t start = 0;
     EncoderKey k = encoder_key(text, (size_t)stop, end);
-    uint32_t mask = (1u << ENCODER_TABLE_BITS) - 1;
+    uint32_t mask = (1u << e->table_bits) - 1;
     while (start < len) {
         int64_t next_stop = (size_t)stop < len ? encoder_next_piece(e, text, len, (size_t)stop, 0, bad_offset) : -1;
         EncoderKey next_k = {0, 0};

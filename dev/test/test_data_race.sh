@@ -39,7 +39,9 @@ for goals in "data" "test" "train_gpt" "data train_gpt" "train_gpt test"; do
     # shellcheck disable=SC2086  # $goals is a list of goals
     plan=$(make -C "$scratch" --no-print-directory -n -j8 $goals 2>&1) || {
         expect "make -n -j8 $goals failed: $plan" false; continue; }
-    for script in data/install_deps.sh data/fetch_gpt2_bpe.sh data/fetch_starter.sh; do
+    scripts="data/install_deps.sh data/fetch_gpt2_bpe.sh data/fetch_starter.sh"
+    case " $goals " in *" test "*) scripts="$scripts data/fetch_tiktoken.sh" ;; esac
+    for script in $scripts; do
         n=$(printf '%s\n' "$plan" | grep -cx "bash $script" || true)
         expect "make -n -j8 $goals: bash $script listed $n times, expected once" [ "$n" = 1 ]
     done

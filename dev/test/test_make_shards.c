@@ -8,6 +8,10 @@
 //     and leaves no temporary file behind;
 //   - a split that would leave train empty (one file; --val-every 1) is refused, writing nothing,
 //     unless --allow-empty-split 1.
+//   - --encoding cl100k_base and o200k_base write uint32 shards in llm.c's Llama-3 layout (header
+//     magic 20240801, version 7, count; file size 1024 + 4 * count), read back here directly, holding
+//     the encoding's EOT + the encoder's ids of each document; gpt2 still writes the uint16 layout;
+//   - build/tokenize encode --encoding NAME FILE prints the ids one a line.
 #define _GNU_SOURCE
 #include <glob.h>
 #include <stdint.h>
@@ -19,6 +23,7 @@
 #include "../../llmc/shard.h"
 #include "../../llmc/tokenizer.h"
 #include "../../llmc/tokenizer_encode.h"
+#include "../../llmc/tokenizer_tiktoken.h"
 #include "testing.h"
 
 #define MAKE_SHARDS "build/make_shards"
@@ -173,6 +178,101 @@ static void test_split_and_shards(Encoder* e) {
     token_buf_free(&want);
 }
 
+// --- uint32 shards (--encoding cl100k_base, o200k_base) -------------------------------------------
+
+// Reads the uint32 shards DIR/NAME_SPLIT_*.bin in order into out, checking each header and size.
+// Returns the number of shards.
+static int read_split_u32(const char* name, const char* split, int64_t shard_tokens, TokenBuf* out) {
+    char pattern[600];
+    snprintf(pattern, sizeof(pattern), "%s/%s_%s_*.bin", dir, name, split);
+    glob_t g;
+    out->len = 0;
+    int n = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+    for (int s = 0; s < n; s++) {
+        const char* path = g.gl_pathv[s];
+        FILE* f = fopen_check(path, "rb");
+        int32_t header[SHARD_HEADER_INTS] = {0};
+        size_t got = fread(header, sizeof(int32_t), SHARD_HEADER_INTS, f);
+        fseek(f, 0, SEEK_END);
+        long size = ftell(f);
+        int64_t ntok = header[2];
+        int ok = got == SHARD_HEADER_INTS && header[0] == SHARD_U32_MAGIC && header[1] == SHARD_U32_VERSION &&
+                 size == SHARD_HEADER_BYTES + 4 * ntok;
+        for (int k = 3; k < SHARD_HEADER_INTS; k++) ok = ok && header[k] == 0;
+        EXPECT(ok, "%s: header {%d, %d, %d}, %ld bytes; expected {%d, %d, count}, the rest zero, 1024 + 4 * count bytes",
+               path, header[0], header[1], header[2], size, SHARD_U32_MAGIC, SHARD_U32_VERSION);
+        int full = s == n - 1 ? ntok >= 1 && ntok <= shard_tokens : ntok == shard_tokens;
+        EXPECT(full, "%s: %lld tokens; shards hold %lld, only the last fewer", path, (long long)ntok,
+               (long long)shard_tokens);
+        if (!ok) { fclose(f); break; }
+        uint32_t* tok = (uint32_t*)malloc_check((size_t)ntok * sizeof(uint32_t) + 1);
+        fseek(f, SHARD_HEADER_BYTES, SEEK_SET);
+        fread_check(tok, sizeof(uint32_t), (size_t)ntok, f);
+        fclose(f);
+        for (int64_t i = 0; i < ntok; i++) token_buf_push(out, (int32_t)tok[i]);
+        free(tok);
+    }
+    globfree(&g);
+    return n;
+}
+
+// Docs 0..6 with --val-every 3 and 7-token shards, as test_split_and_shards, in a tiktoken encoding.
+static void test_u32_shards(const char* encoding) {
+    Tokenizer t;
+    tokenizer_init_encoding(&t, encoding, NULL);
+    Encoder e;
+    encoder_init(&e, &t);
+    char args[4096], err[8192], name[64];
+    snprintf(name, sizeof(name), "u_%s", encoding);
+    int o = snprintf(args, sizeof(args), "--encoding %s --out %s --name %s --val-every 3 --shard-tokens 7", encoding,
+                     dir, name);
+    for (int i = 0; i < N_DOCS; i++) o += snprintf(args + o, sizeof(args) - (size_t)o, " %s/doc%d.txt", dir, i);
+    int rc = run(args, err, sizeof(err));
+    EXPECT(rc == 0, "make_shards --encoding %s: exit %d: %s", encoding, rc, err);
+    TokenBuf got = {0}, want = {0};
+    for (int v = 0; v < 2; v++) {
+        int n_shards = read_split_u32(name, v ? "val" : "train", 7, &got);
+        want.len = 0;
+        for (int i = 0; i < N_DOCS; i++) {
+            if ((i % 3 == 0) != v) continue;
+            size_t bad;
+            token_buf_push(&want, t.eot_id);
+            EXPECT(encoder_encode(&e, (const unsigned char*)docs[i], strlen(docs[i]), &want, &bad) == 0, "doc %d", i);
+        }
+        char what[128];
+        snprintf(what, sizeof(what), "%s %s", encoding, v ? "val" : "train");
+        expect_same(&got, &want, what);
+        EXPECT(n_shards == (int)((want.len + 6) / 7) && n_shards > 1, "%s: %d shards for %zu tokens", what, n_shards,
+               want.len);
+        int eots = 0, big = 0;
+        for (size_t i = 0; i < got.len; i++) eots += got.ids[i] == t.eot_id, big += got.ids[i] >= 65536;
+        EXPECT(eots == (v ? 3 : 4) && got.len && got.ids[0] == t.eot_id && big > 0,
+               "%s: %d EOTs (id %d), first token %d, %d ids above 65535", what, eots, t.eot_id,
+               got.len ? got.ids[0] : -1, big);
+    }
+    EXPECT(count_files(path_in_dir("*.tmp")) == 0, "temporary files left in %s", dir);
+    token_buf_free(&got);
+    token_buf_free(&want);
+    encoder_free(&e);
+    tokenizer_free(&t);
+}
+
+// build/tokenize encode --encoding NAME FILE prints one id a line (tiktoken's ids for "hello world").
+static void test_tokenize_cli(void) {
+    static const char* const cases[][2] = {
+        {"", "31373\n995\n"}, {"--encoding cl100k_base", "15339\n1917\n"}, {"--encoding o200k_base", "24912\n2375\n"}};
+    write_text(path_in_dir("hw.txt"), "hello world", 11);
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char cmd[1200], out[256] = "";
+        snprintf(cmd, sizeof(cmd), "build/tokenize encode %s %s", cases[c][0], path_in_dir("hw.txt"));
+        FILE* p = popen(cmd, "r");
+        size_t n = p ? fread(out, 1, sizeof(out) - 1, p) : 0;
+        int status = p ? pclose(p) : -1;
+        out[n] = 0;
+        EXPECT(status == 0 && strcmp(out, cases[c][1]) == 0, "%s: exit %d, printed \"%s\"", cmd, status, out);
+    }
+}
+
 static void test_errors(void) {
     char args[4096], err[8192];
     write_text(path_in_dir("bad.txt"), "ok so \xff far", 11);
@@ -193,7 +293,9 @@ static void test_errors(void) {
     rc = run(args, err, sizeof(err));
     EXPECT(rc != 0 && strstr(err, "no_such_file.txt"), "a missing file: exit %d, stderr: %s", rc, err);
     static const char* const bad_flags[] = {"--shard-tokens 0", "--shard-tokens 3000000000", "--val-every -1",
-                                            "--val-every x", "--bogus 1", "--name", "--vocab /nonexistent"};
+                                            "--val-every x", "--bogus 1", "--name", "--vocab /nonexistent",
+                                            "--encoding gpt3", "--encoding o200k_base --vocab data/gpt2/vocab.bpe",
+                                            "--encoding cl100k_base --vocab data/tiktoken/o200k_base.json"};
     for (size_t i = 0; i < sizeof(bad_flags) / sizeof(bad_flags[0]); i++) {
         snprintf(args, sizeof(args), "--out %s --name f %s %s/doc0.txt %s/doc1.txt", dir, bad_flags[i], dir, dir);
         rc = run(args, err, sizeof(err));
@@ -238,6 +340,9 @@ int main(void) {
     Encoder e;
     encoder_init(&e, &t);
     test_split_and_shards(&e);
+    test_u32_shards("cl100k_base");
+    test_u32_shards("o200k_base");
+    test_tokenize_cli();
     test_errors();
     encoder_free(&e);
     tokenizer_free(&t);

@@ -1,6 +1,7 @@
-// test_tokenizer.c: the GPT-2 tokenizer (llmc/tokenizer.h, llmc/tokenizer_encode.h) on the CPU.
-// Run from the repository root: ./build/test_tokenizer (needs data/gpt2/ from `make data`, node and
-// the tiktoken oracle from `make test-deps`, and data/.cache/starter/docs/ from `make data`).
+// test_tokenizer.c: the tokenizers (llmc/tokenizer.h, llmc/tokenizer_tiktoken.h, llmc/tokenizer_encode.h)
+// on the CPU. Run from the repository root: ./build/test_tokenizer (needs data/gpt2/ from `make data`,
+// data/tiktoken/ from `make data-tiktoken`, node and the tiktoken oracle from `make test-deps`, and
+// data/.cache/starter/docs/ from `make data`). Sections 1-6 are GPT-2's:
 //   1. known ids (published GPT-2 encodings) and the pre-tokenizer's pieces;
 //   2. decode(encode(x)) == x on text written here, on seeded Unicode fuzz and on long pieces;
 //   3. the piece table and cache agree with plain BPE, also after the cache is flushed;
@@ -8,6 +9,10 @@
 //   5. vocab.bpe / encoder.json loading: the cross-check passes, broken files give clear errors;
 //   6. id for id against tiktoken (dev/test/tiktoken_ids.js) on the fuzz text, the text written
 //      here and every starter-corpus document; a mismatch prints the first differing position.
+//   7. cl100k_base and o200k_base: known ids, pieces of their patterns (case-insensitive
+//      contractions, 1-3 digits, o200k's case classes, U+180E), sizes and special tokens, broken
+//      encoder files, round trips, the piece cache, invalid UTF-8, and id for id against tiktoken on
+//      the same fuzz, own text, random words, long runs and the starter corpus.
 #define _GNU_SOURCE
 #include <glob.h>
 #include <stdint.h>
@@ -19,6 +24,7 @@
 #include "../../llmc/rand.h"
 #include "../../llmc/tokenizer.h"
 #include "../../llmc/tokenizer_encode.h"
+#include "../../llmc/tokenizer_tiktoken.h"
 #include "testing.h"
 
 #define VOCAB "data/gpt2/vocab.bpe"
@@ -152,11 +158,17 @@ static char* fuzz_text(uint64_t seed, int picks, size_t* len) {
         "\xe2\x9d\xa4\xef\xb8\x8f", "e\xcc\x81", "\xcc\x81", "a\xcc\x88\xcc\x84", "\xf0\x9d\x94\x98nicode",
         "\xf0\x90\x8d\x88", "\xf0\xa0\x9c\x8e", "...", "!!", "?", "\xe2\x80\x94", "\xe2\x80\x9c", "(", ")",
         "<|endoftext|>", "$", "%", "#", "\\", "/*", "\xce\x95\xce\xbb\xce\xbb\xce\xb7\xce\xbd",
+        // for cl100k_base and o200k_base: special tokens, case-insensitive contractions (U+017F folds to
+        // 's'), case runs, Lt/Lm letters, marks, digit runs, CR/LF runs, slashes
+        "<|fim_prefix|>", "<|endofprompt|>", "<|endoftext", "x'\xc5\xbf", "'\xc5\xbf", "HELLO'S", "We'LL",
+        "CamelCase", "iPhone", "\xc7\x85ungla", "\xca\xb0", "\xe0\xb8\xaa\xe0\xb8\xa7\xe0\xb8\xb1",
+        "\xd9\x85\xd9\x8e", " \xcc\x81", "1234567", "  \r\n  ", "\r\r\n", "/path/to", "-->\n",
         "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82", "\xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d",
     };
     static const uint32_t blocks[][2] = {{0x20, 0x7f}, {0xa0, 0x250}, {0x391, 0x3a1}, {0x400, 0x500},
                                          {0x600, 0x700}, {0x900, 0x980}, {0x2000, 0x2070}, {0x4e00, 0xa000},
-                                         {0xac00, 0xd7a4}, {0x1f300, 0x1f600}, {0x1d400, 0x1d49c}};
+                                         {0xac00, 0xd7a4}, {0x1f300, 0x1f600}, {0x1d400, 0x1d49c},
+                                         {0x300, 0x370}, {0xe00, 0xe60}, {0x1100, 0x1200}};
     uint64_t rng = seed;
     size_t cap = (size_t)picks * 32 + 1, n = 0;
     char* s = (char*)malloc_check(cap);
@@ -230,12 +242,12 @@ static void test_cache(const Tokenizer* t, const char* words, size_t len) {
     encoder_init(&e, t);
     int32_t out[256];
     int self = 0;
-    for (int id = 0; id < 256 + t->n_merges; id++) {
+    for (int id = 0; id < t->n_ranks; id++) {
         size_t n = 0;
         const unsigned char* s = tokenizer_decode(t, id, &n);
         self += encoder_bpe(&e, s, n, out) == 1 && out[0] == id;
     }
-    EXPECT(self == 256 + t->n_merges, "only %d of %d tokens BPE to themselves", self, 256 + t->n_merges);
+    EXPECT(self == t->n_ranks, "%s: only %d of %d tokens BPE to themselves", t->name, self, t->n_ranks);
     TokenBuf cold = {0}, warm = {0}, plain = {0};
     encode(&e, words, len, &cold);
     EXPECT(e.n_flushes > 0, "%zu bytes of random words did not fill the piece cache", len);
@@ -379,6 +391,7 @@ static void parse_ids(const char* line, TokenBuf* out) {
 // about a second to start). One check per call: all files identical, id for id. Each differing file
 // prints its first differing position. Returns the number of tokens compared.
 static int64_t diff_tiktoken(Encoder* e, char** files, size_t n, const char* what) {
+    const char* encoding = e->tok->name;
     int64_t tokens = 0;
     size_t differ = 0, done = 0;
     TokenBuf want = {0}, got = {0};
@@ -386,10 +399,10 @@ static int64_t diff_tiktoken(Encoder* e, char** files, size_t n, const char* wha
     size_t line_cap = 0;
     int status = 0;
     for (size_t b = 0; b < n && status == 0; b += 1000) {
-        size_t nb = n - b < 1000 ? n - b : 1000, cmd_len = 64;
+        size_t nb = n - b < 1000 ? n - b : 1000, cmd_len = 96;
         for (size_t i = 0; i < nb; i++) cmd_len += strlen(files[b + i]) + 3;
         char* cmd = (char*)malloc_check(cmd_len);
-        size_t o = (size_t)sprintf(cmd, "node dev/test/tiktoken_ids.js");
+        size_t o = (size_t)sprintf(cmd, "node dev/test/tiktoken_ids.js --encoding %s", encoding);
         for (size_t i = 0; i < nb; i++) o += (size_t)sprintf(cmd + o, " '%s'", files[b + i]);
         FILE* p = popen(cmd, "r");
         for (size_t k = 0; p && k < nb && getline(&line, &line_cap, p) >= 0; k++, done++) {
@@ -416,8 +429,8 @@ static int64_t diff_tiktoken(Encoder* e, char** files, size_t n, const char* wha
     }
     EXPECT(status == 0 && done == n, "node dev/test/tiktoken_ids.js: exit status %d after %zu of %zu files"
            " (hint: run `make test-deps`; it needs node and npm)", status, done, n);
-    EXPECT(differ == 0, "%s: %zu of %zu files differ from tiktoken (first positions above)", what, differ, n);
-    printf("tiktoken: %s: %zu files, %lld tokens, %zu differ\n", what, done, (long long)tokens, differ);
+    EXPECT(differ == 0, "%s, %s: %zu of %zu files differ from tiktoken (first positions above)", encoding, what, differ, n);
+    printf("tiktoken %s: %s: %zu files, %lld tokens, %zu differ\n", encoding, what, done, (long long)tokens, differ);
     free(line);
     token_buf_free(&want);
     token_buf_free(&got);
@@ -437,6 +450,176 @@ static void test_tiktoken(Encoder* e, const char* fuzz, size_t fuzz_len, const c
     globfree(&g);
 }
 
+// --- 7. cl100k_base and o200k_base --------------------------------------------------------------
+
+// Known ids (tiktoken's, checked with the oracle) and pieces (as tiktoken's pattern splits them).
+static void test_tiktoken_known(Encoder* e) {
+    int o200k = strcmp(e->tok->name, "o200k_base") == 0;
+    static const struct { const char* text; int n; int ids[2][8]; } cases[] = {
+        {"hello world", 2, {{15339, 1917}, {24912, 2375}}},
+        {"Hello world", 2, {{9906, 1917}, {13225, 2375}}},
+        {" the", 1, {{279}, {290}}},
+        {"HelloWorld", 2, {{9906, 10343}, {13225, 13046}}},
+        {"12345678", 3, {{4513, 10961, 2495}, {7633, 19354, 4388}}},
+        {"<|endoftext|>", 7, {{27, 91, 8862, 728, 428, 91, 29}, {27, 91, 419, 1440, 919, 91, 29}}},  // ordinary text
+        {"\xe1\xb1\x8d", 3, {{157, 109, 235}, {157, 109, 235}}},  // U+1C4D: three byte tokens
+        {"", 0, {{0}, {0}}},
+    };
+    TokenBuf ids = {0};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const int* want = cases[c].ids[o200k];
+        int rc = encode(e, cases[c].text, strlen(cases[c].text), &ids);
+        int same = rc == 0 && (int)ids.len == cases[c].n && memcmp(ids.ids, want, ids.len * sizeof(int32_t)) == 0;
+        EXPECT(same, "%s: encode(\"%s\"): %zu ids, first %d; expected %d ids, first %d", e->tok->name, cases[c].text,
+               ids.len, ids.len ? ids.ids[0] : -1, cases[c].n, want[0]);
+    }
+    // longer ones: the lengths differ between the encodings
+    static const struct { const char* text; int n[2]; int ids[2][8]; } more[] = {
+        {"Hello, I'm a language model,", {8, 7}, {{9906, 11, 358, 2846, 264, 4221, 1646, 11},
+                                                   {13225, 11, 5477, 261, 6439, 2359, 11}}},
+        {"I'LL DON'T we'd", {7, 5}, {{40, 6, 4178, 45373, 17773, 584, 4265}, {40, 6, 7454, 153384, 68530}}},
+    };
+    for (size_t c = 0; c < sizeof(more) / sizeof(more[0]); c++) {
+        const int* want = more[c].ids[o200k];
+        int n = more[c].n[o200k];
+        int rc = encode(e, more[c].text, strlen(more[c].text), &ids);
+        int same = rc == 0 && (int)ids.len == n && memcmp(ids.ids, want, ids.len * sizeof(int32_t)) == 0;
+        EXPECT(same, "%s: encode(\"%s\"): %zu ids, first %d; expected %d ids, first %d", e->tok->name, more[c].text,
+               ids.len, ids.len ? ids.ids[0] : -1, n, want[0]);
+    }
+    token_buf_free(&ids);
+    static const char* const pieces_cases[][3] = {  // text, cl100k_base's pieces, o200k_base's
+        {"I'LL DON'T we'd HELLO'S", "I|'LL| DON|'T| we|'d| HELLO|'S", "I'LL| DON'T| we'd| HELLO'S"},
+        {"12345678 x", "123|456|78| x", "123|456|78| x"},
+        {"a  \xe1\xa0\x8e" "b", "a| | \xe1\xa0\x8e|b", "a| | \xe1\xa0\x8e|b"},  // U+180E is not whitespace
+        {"a\r\n\r\nb", "a|\r\n\r\n|b", "a|\r\n\r\n|b"},
+        {"x \n\n  y  ", "x| \n\n| | y|  ", "x| \n\n| | y|  "},
+        {"HelloWorld CamelCase \xc7\x85ungla", "HelloWorld| CamelCase| \xc7\x85ungla",
+         "Hello|World| Camel|Case| \xc7\x85ungla"},  // U+01C5 is Lt
+        {"can't-stop /path/to\n", "can|'t|-stop| /|path|/to|\n", "can't|-stop| /|path|/to|\n"},
+        {"x\xc2\xa0y", "x|\xc2\xa0y", "x|\xc2\xa0y"},  // U+00A0 is whitespace, and joins a letter as its one non-letter
+    };
+    for (size_t c = 0; c < sizeof(pieces_cases) / sizeof(pieces_cases[0]); c++) {
+        char got[512] = "";
+        pieces(e, pieces_cases[c][0], got, sizeof(got));
+        const char* want = pieces_cases[c][1 + o200k];
+        EXPECT(strcmp(got, want) == 0, "%s: pieces of \"%s\": \"%s\", expected \"%s\"", e->tok->name,
+               pieces_cases[c][0], got, want);
+    }
+}
+
+static int tiktoken_load_fails(const char* name, const char* path, const char* want) {
+    Tokenizer t;
+    char err[TOKENIZER_ERR_LEN] = "";
+    int rc = tokenizer_load_encoding(&t, name, path, err, sizeof(err));
+    if (rc == 0) tokenizer_free(&t);
+    int ok = rc == -1 && strstr(err, path) && strstr(err, "make data-tiktoken") && strstr(err, want);
+    if (!ok) fprintf(stderr, "  tokenizer_load_encoding(%s, %s) said: %s\n", name, path, err);
+    return ok;
+}
+
+// Sizes, special tokens, unused ids, and files that must not load.
+static void test_tiktoken_vocab(const Tokenizer* t, const char* path) {
+    int o200k = strcmp(t->name, "o200k_base") == 0;
+    const TokenizerEncoding* enc = tokenizer_find_encoding(t->name);
+    EXPECT(t->vocab_size == (o200k ? 200019 : 100277) && t->n_ranks == (o200k ? 199998 : 100256) &&
+           t->eot_id == (o200k ? 199999 : 100257) && t->n_special == (o200k ? 2 : 5) && t->pattern,
+           "%s: vocab_size %d, n_ranks %d, eot %d, %d special tokens", t->name, t->vocab_size, t->n_ranks, t->eot_id,
+           t->n_special);
+    static const struct { int o200k; int id; const char* text; } specials[] = {
+        {0, 100257, "<|endoftext|>"}, {0, 100258, "<|fim_prefix|>"}, {0, 100259, "<|fim_middle|>"},
+        {0, 100260, "<|fim_suffix|>"}, {0, 100276, "<|endofprompt|>"}, {1, 199999, "<|endoftext|>"},
+        {1, 200018, "<|endofprompt|>"}, {0, 100256, NULL}, {0, 100261, NULL}, {0, 100275, NULL}, {1, 199998, NULL},
+        {1, 200000, NULL}, {1, 200017, NULL}, {0, 100277, NULL}, {1, 200019, NULL}, {0, -1, NULL}, {1, -1, NULL}};
+    for (size_t c = 0; c < sizeof(specials) / sizeof(specials[0]); c++) {
+        if (specials[c].o200k != o200k) continue;
+        size_t n;
+        const unsigned char* s = tokenizer_decode(t, specials[c].id, &n);
+        int ok = specials[c].text ? s && n == strlen(specials[c].text) && memcmp(s, specials[c].text, n) == 0 : !s;
+        EXPECT(ok, "%s: id %d decodes to \"%.*s\", expected %s", t->name, specials[c].id, (int)n, s ? (const char*)s : "",
+               specials[c].text ? specials[c].text : "nothing (unused or out of range)");
+    }
+    EXPECT(enc && strcmp(enc->path, path) == 0, "%s: default path %s", t->name, enc ? enc->path : "none");
+    // files that must not load: each error names the file, the fix, and what is wrong
+    char err[TOKENIZER_ERR_LEN];
+    size_t len;
+    unsigned char* json = tokenizer_read_file(path, &len, err, sizeof(err));
+    EXPECT(json != NULL, "%s", err);
+    if (!json) return;
+    EXPECT(tiktoken_load_fails(t->name, tmp_path("missing.json"), "cannot open"), "%s: a missing file", t->name);
+    EXPECT(tiktoken_load_fails(t->name, VOCAB, "not a tiktoken encoder file"), "%s: vocab.bpe instead", t->name);
+    const char* other = o200k ? "data/tiktoken/cl100k_base.json" : "data/tiktoken/o200k_base.json";
+    EXPECT(tiktoken_load_fails(t->name, other, "another encoding"), "%s: the other encoding's file", t->name);
+    write_file(tmp_path("cut.json"), json, len / 2);
+    EXPECT(tiktoken_load_fails(t->name, tmp_path("cut.json"), "truncated"), "%s: a truncated file", t->name);
+    char* first = strstr((char*)json, " IQ== Ig== ");  // the tokens "!" and "\"", ranks 0 and 1
+    EXPECT(first != NULL, "%s: no \" IQ== Ig== \" in %s", t->name, path);
+    if (!first) { free(json); return; }
+    memcpy(first, " IQ== IQ== ", 11);
+    write_file(tmp_path("dup.json"), json, len);
+    EXPECT(tiktoken_load_fails(t->name, tmp_path("dup.json"), "duplicate token"), "%s: a duplicate token", t->name);
+    memcpy(first, " I!== Ig== ", 11);
+    write_file(tmp_path("b64.json"), json, len);
+    EXPECT(tiktoken_load_fails(t->name, tmp_path("b64.json"), "base64"), "%s: a token that is not base64", t->name);
+    free(json);
+}
+
+// Long runs of one character: each regex alternative at length, and the JIT's stack.
+static char* runs_text(size_t* len) {
+    static const char* const runs[] = {" ", "7", ".", "\n", "\r\n", " \n", "a", "\xc2\xa0", "'"};
+    size_t each = 1 << 15, n = 0;
+    char* s = (char*)malloc_check(sizeof(runs) / sizeof(runs[0]) * (each + 4));
+    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+        for (size_t k = strlen(runs[r]); n + k <= (r + 1) * each; n += k) memcpy(s + n, runs[r], k);
+        s[n++] = 'x';
+    }
+    *len = n;
+    return s;
+}
+
+static void test_tiktoken_encoding(const char* name, const char* fuzz, size_t fuzz_len, const char* words,
+                                   size_t words_len) {
+    Tokenizer t;
+    char err[TOKENIZER_ERR_LEN];
+    const TokenizerEncoding* enc = tokenizer_find_encoding(name);
+    int rc = tokenizer_load_encoding(&t, name, NULL, err, sizeof(err));
+    EXPECT(rc == 0, "%s (hint: run `make data-tiktoken`)", err);
+    if (rc != 0) return;
+    Encoder e;
+    encoder_init(&e, &t);
+    EXPECT(e.jit, "%s: PCRE2 did not JIT-compile the pattern", name);
+    test_tiktoken_known(&e);
+    test_tiktoken_vocab(&t, enc->path);
+    size_t ntok, runs_len;
+    EXPECT(round_trips(&t, &e, own_text, strlen(own_text), &ntok), "%s: decode(encode(own text)) differs", name);
+    EXPECT(round_trips(&t, &e, fuzz, fuzz_len, &ntok), "%s: decode(encode(fuzz text)) differs", name);
+    char* runs = runs_text(&runs_len);
+    EXPECT(round_trips(&t, &e, runs, runs_len, &ntok), "%s: decode(encode(long runs)) differs", name);
+    // a bigger table than GPT-2's (tokenizer_encode.h): more words to fill its cache
+    size_t many_len;
+    char* many = random_words(43, strcmp(name, "o200k_base") == 0 ? 600000 : 300000, &many_len);
+    test_cache(&t, many, many_len);
+    free(many);
+    test_invalid_utf8(&e);
+    write_file(tmp_path("fuzz.txt"), fuzz, fuzz_len);
+    write_file(tmp_path("own.txt"), own_text, strlen(own_text));
+    write_file(tmp_path("words.txt"), words, words_len);
+    write_file(tmp_path("runs.txt"), runs, runs_len);
+    char* mine[4] = {tmp_path("fuzz.txt"), tmp_path("own.txt"), tmp_path("words.txt"), tmp_path("runs.txt")};
+    diff_tiktoken(&e, mine, 4, "fuzz, own text, random words, long runs");
+    glob_t g;
+    rc = glob(STARTER_DOCS, 0, NULL, &g);
+    EXPECT(rc == 0 && g.gl_pathc > 0, "no starter documents %s: run `make data` first", STARTER_DOCS);
+    clock_t c0 = clock();
+    if (rc == 0) diff_tiktoken(&e, g.gl_pathv, g.gl_pathc, "starter corpus");
+    printf("%s: the C side of the starter comparison (read, encode, compare) took %.1f s of CPU\n", name,
+           (double)(clock() - c0) / CLOCKS_PER_SEC);
+    globfree(&g);
+    free(runs);
+    encoder_free(&e);
+    tokenizer_free(&t);
+}
+
 int main(void) {
     if (!mkdtemp(tmp_dir)) { perror("mkdtemp"); return 1; }
     Tokenizer t;
@@ -454,6 +637,8 @@ int main(void) {
     test_invalid_utf8(&e);
     test_vocab_files(&t);
     test_tiktoken(&e, fuzz, fuzz_len, words, words_len);
+    test_tiktoken_encoding("cl100k_base", fuzz, fuzz_len, words, words_len);
+    test_tiktoken_encoding("o200k_base", fuzz, fuzz_len, words, words_len);
     free(fuzz);
     free(words);
     encoder_free(&e);

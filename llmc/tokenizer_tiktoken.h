@@ -1,0 +1,312 @@
+// tokenizer_tiktoken.h: tiktoken's encodings cl100k_base and o200k_base, loaded from the encoder files
+// of the npm package tiktoken@1.0.22 (data/fetch_tiktoken.sh puts them in data/tiktoken/), and the
+// choice of an encoding by name. Host-only, no PCRE2.
+//
+// An encoder file is one JSON object with three members:
+//   "pat_str":        the pre-tokenizer regex (tokenizer_encode.h compiles it with PCRE2);
+//   "special_tokens": {"<|endoftext|>": 100257, ...}: the special tokens and their ids;
+//   "bpe_ranks":      lines "! OFFSET TOKEN TOKEN ...", each TOKEN the base64 of the token's raw bytes,
+//                     its rank OFFSET + its position on the line. The file holds one line from 0.
+// The rank is the id, and the BPE merges the adjacent pair whose joined bytes have the lowest rank
+// (tiktoken's algorithm), so the ranks alone define the encoder; there is no merge list. Ids 0-255
+// are the single bytes, in the same order as GPT-2's. The files are pinned by sha256, so the parser
+// only needs to read these files (and fail clearly on anything else), not arbitrary JSON.
+//
+//   encoding      ranks    specials (id)                                                  vocab_size
+//   gpt2          50,256   <|endoftext|> 50256                                               50,257
+//   cl100k_base  100,256   <|endoftext|> 100257, <|fim_prefix|> 100258, <|fim_middle|>      100,277
+//                          100259, <|fim_suffix|> 100260, <|endofprompt|> 100276
+//   o200k_base   199,998   <|endoftext|> 199999, <|endofprompt|> 200018                    200,019
+//
+//     Tokenizer t;
+//     tokenizer_init_encoding(&t, "o200k_base", NULL);   // NULL: data/tiktoken/o200k_base.json
+//     ... tokenizer_decode(&t, id, &n) ...;  tokenizer_free(&t);
+#pragma once
+#include "tokenizer.h"
+
+typedef struct {
+    const char* name;
+    const char* path;  // where `make data` / `make data-tiktoken` put the file
+    int n_ranks, vocab_size, eot_id;
+} TokenizerEncoding;
+
+static const TokenizerEncoding tokenizer_encodings[] = {
+    {"gpt2", "data/gpt2/vocab.bpe", 50256, 50257, 50256},
+    {"cl100k_base", "data/tiktoken/cl100k_base.json", 100256, 100277, 100257},
+    {"o200k_base", "data/tiktoken/o200k_base.json", 199998, 200019, 199999},
+};
+#define TOKENIZER_N_ENCODINGS ((int)(sizeof(tokenizer_encodings) / sizeof(tokenizer_encodings[0])))
+#define TOKENIZER_ENCODING_NAMES "gpt2, cl100k_base, o200k_base"
+
+// The encoding called `name`, or NULL.
+static inline const TokenizerEncoding* tokenizer_find_encoding(const char* name) {
+    for (int i = 0; i < TOKENIZER_N_ENCODINGS; i++)
+        if (strcmp(tokenizer_encodings[i].name, name) == 0) return &tokenizer_encodings[i];
+    return NULL;
+}
+
+// --- the encoder file --------------------------------------------------------------------------
+
+// The value of `"key":` in the JSON text s[0..n): a pointer to its first character, or NULL. The keys
+// cannot occur inside the values (base64 has no quotes; the pattern and the special tokens are short).
+static inline const unsigned char* tiktoken_json_member(const unsigned char* s, size_t n, const char* key) {
+    char quoted[64];
+    int k = snprintf(quoted, sizeof(quoted), "\"%s\"", key);
+    for (const unsigned char* p = s; p + k <= s + n; p++) {
+        p = (const unsigned char*)memchr(p, '"', (size_t)(s + n - p));
+        if (!p || p + k > s + n) return NULL;
+        if (memcmp(p, quoted, (size_t)k) != 0) continue;
+        const unsigned char* v = p + k;
+        while (v < s + n && (*v == ' ' || *v == '\n' || *v == '\t' || *v == '\r')) v++;
+        if (v == s + n || *v != ':') continue;
+        for (v++; v < s + n && (*v == ' ' || *v == '\n' || *v == '\t' || *v == '\r'); v++) {}
+        return v < s + n ? v : NULL;
+    }
+    return NULL;
+}
+
+static inline size_t tiktoken_put_utf8(unsigned char* s, uint32_t cp) {
+    if (cp < 0x80) { s[0] = (unsigned char)cp; return 1; }
+    int n = cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    for (int k = n - 1; k > 0; k--, cp >>= 6) s[k] = (unsigned char)(0x80 | (cp & 0x3f));
+    s[0] = (unsigned char)((0xf00 >> n) | cp);  // lead byte: n ones then a zero, then the top bits
+    return (size_t)n;
+}
+
+// Decodes the JSON string at s[*i] (on its opening quote) into a malloc'd, NUL-terminated UTF-8
+// string (its length, which may count NULs, in *len) and moves *i past the closing quote. Returns
+// NULL on a malformed string.
+static inline char* tiktoken_json_string(const unsigned char* s, size_t n, size_t* i, size_t* len) {
+    if (*i >= n || s[*i] != '"') return NULL;
+    const unsigned char* close = s + *i + 1;  // the output is never longer than the input
+    size_t cap = 1;
+    for (; close < s + n && *close != '"'; close++, cap++)
+        if (*close == '\\') close++, cap++;
+    unsigned char* out = (unsigned char*)malloc_check(cap + 4);
+    size_t o = 0;
+    for ((*i)++; *i < n && s[*i] != '"';) {
+        if (s[*i] != '\\') { out[o++] = s[(*i)++]; continue; }
+        unsigned char c = *i + 1 < n ? s[*i + 1] : 0;
+        const char* simple = c ? strchr("\"\\/bfnrt", c) : NULL;
+        if (simple) {
+            out[o++] = (unsigned char)"\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"];
+            *i += 2;
+            continue;
+        }
+        uint32_t cp = 0;
+        for (int pair = 0; pair < 2; pair++) {  // \uXXXX, and a second one for a surrogate pair
+            if (c != 'u' || *i + 6 > n) { free(out); return NULL; }
+            uint32_t u = 0;
+            for (int k = 2; k < 6; k++) {
+                unsigned char h = s[*i + k];
+                int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                      : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                if (v < 0) { free(out); return NULL; }
+                u = u * 16 + (uint32_t)v;
+            }
+            *i += 6;
+            if (pair == 0 && u >= 0xD800 && u < 0xDC00) {
+                cp = u;
+                c = *i + 1 < n && s[*i] == '\\' ? s[*i + 1] : 0;
+                continue;
+            }
+            if (pair == 1 && (u < 0xDC00 || u >= 0xE000)) { free(out); return NULL; }
+            cp = pair == 1 ? 0x10000 + ((cp - 0xD800) << 10) + (u - 0xDC00) : u;
+            break;
+        }
+        o += tiktoken_put_utf8(out + o, cp);
+    }
+    if (*i >= n) { free(out); return NULL; }
+    (*i)++;
+    out[o] = 0;
+    *len = o;
+    return (char*)out;
+}
+
+// Decodes base64 s[0..n) (with '=' padding) into out (room for 3 * n / 4 bytes); returns the byte
+// count, or -1.
+static inline int tiktoken_base64(const unsigned char* s, size_t n, unsigned char* out) {
+    if (n % 4 != 0) return -1;
+    int len = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t w = 0;
+        int pad = 0;
+        for (int k = 0; k < 4; k++) {
+            unsigned char c = s[i + k];
+            int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26
+                  : c >= '0' && c <= '9' ? c - '0' + 52 : c == '+' ? 62 : c == '/' ? 63 : -1;
+            if (c == '=' && i + 4 == n && k >= 2) { pad++; v = 0; }
+            else if (v < 0 || pad) return -1;
+            w = w << 6 | (uint32_t)v;
+        }
+        for (int k = 0; k < 3 - pad; k++) out[len++] = (unsigned char)(w >> (16 - 8 * k));
+    }
+    return len;
+}
+
+// Parses "special_tokens": {"TEXT": ID, ...} into names[] (malloc'd) and ids[]; returns the count,
+// or -1.
+static inline int tiktoken_parse_specials(const unsigned char* s, size_t n, const unsigned char* v, char** names,
+                                          int32_t* ids) {
+    int count = 0;
+    size_t i = (size_t)(v - s);
+    if (i >= n || s[i] != '{') return -1;
+    for (i++;;) {
+        while (i < n && strchr(" \t\r\n,", s[i]) && s[i]) i++;
+        if (i < n && s[i] == '}') return count;
+        size_t len;
+        char* name = count < TOKENIZER_MAX_SPECIAL ? tiktoken_json_string(s, n, &i, &len) : NULL;
+        if (!name) break;
+        names[count] = name;
+        while (i < n && (s[i] == ' ' || s[i] == ':')) i++;
+        char* end;
+        long id = i < n ? strtol((const char*)s + i, &end, 10) : -1;
+        if (i == n || end == (char*)s + i || id < 0 || id > (1 << 24)) { count++; break; }
+        ids[count++] = (int32_t)id;
+        i = (size_t)(end - (char*)s);
+    }
+    for (int k = 0; k < count; k++) free(names[k]);
+    return -1;
+}
+
+// Loads a tiktoken encoder file into t (named `name`). Returns 0, or -1 with a message naming the
+// file and the fix in `err`.
+static inline int tokenizer_load_tiktoken(Tokenizer* t, const char* name, const char* path, char* err, size_t errlen) {
+    char fix[160];
+    snprintf(fix, sizeof(fix), "it should be tiktoken's %s.json; run `make data-tiktoken` to fetch it", name);
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    size_t n, len, i, cap = 1 << 20;
+    char* names[TOKENIZER_MAX_SPECIAL] = {NULL};
+    char* ranks = NULL;
+    int n_special = -1, id = 0, n_tokens = 0;
+    const char* why = NULL;
+    const unsigned char *v_pat, *v_special, *v_ranks;
+    unsigned char tok[1024];
+    unsigned char* s = tokenizer_read_file(path, &n, err, errlen);
+    if (!s) {
+        size_t k = strlen(err);
+        snprintf(err + k, errlen - k, "; %s", fix);
+        return -1;
+    }
+    v_pat = tiktoken_json_member(s, n, "pat_str");
+    v_special = tiktoken_json_member(s, n, "special_tokens");
+    v_ranks = tiktoken_json_member(s, n, "bpe_ranks");
+    if (!v_pat || !v_special || !v_ranks) {
+        why = "no \"pat_str\", \"special_tokens\" or \"bpe_ranks\" member: not a tiktoken encoder file";
+        goto fail;
+    }
+    i = (size_t)(v_pat - s);
+    t->pattern = tiktoken_json_string(s, n, &i, &len);
+    i = (size_t)(v_ranks - s);
+    ranks = tiktoken_json_string(s, n, &i, &len);
+    n_special = tiktoken_parse_specials(s, n, v_special, names, t->special_ids);
+    if (!t->pattern || !ranks || n_special < 1) {
+        why = n_special < 1 ? "\"special_tokens\" is not an object of 1 to 8 \"TEXT\": ID members"
+                            : "a malformed string (truncated?)";
+        goto fail;
+    }
+    // size the tables for at most one token per space (a line is "! OFFSET" and then the tokens)
+    for (const char* p = ranks; *p; p++) n_tokens += *p == ' ';
+    t->n_special = n_special;
+    t->vocab_size = n_tokens;
+    for (int k = 0; k < n_special; k++)
+        if (t->special_ids[k] + 1 > t->vocab_size) t->vocab_size = t->special_ids[k] + 1;
+    if (n_tokens < 256 || t->vocab_size > (1 << 21)) { why = "fewer than 256 or more than 2^21 tokens"; goto fail; }
+    t->bytes = (unsigned char*)malloc_check(cap);
+    t->offsets = (uint32_t*)calloc_check((size_t)t->vocab_size + 1, sizeof(uint32_t));
+    t->lookup_bits = TOKENIZER_LOOKUP_BITS;
+    while ((1 << t->lookup_bits) < 5 * n_tokens / 2) t->lookup_bits++;  // load <= 0.4
+    t->lookup = (int32_t*)malloc_check(sizeof(int32_t) << t->lookup_bits);
+    memset(t->lookup, 0xff, sizeof(int32_t) << t->lookup_bits);  // all -1
+    for (char* line = ranks; *line; line++) {
+        char* eol = strchr(line, '\n');
+        if (!eol) eol = line + strlen(line);
+        char* end;
+        long offset = line[0] == '!' && line[1] == ' ' ? strtol(line + 2, &end, 10) : -1;
+        if (offset != id) { why = "a \"bpe_ranks\" line that does not start with \"! NEXT_RANK\""; goto fail; }
+        for (char* p = end; p < eol;) {
+            while (p < eol && *p == ' ') p++;
+            char* q = p;
+            while (q < eol && *q != ' ') q++;
+            if (q == p) break;
+            int m = (size_t)(q - p) <= 4 * sizeof(tok) / 3 ? tiktoken_base64((unsigned char*)p, (size_t)(q - p), tok) : -1;
+            if (m <= 0) { why = "a token that is not base64 of 1 to 1024 bytes"; goto fail; }
+            if (tokenizer_lookup(t, tok, (size_t)m) >= 0) { why = "a duplicate token"; goto fail; }
+            tokenizer_append(t, id, tok, (size_t)m, &cap);
+            tokenizer_lookup_insert(t, id++);
+            p = q;
+        }
+        line = *eol ? eol : eol - 1;
+    }
+    t->n_ranks = id;
+    t->n_merges = id - 256;
+    t->vocab_size = id;  // now exact: the ranks, then the special tokens (below)
+    for (int k = 0; k < n_special; k++)
+        if (t->special_ids[k] + 1 > t->vocab_size) t->vocab_size = t->special_ids[k] + 1;
+    for (int b = 0; b < 256; b++) {
+        unsigned char c = (unsigned char)b;
+        if (tokenizer_lookup(t, &c, 1) < 0) { why = "a byte without a token"; goto fail; }
+    }
+    // the special tokens go after the ranks, in id order; the ids in between stay empty (unused)
+    for (int k = 1; k < n_special; k++)  // insertion sort of a handful
+        for (int j = k; j > 0 && t->special_ids[j - 1] > t->special_ids[j]; j--) {
+            int32_t tid = t->special_ids[j]; t->special_ids[j] = t->special_ids[j - 1]; t->special_ids[j - 1] = tid;
+            char* tn = names[j]; names[j] = names[j - 1]; names[j - 1] = tn;
+        }
+    t->eot_id = -1;
+    for (int k = 0; k < n_special; k++) {
+        if (t->special_ids[k] < id || (k > 0 && t->special_ids[k] == t->special_ids[k - 1]) || !names[k][0]) {
+            why = "a special token with an empty name or an id that is already taken";
+            goto fail;
+        }
+        for (; id < t->special_ids[k]; id++) t->offsets[id + 1] = t->offsets[id];
+        tokenizer_append(t, id++, (const unsigned char*)names[k], strlen(names[k]), &cap);
+        if (strcmp(names[k], tokenizer_eot_text) == 0) t->eot_id = t->special_ids[k];
+    }
+    if (t->eot_id < 0) { why = "no <|endoftext|> among the special tokens"; goto fail; }
+    for (int k = 0; k < n_special; k++) free(names[k]);
+    free(ranks);
+    free(s);
+    return 0;
+fail:
+    snprintf(err, errlen, "%s: %s (at token %d); %s", path, why, id, fix);
+    for (int k = 0; k < n_special; k++) free(names[k]);
+    free(ranks);
+    free(s);
+    tokenizer_free(t);
+    return -1;
+}
+
+// --- by name -----------------------------------------------------------------------------------
+
+// Loads the encoding `name` (see tokenizer_encodings) from `path` (NULL: its default path) and checks
+// that the file gives the encoding's sizes. Returns 0, or -1 with a message in `err`.
+static inline int tokenizer_load_encoding(Tokenizer* t, const char* name, const char* path, char* err, size_t errlen) {
+    memset(t, 0, sizeof(*t));
+    const TokenizerEncoding* enc = tokenizer_find_encoding(name);
+    if (!enc) {
+        snprintf(err, errlen, "unknown encoding \"%s\"; the encodings are %s", name, TOKENIZER_ENCODING_NAMES);
+        return -1;
+    }
+    if (!path) path = enc->path;
+    int rc = strcmp(name, "gpt2") == 0 ? tokenizer_load(t, path, err, errlen)
+                                       : tokenizer_load_tiktoken(t, name, path, err, errlen);
+    if (rc != 0) return -1;
+    if (t->n_ranks != enc->n_ranks || t->vocab_size != enc->vocab_size || t->eot_id != enc->eot_id) {
+        snprintf(err, errlen, "%s: %d ranks, %d ids, <|endoftext|> %d; %s has %d, %d, %d: the file of another encoding?"
+                 " run `make data-tiktoken` and pass the matching file", path, t->n_ranks, t->vocab_size, t->eot_id,
+                 name, enc->n_ranks, enc->vocab_size, enc->eot_id);
+        tokenizer_free(t);
+        return -1;
+    }
+    return 0;
+}
+
+static inline void tokenizer_init_encoding(Tokenizer* t, const char* name, const char* path) {
+    char err[TOKENIZER_ERR_LEN];
+    if (tokenizer_load_encoding(t, name, path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        exit(EXIT_FAILURE);
+    }
+}
