@@ -44,6 +44,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>        // crc32_z (Debian: zlib1g-dev; link with -lz)
+#include "atomic_file.h"
 #include "check.h"
 #include "dataloader.h"  // DataLoaderPosition
 
@@ -134,25 +135,10 @@ static inline void checkpoint_unpack_header(CheckpointState* s, const int32_t h[
     s->data.shuffle = (int64_t)checkpoint_get64(h, CKPT_H_DATA + 10);
 }
 
-// fsync of the directory holding `path`, so that a rename in it survives a power cut.
-static inline int checkpoint_sync_dir_of(const char* path) {
-    char dir[CHECKPOINT_PATH_LEN];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char* slash = strrchr(dir, '/');
-    if (slash) *(slash == dir ? slash + 1 : slash) = '\0'; else snprintf(dir, sizeof(dir), ".");
-    int fd = open(dir, O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 // --- writing -------------------------------------------------------------------------------------
 
 typedef struct {
-    FILE* f;
-    char path[CHECKPOINT_PATH_LEN];          // the final name
-    char tmp_path[CHECKPOINT_PATH_LEN + 8];  // written here; renamed to `path` by checkpoint_writer_close
+    AtomicFile af;                           // <path>.tmp, renamed over the final name by checkpoint_writer_close
     int64_t expect_bytes, written;
     uint32_t crc;                            // crc32 of the bytes written, the header's slot CKPT_H_CRC as 0
     int64_t fail_after;                      // test hook LLMC_TEST_CKPT_FAIL_AFTER: fail after this many bytes; -1: never
@@ -162,10 +148,8 @@ typedef struct {
 
 static inline int checkpoint_writer_fail(CheckpointWriter* w, const char* what) {
     snprintf(w->err, sizeof(w->err), "checkpoint %s: %s failed: %s; is the disk full or the output directory "
-             "read-only? (pick another one with -out)", w->path, what, strerror(errno));
-    if (w->f) fclose(w->f);
-    w->f = NULL;
-    remove(w->tmp_path);
+             "read-only? (pick another one with -out)", w->af.path, what, strerror(errno));
+    atomic_file_abort(&w->af);
     return -1;
 }
 
@@ -174,11 +158,11 @@ static inline int checkpoint_writer_put(CheckpointWriter* w, const void* data, s
     size_t n = bytes;
     if (w->fail_after >= 0 && w->written + (int64_t)bytes > w->fail_after)
         n = w->fail_after > w->written ? (size_t)(w->fail_after - w->written) : 0;
-    if (n > 0 && fwrite(data, 1, n, w->f) != n) return checkpoint_writer_fail(w, "fwrite");
+    if (n > 0 && fwrite(data, 1, n, w->af.f) != n) return checkpoint_writer_fail(w, "fwrite");
     w->crc = (uint32_t)crc32_z(w->crc, (const Bytef*)data, n);
     w->written += (int64_t)n;
     if (n < bytes) {  // the test hook's fault
-        if (w->kill_at_fail) { fflush(w->f); raise(SIGKILL); }
+        if (w->kill_at_fail) { fflush(w->af.f); raise(SIGKILL); }
         errno = ENOSPC;
         return checkpoint_writer_fail(w, "fwrite (fault injected by LLMC_TEST_CKPT_FAIL_AFTER)");
     }
@@ -189,12 +173,10 @@ static inline int checkpoint_writer_put(CheckpointWriter* w, const void* data, s
 // checkpoint_writer_append, in the order master, m, v, each s->model.num_params floats.
 static inline int checkpoint_writer_open(CheckpointWriter* w, const char* path, const CheckpointState* s) {
     memset(w, 0, sizeof(*w));
-    snprintf(w->path, sizeof(w->path), "%s", path);
-    if (strlen(path) + 5 > sizeof(w->path)) {
+    if (strlen(path) + 1 > sizeof(w->af.path)) {
         snprintf(w->err, sizeof(w->err), "checkpoint path too long (%zu bytes): %s", strlen(path), path);
         return -1;
     }
-    snprintf(w->tmp_path, sizeof(w->tmp_path), "%s.tmp", path);
     size_t settings_bytes = strnlen(s->settings, sizeof(s->settings));
     if (settings_bytes >= sizeof(s->settings)) {
         snprintf(w->err, sizeof(w->err), "checkpoint %s: the settings text is not terminated within %d bytes",
@@ -204,8 +186,7 @@ static inline int checkpoint_writer_open(CheckpointWriter* w, const char* path, 
     const char* hook = getenv("LLMC_TEST_CKPT_FAIL_AFTER");
     w->fail_after = hook && *hook ? strtoll(hook, NULL, 10) : -1;
     w->kill_at_fail = hook && strstr(hook, ":kill") != NULL;
-    w->f = fopen(w->tmp_path, "wb");
-    if (!w->f) return checkpoint_writer_fail(w, "fopen of the temporary file");
+    if (atomic_file_open(&w->af, path) != 0) return checkpoint_writer_fail(w, "fopen of the temporary file");
     int32_t header[CHECKPOINT_HEADER_INTS];
     checkpoint_pack_header(header, s, (int32_t)settings_bytes);
     char pad[4] = {0, 0, 0, 0};
@@ -233,22 +214,16 @@ static inline int checkpoint_writer_close(CheckpointWriter* w) {
         return checkpoint_writer_fail(w, "closing before all tensors were written");
     }
     uint32_t crc = w->crc;  // into its slot of the header, which the checksum read as 0
-    if (fseek(w->f, CKPT_H_CRC * (long)sizeof(int32_t), SEEK_SET) != 0 || fwrite(&crc, sizeof(crc), 1, w->f) != 1)
+    if (fseek(w->af.f, CKPT_H_CRC * (long)sizeof(int32_t), SEEK_SET) != 0 || fwrite(&crc, sizeof(crc), 1, w->af.f) != 1)
         return checkpoint_writer_fail(w, "writing the checksum");
-    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) return checkpoint_writer_fail(w, "flush and fsync");
-    FILE* f = w->f;
-    w->f = NULL;
-    if (fclose(f) != 0) return checkpoint_writer_fail(w, "fclose");
-    if (rename(w->tmp_path, w->path) != 0) return checkpoint_writer_fail(w, "rename of the temporary file");
-    if (checkpoint_sync_dir_of(w->path) != 0) return checkpoint_writer_fail(w, "fsync of the directory");
+    const char* step = NULL;
+    if (atomic_file_commit(&w->af, &step) != 0) return checkpoint_writer_fail(w, step);
     return 0;
 }
 
 // Gives up a write: the temporary file is removed, nothing appears under the final name.
 static inline void checkpoint_writer_abort(CheckpointWriter* w) {
-    if (w->f) fclose(w->f);
-    w->f = NULL;
-    remove(w->tmp_path);
+    atomic_file_abort(&w->af);
 }
 
 // --- reading -------------------------------------------------------------------------------------

@@ -48,20 +48,15 @@ static inline int checkpoint_make_dir(const char* dir, char* err, size_t errlen)
     return 0;
 }
 
-// Replaces <dir>/latest with one line naming `file` (a checkpoint in dir), through a temporary file.
+// Replaces <dir>/latest with one line naming `file` (a checkpoint in dir), atomically (atomic_file.h).
 static inline int checkpoint_mark_latest(const char* dir, const char* file, char* err, size_t errlen) {
-    char path[CHECKPOINT_PATH_LEN], tmp[CHECKPOINT_PATH_LEN + 8];
+    char path[CHECKPOINT_PATH_LEN], line[CHECKPOINT_PATH_LEN + 2];
     snprintf(path, sizeof(path), "%s/latest", dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     const char* base = strrchr(file, '/');
     base = base ? base + 1 : file;
-    FILE* f = fopen(tmp, "wb");
-    int ok = f && fprintf(f, "%s\n", base) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f && fclose(f) != 0) ok = 0;
-    if (ok) ok = rename(tmp, path) == 0 && checkpoint_sync_dir_of(path) == 0;
-    if (!ok) {
+    int n = snprintf(line, sizeof(line), "%s\n", base);
+    if (atomic_write_file(path, line, (size_t)n) != 0) {
         snprintf(err, errlen, "cannot write %s: %s; is the disk full or the output directory read-only?", path, strerror(errno));
-        remove(tmp);
         return -1;
     }
     return 0;

@@ -151,17 +151,10 @@ static inline int gpt_hf_write_safetensors(const char* path, const GptConfig* c,
     return rc;
 }
 
-// Writes `len` bytes to path atomically (path.tmp, fsync, rename, fsync of the directory).
+// Writes `len` bytes to path atomically (atomic_file.h).
 static inline int gpt_hf_write_file(const char* path, const void* data, size_t len, char* err, size_t errlen) {
-    char tmp[SAFETENSORS_PATH_MAX + 8];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    int ok = f && fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f && fclose(f) != 0) ok = 0;
-    if (ok) ok = rename(tmp, path) == 0 && safetensors_sync_dir_of(path) == 0;
-    if (!ok) {
+    if (atomic_write_file(path, data, len) != 0) {
         snprintf(err, errlen, "cannot write %s: %s; is the disk full or the directory read-only?", path, strerror(errno));
-        remove(tmp);
         return -1;
     }
     return 0;

@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "atomic_file.h"
 
 #define SAFETENSORS_MAX_HEADER (100u << 20)  // bytes of JSON, as the reference implementation
 #define SAFETENSORS_MAX_DIMS 8
@@ -125,33 +126,16 @@ static inline float safetensors_f16_to_f32(uint16_t h) {
 // --- writing -------------------------------------------------------------------------------------
 
 typedef struct {
-    FILE* f;
-    char path[SAFETENSORS_PATH_MAX];          // the final name
-    char tmp_path[SAFETENSORS_PATH_MAX + 8];  // written here; renamed by safetensors_writer_close
+    AtomicFile af;                            // <path>.tmp, renamed over the final name by safetensors_writer_close
     uint64_t data_bytes, written;             // of the data section: announced, appended so far
     char err[SAFETENSORS_ERR_LEN];
 } SafetensorsWriter;
 
 static inline int safetensors_writer_fail(SafetensorsWriter* w, const char* what) {
     snprintf(w->err, sizeof(w->err), "safetensors %s: %s failed: %s; is the disk full or the directory read-only?",
-             w->path, what, strerror(errno));
-    if (w->f) fclose(w->f);
-    w->f = NULL;
-    remove(w->tmp_path);
+             w->af.path, what, strerror(errno));
+    atomic_file_abort(&w->af);
     return -1;
-}
-
-// fsync of the directory holding `path`, so that a rename in it survives a power cut.
-static inline int safetensors_sync_dir_of(const char* path) {
-    char dir[SAFETENSORS_PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char* slash = strrchr(dir, '/');
-    if (slash) *(slash == dir ? slash + 1 : slash) = '\0'; else snprintf(dir, sizeof(dir), ".");
-    int fd = open(dir, O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
 }
 
 // Opens <path>.tmp and writes the header for tensors (n), laid out in this order (their begin and end
@@ -161,13 +145,11 @@ static inline int safetensors_writer_open(SafetensorsWriter* w, const char* path
                                           const char* const* meta) {
     memset(w, 0, sizeof(*w));
     size_t plen = strlen(path);
-    if (plen + 1 > sizeof(w->path)) {
+    if (plen + 1 > sizeof(w->af.path)) {
         snprintf(w->err, sizeof(w->err), "safetensors path too long (%zu bytes): %.256s...", plen, path);
         return -1;
     }
-    memcpy(w->path, path, plen + 1);
-    memcpy(w->tmp_path, path, plen);
-    memcpy(w->tmp_path + plen, ".tmp", 5);
+    snprintf(w->af.path, sizeof(w->af.path), "%s", path);  // for messages until the file is opened
     cJSON* root = cJSON_CreateObject();
     if (meta && meta[0]) {
         cJSON* m = cJSON_AddObjectToObject(root, "__metadata__");
@@ -195,15 +177,14 @@ static inline int safetensors_writer_open(SafetensorsWriter* w, const char* path
     }
     uint64_t len = strlen(json), padded = (8 + len + 7) / 8 * 8 - 8;  // data starts at a multiple of 8
     w->data_bytes = off;
-    w->f = fopen(w->tmp_path, "wb");
-    if (!w->f) {
+    if (atomic_file_open(&w->af, path) != 0) {
         free(json);
         return safetensors_writer_fail(w, "fopen of the temporary file");
     }
     unsigned char n8[8];
     for (int i = 0; i < 8; i++) n8[i] = (unsigned char)(padded >> (8 * i));
-    int ok = fwrite(n8, 1, 8, w->f) == 8 && fwrite(json, 1, len, w->f) == len;
-    for (uint64_t i = len; i < padded && ok; i++) ok = fputc(' ', w->f) != EOF;
+    int ok = fwrite(n8, 1, 8, w->af.f) == 8 && fwrite(json, 1, len, w->af.f) == len;
+    for (uint64_t i = len; i < padded && ok; i++) ok = fputc(' ', w->af.f) != EOF;
     free(json);
     if (!ok) return safetensors_writer_fail(w, "writing the header");
     return 0;
@@ -214,7 +195,7 @@ static inline int safetensors_writer_append(SafetensorsWriter* w, const void* da
         errno = EINVAL;
         return safetensors_writer_fail(w, "appending more tensor data than the header announces");
     }
-    if (bytes > 0 && fwrite(data, 1, bytes, w->f) != bytes) return safetensors_writer_fail(w, "fwrite");
+    if (bytes > 0 && fwrite(data, 1, bytes, w->af.f) != bytes) return safetensors_writer_fail(w, "fwrite");
     w->written += bytes;
     return 0;
 }
@@ -225,20 +206,14 @@ static inline int safetensors_writer_close(SafetensorsWriter* w) {
         errno = EINVAL;
         return safetensors_writer_fail(w, "closing before all tensors were written");
     }
-    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) return safetensors_writer_fail(w, "flush and fsync");
-    FILE* f = w->f;
-    w->f = NULL;
-    if (fclose(f) != 0) return safetensors_writer_fail(w, "fclose");
-    if (rename(w->tmp_path, w->path) != 0) return safetensors_writer_fail(w, "rename of the temporary file");
-    if (safetensors_sync_dir_of(w->path) != 0) return safetensors_writer_fail(w, "fsync of the directory");
+    const char* step = NULL;
+    if (atomic_file_commit(&w->af, &step) != 0) return safetensors_writer_fail(w, step);
     return 0;
 }
 
 // Gives up a write: the temporary file is removed, nothing appears under the final name.
 static inline void safetensors_writer_abort(SafetensorsWriter* w) {
-    if (w->f) fclose(w->f);
-    w->f = NULL;
-    remove(w->tmp_path);
+    atomic_file_abort(&w->af);
 }
 
 // --- reading -------------------------------------------------------------------------------------

@@ -450,10 +450,10 @@ int main(void) {
         checkpoint_path(path, sizeof(path), dir, 30);
         EXPECT(checkpoint_writer_open(&w, path, &s) == 0, "open: %s", w.err);
         checkpoint_writer_append(&w, t, sizeof(t));
-        int early = exists(path), tmp = exists(w.tmp_path);
+        int early = exists(path), tmp = exists(w.af.tmp);
         printf("during a write: final name present %s, temporary present %s\n", early ? "yes" : "no", tmp ? "yes" : "no");
         EXPECT(!early && tmp, "during the write the final name exists (%d) or the temporary does not (%d)", early, tmp);
-        fclose(w.f);  // the crash: the process dies here, the temporary stays behind
+        fclose(w.af.f);  // the crash: the process dies here, the temporary stays behind
         EXPECT(!exists(path), "a crashed write left %s", path);
         EXPECT(checkpoint_resolve(resolved, sizeof(resolved), "latest", dir, err, sizeof(err)) == 0, "resolve: %s", err);
         checkpoint_path(path, sizeof(path), dir, 20);
@@ -463,7 +463,7 @@ int main(void) {
         // the next attempt overwrites the leftover temporary
         save_step(dir, 30, 3);
         checkpoint_path(path, sizeof(path), dir, 30);
-        EXPECT(read_matches(path, 30) && !exists(w.tmp_path), "the retried write of step 30");
+        EXPECT(read_matches(path, 30) && !exists(w.af.tmp), "the retried write of step 30");
     }
 
     // -resume forms: a directory, a file; and a directory without `latest`

@@ -1,0 +1,82 @@
+// atomic_file.h: files that appear whole or not at all. A file is written under <path>.tmp, flushed
+// and fsynced, renamed over <path>, and then its directory is fsynced, so that the rename survives a
+// power cut. A write that fails, or a process killed partway, leaves the previous <path> as it was
+// (and at most a stale .tmp, which the next write replaces). Every file the program writes goes through
+// here: checkpoints and `latest` (checkpoint.h, checkpoint_dir.h), safetensors (safetensors.h) and the
+// Hugging Face export's JSON files (gpt_hf.h). Host-only, plain C.
+#pragma once
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ATOMIC_PATH_MAX 4096
+
+typedef struct {
+    FILE* f;                         // open for writing on tmp, between atomic_file_open and commit/abort
+    char path[ATOMIC_PATH_MAX];      // the final name
+    char tmp[ATOMIC_PATH_MAX + 8];   // <path>.tmp, where the bytes go
+} AtomicFile;
+
+// fsync of the directory holding `path`, so that a rename in it survives a power cut. -1 with errno.
+static inline int atomic_sync_dir_of(const char* path) {
+    char dir[ATOMIC_PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = '\0'; else snprintf(dir, sizeof(dir), ".");
+    int fd = open(dir, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+// Opens <path>.tmp for writing. -1 with errno (ENAMETOOLONG when the path does not fit; a->f NULL).
+static inline int atomic_file_open(AtomicFile* a, const char* path) {
+    a->f = NULL;
+    if (strlen(path) + 1 > sizeof(a->path)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    snprintf(a->path, sizeof(a->path), "%s", path);
+    snprintf(a->tmp, sizeof(a->tmp), "%s.tmp", path);
+    a->f = fopen(a->tmp, "wb");
+    return a->f ? 0 : -1;
+}
+
+// Gives up the write: the temporary file is closed and removed, nothing appears under the final name.
+static inline void atomic_file_abort(AtomicFile* a) {
+    int saved = errno;  // the caller reports the error that made it give up, not one of the clean-up's
+    if (a->f) fclose(a->f);
+    a->f = NULL;
+    remove(a->tmp);
+    errno = saved;
+}
+
+// Flush, fsync, close, rename over the final name, fsync the directory. On failure: -1 with errno, *step
+// (if not NULL) naming what failed, and the temporary file removed.
+static inline int atomic_file_commit(AtomicFile* a, const char** step) {
+    const char* what = NULL;
+    if (fflush(a->f) != 0 || fsync(fileno(a->f)) != 0) what = "flush and fsync";
+    FILE* f = a->f;
+    a->f = NULL;
+    if (fclose(f) != 0 && !what) what = "fclose";
+    if (!what && rename(a->tmp, a->path) != 0) what = "rename of the temporary file";
+    if (!what && atomic_sync_dir_of(a->path) != 0) what = "fsync of the directory";
+    if (step) *step = what;
+    if (!what) return 0;
+    atomic_file_abort(a);
+    return -1;
+}
+
+// A whole small file: len bytes of data to path. -1 with errno.
+static inline int atomic_write_file(const char* path, const void* data, size_t len) {
+    AtomicFile a;
+    if (atomic_file_open(&a, path) != 0) return -1;
+    if (len > 0 && fwrite(data, 1, len, a.f) != len) {
+        atomic_file_abort(&a);
+        return -1;
+    }
+    return atomic_file_commit(&a, NULL);
+}
