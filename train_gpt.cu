@@ -663,7 +663,11 @@ int main(int argc, char** argv) {
     int total_batch = cfg.total_batch ? cfg.total_batch : cfg.B * cfg.T;
     int accum = total_batch / (cfg.B * cfg.T);
 
-    // data first: a bad pattern or too little data fails before the GPU is touched
+    // data first: a bad pattern or too little data fails before the GPU is touched. Shards of either
+    // layout load (uint16 ids, or uint32 ids as make_shards --encoding cl100k_base/o200k_base writes);
+    // every id is checked against GPT-2's vocabulary when a shard is loaded, so a shard of another
+    // encoding is refused at its first load (at init for the first shard of the stream), naming the
+    // file and `--encoding gpt2`.
     DataLoader train, val;
     DataLoaderConfig dc;
     memset(&dc, 0, sizeof(dc));
@@ -728,7 +732,8 @@ int main(int argc, char** argv) {
 
     const char* rule = "+----------------------+--------------------------------------------------+\n";
     printf("%s", rule);
-    table_row("train shards", "%s (%lld tokens)", cfg.train_pattern, (long long)train.total_windows * cfg.T);
+    table_row("train shards", "%s (%lld tokens, uint%d ids)", cfg.train_pattern, (long long)train.total_windows * cfg.T,
+              8 * train.token_bytes);
     table_row("val shards", "%s", cfg.val_pattern);
     table_row("model", "d%d: %d layers, %d channels, %d heads", cfg.depth, mc.num_layers, mc.channels, mc.num_heads);
     table_row("vocab", "%d (padded to %d)", mc.vocab_size, mc.padded_vocab_size);

@@ -17,6 +17,12 @@
 // any world size; memory is allocated once at init (one shard of tokens, one window order, the batch);
 // a shard is read when the stream first needs it, and each token id is checked against the vocabulary.
 //
+// Layouts. Shards hold uint16 ids (GPT-2 layout) or uint32 ids (llm.c's Llama-3 layout); see shard.h.
+// All shards of one pattern must have the same layout (init refuses a mix, naming a shard of each).
+// The loaded shard is kept as uint32 either way, so the host buffer is 4 bytes per token of the
+// largest shard: for uint16 shards twice their size on disk (400 MB for a 100M-token shard instead
+// of 200 MB), per loader.
+//
 // Errors: the functions that can fail return 0, or -1 with a message naming the file (or the pattern)
 // in dl->err; nothing exits, so bad inputs are testable. The trainer wraps them in dataloader_check,
 // which prints the message and exits:
@@ -44,7 +50,7 @@ typedef struct {
     int world_size;       // number of processes sharing the stream; 0 means 1
     int shuffle;          // 1: shuffle shards and windows each epoch (train); 0: sequential (val)
     uint64_t seed;        // names the shuffle; the same seed gives the same batches everywhere
-    int vocab_size;       // every token id must be below this; 0 means GPT2_VOCAB
+    int vocab_size;       // every token id must be below this (at most 2^31 - 1); 0 means GPT2_VOCAB
 } DataLoaderConfig;
 
 // Where the stream stands, to keep in a checkpoint. Identical on every rank of a synchronous run
@@ -62,6 +68,7 @@ typedef struct {
     glob_t glob;                // glob.gl_pathv: (n_shards,) shard paths, sorted with strcmp
     int globbed;                // glob must be freed
     int n_shards;
+    int token_bytes;            // the shards' id width: 2 (uint16 layout) or 4 (uint32 layout)
     int64_t* shard_tokens;      // (n_shards,) token count of each shard
     int64_t* shard_windows;     // (n_shards,) (tokens - 1) / T
     int64_t total_windows;      // windows in one epoch: the sum of shard_windows
@@ -70,7 +77,7 @@ typedef struct {
     int64_t* order_start;       // (n_shards + 1,) epoch offset of each position's first window
     int loaded_shard;           // the shard in `tokens`; -1: none
     int64_t window_epoch;       // the epoch that window_order describes for loaded_shard; -1: none
-    uint16_t* tokens;           // (max shard tokens,) the loaded shard
+    uint32_t* tokens;           // (max shard tokens,) the loaded shard, widened to uint32
     int32_t* window_order;      // (max shard windows,) window visited at each position of the shard
     int64_t next_global;        // the global batch index this rank returns next
     int64_t epoch;              // epoch of the first row of the last batch (for logs)
@@ -114,8 +121,8 @@ static inline int dataloader_check_config(DataLoader* dl) {
                  c->B, c->T);
     else if (c->world_size < 0 || c->rank < 0 || c->rank >= c->world_size)
         snprintf(msg, sizeof(msg), "rank %d is not in [0, world size %d)", c->rank, c->world_size);
-    else if (c->vocab_size < 0 || c->vocab_size > 65536)
-        snprintf(msg, sizeof(msg), "vocab size %d does not fit uint16 shard tokens", c->vocab_size);
+    else if (c->vocab_size < 0)
+        snprintf(msg, sizeof(msg), "vocab size %d is negative", c->vocab_size);
     else return 0;
     snprintf(dl->err, sizeof(dl->err), "dataloader: %s", msg);
     return -1;
@@ -142,8 +149,16 @@ static inline int dataloader_find_shards(DataLoader* dl) {
     int64_t need = (int64_t)dl->cfg.B * dl->cfg.T + 1;
     for (int i = 0; i < dl->n_shards; i++) {
         const char* path = dl->glob.gl_pathv[i];
-        int64_t n = shard_check_header(path, dl->err, sizeof(dl->err));
+        int width = 0;
+        int64_t n = shard_check_header(path, &width, dl->err, sizeof(dl->err));
         if (n < 0) return -1;
+        if (i == 0) dl->token_bytes = width;
+        if (width != dl->token_bytes) {
+            snprintf(dl->err, sizeof(dl->err), "the pattern %s mixes shard layouts: %s holds %s, %s holds %s; "
+                     "one pattern must name shards of one layout (made with one --encoding)", dl->pattern,
+                     dl->glob.gl_pathv[0], shard_layout_name(dl->token_bytes), path, shard_layout_name(width));
+            return -1;
+        }
         if (n < need) {
             snprintf(dl->err, sizeof(dl->err), "%s: %lld tokens, fewer than one batch of B*T+1 = %d*%d+1 = %lld; "
                      "use a smaller batch size or sequence length, or bigger shards", path, (long long)n,
@@ -177,7 +192,7 @@ static inline int dataloader_load_shard(DataLoader* dl, int shard, int64_t epoch
     if (dl->loaded_shard != shard) {
         dl->loaded_shard = -1;  // the buffer is overwritten: if the read fails, nothing is loaded
         dl->window_epoch = -1;
-        if (shard_read_tokens(dl->glob.gl_pathv[shard], dl->shard_tokens[shard], dl->cfg.vocab_size,
+        if (shard_read_tokens(dl->glob.gl_pathv[shard], dl->shard_tokens[shard], dl->token_bytes, dl->cfg.vocab_size,
                               dl->tokens, dl->err, sizeof(dl->err)) != 0)
             return -1;
         dl->loaded_shard = shard;
@@ -195,7 +210,7 @@ static inline int dataloader_load_shard(DataLoader* dl, int shard, int64_t epoch
 }
 
 // Points *window at the T+1 tokens of stream window s (loading its shard), sets *epoch.
-static inline int dataloader_window(DataLoader* dl, int64_t s, const uint16_t** window, int64_t* epoch) {
+static inline int dataloader_window(DataLoader* dl, int64_t s, const uint32_t** window, int64_t* epoch) {
     *epoch = s / dl->total_windows;
     int64_t off = s % dl->total_windows;
     if (dl->order_epoch != *epoch) dataloader_order_shards(dl, *epoch);
@@ -214,7 +229,7 @@ static inline int dataloader_window(DataLoader* dl, int64_t s, const uint16_t** 
 // Loads the shard that global batch g starts in, without filling the batch: init and restore use it
 // so that an unreadable shard fails there, not one step later.
 static inline int dataloader_prefetch(DataLoader* dl, int64_t global_batch) {
-    const uint16_t* window;
+    const uint32_t* window;
     int64_t epoch;
     return dataloader_window(dl, global_batch * dl->cfg.B, &window, &epoch);
 }
@@ -235,7 +250,7 @@ static inline int dataloader_init(DataLoader* dl, const DataLoaderConfig* cfg) {
         if (dl->shard_windows[i] > max_windows) max_windows = dl->shard_windows[i];
     }
     size_t bt = (size_t)dl->cfg.B * dl->cfg.T;
-    dl->tokens = (uint16_t*)malloc_check((size_t)max_tokens * sizeof(uint16_t));
+    dl->tokens = (uint32_t*)malloc_check((size_t)max_tokens * sizeof(uint32_t));
     dl->window_order = (int32_t*)malloc_check((size_t)max_windows * sizeof(int32_t));
     dl->shard_order = (int32_t*)malloc_check((size_t)dl->n_shards * sizeof(int32_t));
     dl->order_start = (int64_t*)malloc_check((size_t)(dl->n_shards + 1) * sizeof(int64_t));
@@ -255,13 +270,13 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     int B = dl->cfg.B, T = dl->cfg.T;
     int64_t s0 = dl->next_global * B;
     for (int b = 0; b < B; b++) {
-        const uint16_t* window;
+        const uint32_t* window;
         int64_t epoch;
         if (dataloader_window(dl, s0 + b, &window, &epoch) != 0) return -1;
         if (b == 0) dl->epoch = epoch;
         for (int t = 0; t < T; t++) {
-            dl->inputs[(size_t)b * T + t] = window[t];
-            dl->targets[(size_t)b * T + t] = window[t + 1];
+            dl->inputs[(size_t)b * T + t] = (int32_t)window[t];  // ids < vocab_size <= 2^31 - 1
+            dl->targets[(size_t)b * T + t] = (int32_t)window[t + 1];
         }
     }
     dl->next_global += dl->cfg.world_size;

@@ -96,9 +96,17 @@ static inline void shard_writer_close(ShardWriter* w) {
 
 // --- reading -----------------------------------------------------------------------------------
 
-// Checks the header of `path` against the file size. On success returns the token count; on failure
-// returns -1 with a message naming the file and the fix in `err`. Never exits: the loader decides.
-static inline int64_t shard_check_header(const char* path, char* err, size_t errlen) {
+// The two layouts a reader accepts, by the width of their ids in bytes.
+static inline const char* shard_layout_name(int token_bytes) {
+    return token_bytes == 4 ? "uint32 ids (Llama-3 layout, magic 20240801, version 7)"
+                            : "uint16 ids (GPT-2 layout, magic 20240520, version 1)";
+}
+
+// Checks the header of `path` against the file size. On success returns the token count and sets
+// *token_bytes to the width of its ids: 2 (magic SHARD_MAGIC, version SHARD_VERSION) or 4 (magic
+// SHARD_U32_MAGIC, version SHARD_U32_VERSION); the size must be exactly 1024 + width * count bytes.
+// On failure returns -1 with a message naming the file and the fix in `err`. Never exits: the loader decides.
+static inline int64_t shard_check_header(const char* path, int* token_bytes, char* err, size_t errlen) {
     const char* fix = "regenerate it with `make data` (or the data/ tool that wrote it)";
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
@@ -117,39 +125,65 @@ static inline int64_t shard_check_header(const char* path, char* err, size_t err
                  got * sizeof(int32_t), SHARD_HEADER_BYTES, fix);
         return -1;
     }
-    if (header[0] != SHARD_MAGIC) {
-        snprintf(err, errlen, "%s: magic %d, expected %d: not a token shard; %s", path, header[0], SHARD_MAGIC, fix);
+    int width;
+    if (header[0] == SHARD_MAGIC) width = 2;
+    else if (header[0] == SHARD_U32_MAGIC) width = 4;
+    else {
+        snprintf(err, errlen, "%s: magic %d, expected %d (uint16 ids) or %d (uint32 ids): not a token shard; %s",
+                 path, header[0], SHARD_MAGIC, SHARD_U32_MAGIC, fix);
         return -1;
     }
-    if (header[1] != SHARD_VERSION) {
-        snprintf(err, errlen, "%s: shard version %d, this program reads version %d (uint16 GPT-2 tokens); %s",
-                 path, header[1], SHARD_VERSION, fix);
+    int want_version = width == 2 ? SHARD_VERSION : SHARD_U32_VERSION;
+    if (header[1] != want_version) {
+        snprintf(err, errlen, "%s: magic %d with version %d: this program reads magic %d with version %d (uint16 ids) "
+                 "and magic %d with version %d (uint32 ids); %s", path, header[0], header[1], SHARD_MAGIC,
+                 SHARD_VERSION, SHARD_U32_MAGIC, SHARD_U32_VERSION, fix);
         return -1;
     }
     int64_t ntok = header[2];
-    int64_t want = SHARD_HEADER_BYTES + 2 * ntok;
+    int64_t want = SHARD_HEADER_BYTES + width * ntok;
     if (ntok < 0 || !stat_ok || st.st_size != want) {
-        snprintf(err, errlen, "%s: header says %lld tokens (%lld bytes) but the file has %lld bytes: %s; %s", path,
-                 (long long)ntok, (long long)want, stat_ok ? (long long)st.st_size : -1LL,
+        snprintf(err, errlen, "%s: header says %lld tokens (%lld bytes of %d-byte ids) but the file has %lld bytes: "
+                 "%s; %s", path, (long long)ntok, (long long)want, width, stat_ok ? (long long)st.st_size : -1LL,
                  (stat_ok && st.st_size < want) ? "truncated" : "size mismatch", fix);
         return -1;
     }
+    *token_bytes = width;
     return ntok;
 }
 
-// Reads all tokens of a checked shard into `out` (ntok uint16) and verifies every id < vocab_size.
-// Returns 0, or -1 with a message in `err`.
-static inline int shard_read_tokens(const char* path, int64_t ntok, int vocab_size, uint16_t* out, char* err, size_t errlen) {
+// Reads all tokens of a checked shard (ntok ids of token_bytes = 2 or 4 bytes, as shard_check_header
+// said) into `out` (ntok uint32; uint16 ids are widened) and verifies every id < vocab_size.
+// Returns 0, or -1 with a message in `err` naming the file, the token and its byte offset.
+static inline int shard_read_tokens(const char* path, int64_t ntok, int token_bytes, int64_t vocab_size,
+                                    uint32_t* out, char* err, size_t errlen) {
+    if (token_bytes != 2 && token_bytes != 4) {
+        snprintf(err, errlen, "%s: %d-byte token ids; shards hold 2- or 4-byte ids", path, token_bytes);
+        return -1;
+    }
     FILE* f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
-    int ok = fseek(f, SHARD_HEADER_BYTES, SEEK_SET) == 0 && fread(out, sizeof(uint16_t), (size_t)ntok, f) == (size_t)ntok;
+    int ok = fseek(f, SHARD_HEADER_BYTES, SEEK_SET) == 0;
+    if (ok && token_bytes == 4) {
+        ok = fread(out, sizeof(uint32_t), (size_t)ntok, f) == (size_t)ntok;
+    } else if (ok) {  // in chunks through a small buffer, widened into out
+        uint16_t chunk[4096];
+        for (int64_t i = 0; ok && i < ntok; i += 4096) {
+            size_t n = (size_t)(ntok - i < 4096 ? ntok - i : 4096);
+            ok = fread(chunk, sizeof(uint16_t), n, f) == n;
+            for (size_t j = 0; ok && j < n; j++) out[i + (int64_t)j] = chunk[j];
+        }
+    }
     fclose(f);
     if (!ok) { snprintf(err, errlen, "%s: could not read %lld tokens; the file changed or is truncated", path, (long long)ntok); return -1; }
     for (int64_t i = 0; i < ntok; i++) {
-        if (out[i] >= vocab_size) {
-            snprintf(err, errlen, "%s: token %lld (byte offset %lld) has id %d, not below the vocabulary size %d: not a "
-                     "GPT-2 shard, or corrupt", path, (long long)i, (long long)SHARD_HEADER_BYTES + 2 * i, out[i],
-                     vocab_size);
+        if ((int64_t)out[i] >= vocab_size) {
+            snprintf(err, errlen, "%s: token %lld (byte offset %lld) has id %lu, not below the vocabulary size %lld: %s",
+                     path, (long long)i, (long long)SHARD_HEADER_BYTES + token_bytes * i, (unsigned long)out[i],
+                     (long long)vocab_size,
+                     token_bytes == 2 ? "not a GPT-2 shard, or corrupt"
+                                      : "the shard's encoding does not match the model's vocabulary (for GPT-2, make "
+                                        "the shards with `build/make_shards --encoding gpt2`), or the file is corrupt");
             return -1;
         }
     }

@@ -6,7 +6,9 @@
 // stream and reset; shuffling is seeded, reproducible, changes with seed and epoch, keeps a shard's
 // windows together; with 1, 2 and 3 ranks every window is taken exactly once per epoch; save/restore
 // continues with the identical batches (also into another world size); each bad shard gives an error
-// naming the file.
+// naming the file. The uint32 layout: the same ids in uint32 shards give the same batches; an id above
+// 65535 survives; an id >= vocab is refused with its byte offset (1024 + 4 * index); a pattern mixing
+// the layouts is refused naming a shard of each; each layout's magic with the other's version is refused.
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,6 +43,20 @@ static void write_shard(const char* path, const uint16_t* tokens, int n) {
     shard_writer_close(&w);
 }
 
+static void write_shard_u32(const char* path, const uint32_t* tokens, int n) {
+    ShardWriter w;
+    shard_writer_open_u32(&w, path);
+    shard_writer_append_u32(&w, tokens, (size_t)n);
+    shard_writer_close(&w);
+}
+
+static void write_counting_shard_u32(const char* path, int base, int n) {
+    uint32_t* t = (uint32_t*)malloc_check((size_t)n * sizeof(uint32_t));
+    for (int i = 0; i < n; i++) t[i] = (uint32_t)(base + i);
+    write_shard_u32(path, t, n);
+    free(t);
+}
+
 static void write_counting_shard(const char* path, int base, int n) {
     uint16_t* t = (uint16_t*)malloc_check((size_t)n * sizeof(uint16_t));
     for (int i = 0; i < n; i++) t[i] = (uint16_t)(base + i);
@@ -58,6 +74,7 @@ static void fixture_build(void) {
     snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/test_dataloader.XXXXXX");
     if (!mkdtemp(tmp_dir)) { perror("mkdtemp"); exit(EXIT_FAILURE); }
     make_subdir("good");
+    make_subdir("good32");  // the same ids as good/, in uint32 shards
     for (int i = 0; i < MAX_TOKEN; i++) window_of_token[i] = -1;
     n_windows = 0;
     for (int s = 0; s < N_SHARDS; s++) {
@@ -65,6 +82,8 @@ static void fixture_build(void) {
         snprintf(name, sizeof(name), "part_%06d.bin", s);
         path_in(p, sizeof(p), "good", name);
         write_counting_shard(p, shard_base[s], shard_len[s]);
+        path_in(p, sizeof(p), "good32", name);
+        write_counting_shard_u32(p, shard_base[s], shard_len[s]);
         for (int w = 0; w < (shard_len[s] - 1) / T_; w++) {
             shard_of_window[n_windows] = s;
             window_of_token[shard_base[s] + w * T_] = n_windows++;
@@ -139,11 +158,39 @@ static void test_shard_round_trip(void) {
     path_in(p, sizeof(p), "round", "a.bin");
     uint16_t t[5] = {0, 1, 50256, 7, 65535};
     write_shard(p, t, 5);
-    uint16_t back[5] = {0};
-    int64_t n = shard_check_header(p, err, sizeof(err));
-    EXPECT(n == 5, "shard_check_header: %lld tokens, expected 5 (%s)", (long long)n, err);
-    EXPECT(shard_read_tokens(p, 5, 65536, back, err, sizeof(err)) == 0 && !memcmp(back, t, sizeof(t)),
-           "shard_read_tokens did not give back the 5 tokens written");
+    uint32_t back[5] = {0};
+    int width = 0;
+    int64_t n = shard_check_header(p, &width, err, sizeof(err));
+    EXPECT(n == 5 && width == 2, "shard_check_header: %lld tokens of %d bytes, expected 5 of 2 (%s)", (long long)n,
+           width, err);
+    int same = 1;
+    for (int i = 0; i < 5; i++) same &= back[i] == 0;
+    EXPECT(shard_read_tokens(p, 5, 2, 65536, back, err, sizeof(err)) == 0, "shard_read_tokens: %s", err);
+    for (int i = 0; i < 5; i++) same &= back[i] == t[i];
+    EXPECT(same, "shard_read_tokens did not give back the 5 uint16 tokens written, widened");
+    // a uint16 shard longer than the reader's 4096-id chunks widens every id
+    enum { LONG_N = 10000 };
+    path_in(p, sizeof(p), "round", "long.bin");
+    uint16_t* lt = (uint16_t*)malloc_check(LONG_N * sizeof(uint16_t));
+    uint32_t* lb = (uint32_t*)malloc_check(LONG_N * sizeof(uint32_t));
+    for (int i = 0; i < LONG_N; i++) lt[i] = (uint16_t)(65535 - i * 7);
+    write_shard(p, lt, LONG_N);
+    int long_ok = shard_check_header(p, &width, err, sizeof(err)) == LONG_N && width == 2 &&
+                  shard_read_tokens(p, LONG_N, 2, 65536, lb, err, sizeof(err)) == 0;
+    for (int i = 0; long_ok && i < LONG_N; i++) long_ok = lb[i] == lt[i];
+    EXPECT(long_ok, "a %d-token uint16 shard did not read back exactly: %s", LONG_N, err);
+    free(lt); free(lb);
+    // uint32: ids above 65535 come back whole
+    path_in(p, sizeof(p), "round", "b32.bin");
+    uint32_t t32[5] = {0, 65536, 100257, 199999, 2147483646u};
+    write_shard_u32(p, t32, 5);
+    uint32_t back32[5] = {0};
+    width = 0;
+    n = shard_check_header(p, &width, err, sizeof(err));
+    EXPECT(n == 5 && width == 4, "uint32 shard_check_header: %lld tokens of %d bytes, expected 5 of 4 (%s)",
+           (long long)n, width, err);
+    EXPECT(shard_read_tokens(p, 5, 4, 2147483647LL, back32, err, sizeof(err)) == 0 && !memcmp(back32, t32, sizeof(t32)),
+           "shard_read_tokens did not give back the 5 uint32 tokens written: %s", err);
     char tmp[520];
     snprintf(tmp, sizeof(tmp), "%s.tmp", p);
     EXPECT(access(p, F_OK) == 0 && access(tmp, F_OK) != 0, "the writer left its .tmp file");
@@ -354,6 +401,103 @@ static void test_bad_shards(void) {
     dataloader_free(&dl);
 }
 
+// --- the uint32 layout ---------------------------------------------------------------------------
+
+// good/ and good32/ hold the same ids in the two layouts: every batch must be identical, for the
+// sequential and the shuffled stream, on every rank, across epochs.
+static void test_u32_same_batches(void) {
+    static const int settings[][4] = {{0, 0, 0, 1}, {1, 1337, 0, 1}, {1, 99, 1, 2}};  // shuffle, seed, rank, world
+    for (int k = 0; k < 3; k++) {
+        DataLoader a, b;
+        init_or_fail(&a, config("good", settings[k][0], (uint64_t)settings[k][1], settings[k][2], settings[k][3]));
+        init_or_fail(&b, config("good32", settings[k][0], (uint64_t)settings[k][1], settings[k][2], settings[k][3]));
+        EXPECT(a.token_bytes == 2 && b.token_bytes == 4, "layouts: %d- and %d-byte ids, expected 2 and 4",
+               a.token_bytes, b.token_bytes);
+        EXPECT(a.total_windows == b.total_windows, "uint16: %lld windows, uint32: %lld", (long long)a.total_windows,
+               (long long)b.total_windows);
+        int n_batches = 3 * n_windows / B_ + 1, same = 1, first_diff = -1;
+        for (int i = 0; i < n_batches; i++) {
+            EXPECT(dataloader_next_batch(&a) == 0 && dataloader_next_batch(&b) == 0, "next_batch: %s %s", a.err, b.err);
+            int eq = !memcmp(a.inputs, b.inputs, sizeof(int32_t) * B_ * T_) &&
+                     !memcmp(a.targets, b.targets, sizeof(int32_t) * B_ * T_);
+            if (!eq && first_diff < 0) first_diff = i;
+            same &= eq;
+        }
+        EXPECT(same, "setting %d: batch %d of the uint32 shards differs from the same ids in uint16 shards", k, first_diff);
+        DataLoaderPosition pa = dataloader_save(&a), pb = dataloader_save(&b);
+        EXPECT(!memcmp(&pa, &pb, sizeof(pa)), "setting %d: the saved positions differ between the layouts", k);
+        dataloader_free(&a);
+        dataloader_free(&b);
+    }
+}
+
+// Writes sub/a_good.bin and sub/bad.bin as uint32 shards, like bad_case.
+static void bad_case_u32(const char* sub, int n_tokens, int patch_index, int32_t patch_value, int cut_bytes,
+                         uint32_t last) {
+    char p[512];
+    make_subdir(sub);
+    path_in(p, sizeof(p), sub, "a_good.bin");
+    write_counting_shard_u32(p, 1, 40);
+    path_in(p, sizeof(p), sub, "bad.bin");
+    uint32_t* t = (uint32_t*)calloc_check((size_t)n_tokens, sizeof(uint32_t));
+    if (last) t[n_tokens - 1] = last;
+    write_shard_u32(p, t, n_tokens);
+    free(t);
+    if (patch_index >= 0) patch_header(p, patch_index, patch_value);
+    if (cut_bytes && truncate(p, SHARD_HEADER_BYTES + 4 * n_tokens - cut_bytes) != 0) { perror(p); exit(EXIT_FAILURE); }
+}
+
+static void test_u32_bad_shards(void) {
+    // an id >= vocab: the byte offset counts 4-byte ids
+    bad_case_u32("vocab32", 40, -1, 0, 0, GPT2_VOCAB);
+    expect_bad_saying("vocab32", "uint32 token >= vocab", 1, "token 39 (byte offset 1180) has id 50257");
+    expect_bad_saying("vocab32", "uint32 token >= vocab", 1, "encoding does not match");
+    bad_case_u32("vocab32_big", 40, -1, 0, 0, 4000000000u);  // above 2^31: not negative, still refused
+    expect_bad_saying("vocab32_big", "uint32 token >= 2^31", 1, "has id 4000000000");
+    // the same shards with a vocabulary that holds the ids load
+    DataLoader dl;
+    DataLoaderConfig c = config("vocab32_big", 0, 0, 0, 1);
+    c.vocab_size = 2147483647;
+    int rc = dataloader_init(&dl, &c);
+    for (int k = 0; k < 30 && rc == 0; k++) rc = dataloader_next_batch(&dl);
+    EXPECT(rc != 0 && strstr(dl.err, "has id 4000000000"), "vocab 2^31-1: id 4000000000 was not refused: %s", dl.err);
+    dataloader_free(&dl);
+    bad_case_u32("o200k", 41, -1, 0, 0, 200018);  // 41 tokens: the last one ends window 9
+    c = config("o200k", 0, 0, 0, 1);
+    c.vocab_size = 200019;
+    rc = dataloader_init(&dl, &c);
+    int maxid = 0;
+    for (int k = 0; k < 20 && rc == 0; k++) {
+        rc = dataloader_next_batch(&dl);
+        for (int i = 0; rc == 0 && i < B_ * T_; i++) if (dl.targets[i] > maxid) maxid = dl.targets[i];
+    }
+    EXPECT(rc == 0 && maxid == 200018, "vocab 200019: rc %d, largest target %d, expected 200018: %s", rc, maxid, dl.err);
+    dataloader_free(&dl);
+    // each layout's magic with the other's version
+    bad_case_u32("magic32_v1", 40, 1, SHARD_VERSION, 0, 0);
+    expect_bad_saying("magic32_v1", "magic 20240801, version 1", 0, "magic 20240801 with version 1");
+    bad_case("magic16_v7", 40, 1, SHARD_U32_VERSION, 0, 0);
+    expect_bad_saying("magic16_v7", "magic 20240520, version 7", 0, "magic 20240520 with version 7");
+    // the size is checked with the layout's width: 2 bytes short, or a count that fits 2-byte ids
+    bad_case_u32("trunc32", 40, -1, 0, 2, 0);
+    expect_bad_saying("trunc32", "uint32 truncated", 0, "truncated");
+    bad_case_u32("count32", 40, 2, 80, 0, 0);  // 1024 + 2*80 = the file size, but the ids are 4 bytes
+    expect_bad_saying("count32", "uint32 count as if uint16", 0, "80 tokens (1344 bytes of 4-byte ids)");
+    // a pattern that mixes the layouts, refused at init naming a shard of each
+    char p16[512], p32[512];
+    make_subdir("mixed");
+    path_in(p16, sizeof(p16), "mixed", "a16.bin");
+    write_counting_shard(p16, 1, 40);
+    path_in(p32, sizeof(p32), "mixed", "b32.bin");
+    write_counting_shard_u32(p32, 1, 40);
+    c = config("mixed", 1, 5, 0, 1);
+    rc = dataloader_init(&dl, &c);
+    EXPECT(rc != 0 && strstr(dl.err, p16) && strstr(dl.err, p32) && strstr(dl.err, "mixes"),
+           "a pattern mixing the layouts: expected an error naming %s and %s, got rc %d: %s", p16, p32, rc, dl.err);
+    if (rc != 0) printf("  mixed layouts -> %s\n", dl.err);
+    dataloader_free(&dl);
+}
+
 int main(void) {
     fixture_build();
     test_shard_round_trip();
@@ -362,6 +506,8 @@ int main(void) {
     for (int world = 1; world <= 3; world++) test_ranks(world);
     test_save_restore();
     test_bad_shards();
+    test_u32_same_batches();
+    test_u32_bad_shards();
     remove_tree(tmp_dir);
     return test_summary("test_dataloader");
 }

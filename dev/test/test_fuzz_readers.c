@@ -113,19 +113,20 @@ static void fuzz_shards(void) {
     size_t n;
     unsigned char* orig = read_all(good, &n);
     unsigned char* buf = (unsigned char*)malloc_check(n + 4096);
-    uint16_t* tokens = (uint16_t*)malloc_check(n + 4096);
+    uint32_t* tokens = (uint32_t*)malloc_check(2 * (n + 4096));  // accepted: ntok <= (len - 1024) / 2 ids
     int rounds = 0, accepted = 0, bad_verdict = 0;
     double t0 = now_s();
     for (; rounds < ROUNDS && now_s() - t0 < TIME_LIMIT_S; rounds++) {
         size_t len = mutate(buf, orig, n);
         write_all(path, buf, len);
         char err[1024] = "";
-        int64_t ntok = shard_check_header(path, err, sizeof(err));
+        int width = 0;
+        int64_t ntok = shard_check_header(path, &width, err, sizeof(err));
         int ok = ntok >= 0;
-        if (ok) ok = shard_read_tokens(path, ntok, GPT2_VOCAB, tokens, err, sizeof(err)) == 0;
+        if (ok) ok = shard_read_tokens(path, ntok, width, GPT2_VOCAB, tokens, err, sizeof(err)) == 0;
         if (ok) {
             accepted++;
-            int consistent = (int64_t)len == SHARD_HEADER_BYTES + 2 * ntok;
+            int consistent = (width == 2 || width == 4) && (int64_t)len == SHARD_HEADER_BYTES + width * ntok;
             for (int64_t i = 0; i < ntok && consistent; i++) consistent = tokens[i] < GPT2_VOCAB;
             if (!consistent) {
                 bad_verdict++;

@@ -84,14 +84,16 @@ static int read_split(const char* name, const char* split, int64_t shard_tokens,
     out->len = 0;
     int n = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
     for (int s = 0; s < n; s++) {
-        int64_t ntok = shard_check_header(g.gl_pathv[s], err, sizeof(err));
+        int width = 0;
+        int64_t ntok = shard_check_header(g.gl_pathv[s], &width, err, sizeof(err));
+        EXPECT(ntok < 0 || width == 2, "%s: %d-byte ids, expected the uint16 layout", g.gl_pathv[s], width);
         EXPECT(ntok >= 0, "%s", err);
         if (ntok < 0) break;
         int full = s == n - 1 ? ntok >= 1 && ntok <= shard_tokens : ntok == shard_tokens;
         EXPECT(full, "%s: %lld tokens; shards hold %lld, only the last fewer", g.gl_pathv[s], (long long)ntok,
                (long long)shard_tokens);
-        uint16_t* tok = (uint16_t*)malloc_check((size_t)ntok * sizeof(uint16_t) + 1);
-        int rc = shard_read_tokens(g.gl_pathv[s], ntok, GPT2_VOCAB, tok, err, sizeof(err));
+        uint32_t* tok = (uint32_t*)malloc_check((size_t)ntok * sizeof(uint32_t) + 1);
+        int rc = shard_read_tokens(g.gl_pathv[s], ntok, width, GPT2_VOCAB, tok, err, sizeof(err));
         EXPECT(rc == 0, "%s", err);
         for (int64_t i = 0; rc == 0 && i < ntok; i++) token_buf_push(out, tok[i]);
         free(tok);
@@ -284,9 +286,10 @@ static void test_errors(void) {
     EXPECT(count_files(path_in_dir("e/*.tmp")) == 0, "temporary shard files left after an error");
     glob_t g;
     char e_err[1024];
+    int e_width;
     if (glob(path_in_dir("e/*.bin"), 0, NULL, &g) == 0) {
         for (size_t i = 0; i < g.gl_pathc; i++)
-            EXPECT(shard_check_header(g.gl_pathv[i], e_err, sizeof(e_err)) > 0, "%s", e_err);
+            EXPECT(shard_check_header(g.gl_pathv[i], &e_width, e_err, sizeof(e_err)) > 0, "%s", e_err);
         globfree(&g);
     }
     snprintf(args, sizeof(args), "--out %s --name m %s/doc0.txt %s/no_such_file.txt", dir, dir, dir);

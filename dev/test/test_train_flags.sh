@@ -66,6 +66,28 @@ for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" 
 done
 rm -rf "$tmp"
 
+# uint32 shards (make_shards --encoding cl100k_base/o200k_base; llm.c's Llama-3 layout): ids below
+# GPT-2's 50257 load (both loaders pass, then -val_batches is refused); an id >= 50257 is refused at
+# start-up, naming the file and --encoding gpt2.
+le32() { printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)); }
+u32_shard() {  # u32_shard FILE N LAST_ID: N ids, all 0 but the last
+    { printf %b "$(le32 20240801)$(le32 7)$(le32 "$2")"; head -c $((253 * 4 + 4 * ($2 - 1))) /dev/zero
+      printf %b "$(le32 "$3")"; } > "$1"
+}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
+u32_shard "$tmp/small.bin" 1000 50256
+u32_shard "$tmp/big.bin" 1000 50257
+if [ "$(stat -c %s "$tmp/small.bin")" = $((1024 + 4 * 1000)) ]; then passed=$((passed + 1))
+else failed=$((failed + 1)); echo "FAIL the test's uint32 shard has $(stat -c %s "$tmp/small.bin") bytes"; fi
+expect_error "uint32 shard, ids < 50257" "the val split $tmp/small.bin holds 3 batches" \
+    -train "$tmp/small.bin" -val "$tmp/small.bin" -b 4 -t 64 -val_batches 100000
+expect_error "uint32 shard, id 50257 (file)" "$tmp/big.bin: token 999 (byte offset 5020) has id 50257" \
+    -train "$tmp/big.bin" -val "$tmp/small.bin" -b 4 -t 64
+expect_error "uint32 shard, id 50257 (encoding)" "encoding does not match the model" \
+    -train "$tmp/small.bin" -val "$tmp/big.bin" -b 4 -t 64
+expect_error "uint32 shard, id 50257 (hint)" "--encoding gpt2" -train "$tmp/big.bin" -b 4 -t 64
+rm -rf "$tmp"
+
 # -init: its file is read before the GPU is touched. A safetensors file of GPT-2 names but no layers
 # and 16 channels: not a GPT-2 size.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
