@@ -96,9 +96,9 @@ build build/dev build/asan:
 DATA_TOOLS := build/tokenize build/make_shards build/brown_detok
 TOKENIZER_H := llmc/tokenizer.h llmc/tokenizer_encode.h llmc/tokenizer_tiktoken.h llmc/check.h
 build/tokenize: data/tokenize.c $(TOKENIZER_H) | build deps
-	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< $(PCRE2) && mv $@.tmp.$$$$ $@
+	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< $(PCRE2) $(CJSON) && mv $@.tmp.$$$$ $@
 build/make_shards: data/make_shards.c $(TOKENIZER_H) llmc/shard.h | build deps
-	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< $(PCRE2) && mv $@.tmp.$$$$ $@
+	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< $(PCRE2) $(CJSON) && mv $@.tmp.$$$$ $@
 build/brown_detok: data/brown_detok.c llmc/check.h | build
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< && mv $@.tmp.$$$$ $@
 # a checkpoint to Hugging Face's GPT-2 layout (llmc/gpt_hf.h, doc/interop.md)
@@ -165,7 +165,9 @@ build/dev/gpt_dump: dev/interop/gpt_dump.cu $(LLMC) | build/dev deps-trainer
 # dev/test/test_train_faults.sh trains on the GPU: it runs with the GPU tests
 GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh
 CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
-build/test_safetensors build/test_gpt_hf build/asan/test_safetensors build/asan/test_gpt_hf: TEST_LIBS := $(CJSON)
+# cJSON: safetensors and the tiktoken encoder files
+CJSON_TESTS := test_safetensors test_gpt_hf test_tokenizer test_make_shards
+$(addprefix build/,$(CJSON_TESTS)) $(addprefix build/asan/,$(CJSON_TESTS)): TEST_LIBS := $(CJSON)
 build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build deps
 	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm -lz $(TEST_LIBS)
 build/asan/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build/asan deps

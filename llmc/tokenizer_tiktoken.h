@@ -9,8 +9,8 @@
 //                     its rank OFFSET + its position on the line. The file holds one line from 0.
 // The rank is the id, and the BPE merges the adjacent pair whose joined bytes have the lowest rank
 // (tiktoken's algorithm), so the ranks alone define the encoder; there is no merge list. Ids 0-255
-// are the single bytes, in the same order as GPT-2's. The files are pinned by sha256, so the parser
-// only needs to read these files (and fail clearly on anything else), not arbitrary JSON.
+// are the single bytes, in the same order as GPT-2's. The JSON is read with cJSON (Debian's
+// libcjson-dev; link with -lcjson).
 //
 //   encoding      ranks    specials (id)                                                  vocab_size
 //   gpt2          50,256   <|endoftext|> 50256                                               50,257
@@ -22,6 +22,7 @@
 //     tokenizer_init_encoding(&t, "o200k_base", NULL);   // NULL: data/tiktoken/o200k_base.json
 //     ... tokenizer_decode(&t, id, &n) ...;  tokenizer_free(&t);
 #pragma once
+#include <cjson/cJSON.h>
 #include "tokenizer.h"
 
 typedef struct {
@@ -47,82 +48,6 @@ static inline const TokenizerEncoding* tokenizer_find_encoding(const char* name)
 
 // --- the encoder file --------------------------------------------------------------------------
 
-// The value of `"key":` in the JSON text s[0..n): a pointer to its first character, or NULL. The keys
-// cannot occur inside the values (base64 has no quotes; the pattern and the special tokens are short).
-static inline const unsigned char* tiktoken_json_member(const unsigned char* s, size_t n, const char* key) {
-    char quoted[64];
-    int k = snprintf(quoted, sizeof(quoted), "\"%s\"", key);
-    for (const unsigned char* p = s; p + k <= s + n; p++) {
-        p = (const unsigned char*)memchr(p, '"', (size_t)(s + n - p));
-        if (!p || p + k > s + n) return NULL;
-        if (memcmp(p, quoted, (size_t)k) != 0) continue;
-        const unsigned char* v = p + k;
-        while (v < s + n && (*v == ' ' || *v == '\n' || *v == '\t' || *v == '\r')) v++;
-        if (v == s + n || *v != ':') continue;
-        for (v++; v < s + n && (*v == ' ' || *v == '\n' || *v == '\t' || *v == '\r'); v++) {}
-        return v < s + n ? v : NULL;
-    }
-    return NULL;
-}
-
-static inline size_t tiktoken_put_utf8(unsigned char* s, uint32_t cp) {
-    if (cp < 0x80) { s[0] = (unsigned char)cp; return 1; }
-    int n = cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-    for (int k = n - 1; k > 0; k--, cp >>= 6) s[k] = (unsigned char)(0x80 | (cp & 0x3f));
-    s[0] = (unsigned char)((0xf00 >> n) | cp);  // lead byte: n ones then a zero, then the top bits
-    return (size_t)n;
-}
-
-// Decodes the JSON string at s[*i] (on its opening quote) into a malloc'd, NUL-terminated UTF-8
-// string (its length, which may count NULs, in *len) and moves *i past the closing quote. Returns
-// NULL on a malformed string.
-static inline char* tiktoken_json_string(const unsigned char* s, size_t n, size_t* i, size_t* len) {
-    if (*i >= n || s[*i] != '"') return NULL;
-    const unsigned char* close = s + *i + 1;  // the output is never longer than the input
-    size_t cap = 1;
-    for (; close < s + n && *close != '"'; close++, cap++)
-        if (*close == '\\') close++, cap++;
-    unsigned char* out = (unsigned char*)malloc_check(cap + 4);
-    size_t o = 0;
-    for ((*i)++; *i < n && s[*i] != '"';) {
-        if (s[*i] != '\\') { out[o++] = s[(*i)++]; continue; }
-        unsigned char c = *i + 1 < n ? s[*i + 1] : 0;
-        const char* simple = c ? strchr("\"\\/bfnrt", c) : NULL;
-        if (simple) {
-            out[o++] = (unsigned char)"\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"];
-            *i += 2;
-            continue;
-        }
-        uint32_t cp = 0;
-        for (int pair = 0; pair < 2; pair++) {  // \uXXXX, and a second one for a surrogate pair
-            if (c != 'u' || *i + 6 > n) { free(out); return NULL; }
-            uint32_t u = 0;
-            for (int k = 2; k < 6; k++) {
-                unsigned char h = s[*i + k];
-                int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                      : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-                if (v < 0) { free(out); return NULL; }
-                u = u * 16 + (uint32_t)v;
-            }
-            *i += 6;
-            if (pair == 0 && u >= 0xD800 && u < 0xDC00) {
-                cp = u;
-                c = *i + 1 < n && s[*i] == '\\' ? s[*i + 1] : 0;
-                continue;
-            }
-            if (pair == 1 && (u < 0xDC00 || u >= 0xE000)) { free(out); return NULL; }
-            cp = pair == 1 ? 0x10000 + ((cp - 0xD800) << 10) + (u - 0xDC00) : u;
-            break;
-        }
-        o += tiktoken_put_utf8(out + o, cp);
-    }
-    if (*i >= n) { free(out); return NULL; }
-    (*i)++;
-    out[o] = 0;
-    *len = o;
-    return (char*)out;
-}
-
 // Decodes base64 s[0..n) (with '=' padding) into out (room for 3 * n / 4 bytes); returns the byte
 // count, or -1.
 static inline int tiktoken_base64(const unsigned char* s, size_t n, unsigned char* out) {
@@ -144,27 +69,19 @@ static inline int tiktoken_base64(const unsigned char* s, size_t n, unsigned cha
     return len;
 }
 
-// Parses "special_tokens": {"TEXT": ID, ...} into names[] (malloc'd) and ids[]; returns the count,
-// or -1.
-static inline int tiktoken_parse_specials(const unsigned char* s, size_t n, const unsigned char* v, char** names,
-                                          int32_t* ids) {
+// The members of "special_tokens": {"TEXT": ID, ...} into names[] (malloc'd) and ids[]; returns the
+// count, or -1 (not 1 to TOKENIZER_MAX_SPECIAL members, or an ID that is not an integer in [0, 2^24]).
+static inline int tiktoken_specials(const cJSON* special, char** names, int32_t* ids) {
     int count = 0;
-    size_t i = (size_t)(v - s);
-    if (i >= n || s[i] != '{') return -1;
-    for (i++;;) {
-        while (i < n && strchr(" \t\r\n,", s[i]) && s[i]) i++;
-        if (i < n && s[i] == '}') return count;
-        size_t len;
-        char* name = count < TOKENIZER_MAX_SPECIAL ? tiktoken_json_string(s, n, &i, &len) : NULL;
-        if (!name) break;
-        names[count] = name;
-        while (i < n && (s[i] == ' ' || s[i] == ':')) i++;
-        char* end;
-        long id = i < n ? strtol((const char*)s + i, &end, 10) : -1;
-        if (i == n || end == (char*)s + i || id < 0 || id > (1 << 24)) { count++; break; }
-        ids[count++] = (int32_t)id;
-        i = (size_t)(end - (char*)s);
+    const cJSON* e;
+    cJSON_ArrayForEach(e, special) {
+        double v = cJSON_IsNumber(e) ? e->valuedouble : -1.0;
+        if (count == TOKENIZER_MAX_SPECIAL || v < 0.0 || v > (double)(1 << 24) || v != (double)(int32_t)v) break;
+        names[count] = (char*)malloc_check(strlen(e->string) + 1);
+        strcpy(names[count], e->string);
+        ids[count++] = (int32_t)v;
     }
+    if (!e && count > 0) return count;
     for (int k = 0; k < count; k++) free(names[k]);
     return -1;
 }
@@ -176,12 +93,12 @@ static inline int tokenizer_load_tiktoken(Tokenizer* t, const char* name, const 
     snprintf(fix, sizeof(fix), "it should be tiktoken's %s.json; run `make data-tiktoken` to fetch it", name);
     memset(t, 0, sizeof(*t));
     snprintf(t->name, sizeof(t->name), "%s", name);
-    size_t n, len, i, cap = 1 << 20;
+    size_t n, cap = 1 << 20;
     char* names[TOKENIZER_MAX_SPECIAL] = {NULL};
-    char* ranks = NULL;
+    const char* ranks = NULL;
     int n_special = -1, id = 0, n_tokens = 0;
     const char* why = NULL;
-    const unsigned char *v_pat, *v_special, *v_ranks;
+    cJSON* root = NULL;
     unsigned char tok[1024];
     unsigned char* s = tokenizer_read_file(path, &n, err, errlen);
     if (!s) {
@@ -189,21 +106,24 @@ static inline int tokenizer_load_tiktoken(Tokenizer* t, const char* name, const 
         snprintf(err + k, errlen - k, "; %s", fix);
         return -1;
     }
-    v_pat = tiktoken_json_member(s, n, "pat_str");
-    v_special = tiktoken_json_member(s, n, "special_tokens");
-    v_ranks = tiktoken_json_member(s, n, "bpe_ranks");
-    if (!v_pat || !v_special || !v_ranks) {
+    root = cJSON_ParseWithLength((const char*)s, n);
+    if (!cJSON_IsObject(root)) {
+        why = "not a JSON object (truncated, or not a tiktoken encoder file)";
+        goto fail;
+    }
+    const cJSON* pat = cJSON_GetObjectItemCaseSensitive(root, "pat_str");
+    const cJSON* special = cJSON_GetObjectItemCaseSensitive(root, "special_tokens");
+    const cJSON* ranks_j = cJSON_GetObjectItemCaseSensitive(root, "bpe_ranks");
+    if (!cJSON_IsString(pat) || !cJSON_IsObject(special) || !cJSON_IsString(ranks_j)) {
         why = "no \"pat_str\", \"special_tokens\" or \"bpe_ranks\" member: not a tiktoken encoder file";
         goto fail;
     }
-    i = (size_t)(v_pat - s);
-    t->pattern = tiktoken_json_string(s, n, &i, &len);
-    i = (size_t)(v_ranks - s);
-    ranks = tiktoken_json_string(s, n, &i, &len);
-    n_special = tiktoken_parse_specials(s, n, v_special, names, t->special_ids);
-    if (!t->pattern || !ranks || n_special < 1) {
-        why = n_special < 1 ? "\"special_tokens\" is not an object of 1 to 8 \"TEXT\": ID members"
-                            : "a malformed string (truncated?)";
+    t->pattern = (char*)malloc_check(strlen(pat->valuestring) + 1);
+    strcpy(t->pattern, pat->valuestring);
+    ranks = ranks_j->valuestring;
+    n_special = tiktoken_specials(special, names, t->special_ids);
+    if (n_special < 1) {
+        why = "\"special_tokens\" is not an object of 1 to 8 \"TEXT\": ID members";
         goto fail;
     }
     // size the tables for at most one token per space (a line is "! OFFSET" and then the tokens)
@@ -219,18 +139,18 @@ static inline int tokenizer_load_tiktoken(Tokenizer* t, const char* name, const 
     while ((1 << t->lookup_bits) < 5 * n_tokens / 2) t->lookup_bits++;  // load <= 0.4
     t->lookup = (int32_t*)malloc_check(sizeof(int32_t) << t->lookup_bits);
     memset(t->lookup, 0xff, sizeof(int32_t) << t->lookup_bits);  // all -1
-    for (char* line = ranks; *line; line++) {
-        char* eol = strchr(line, '\n');
+    for (const char* line = ranks; *line; line++) {
+        const char* eol = strchr(line, '\n');
         if (!eol) eol = line + strlen(line);
         char* end;
         long offset = line[0] == '!' && line[1] == ' ' ? strtol(line + 2, &end, 10) : -1;
         if (offset != id) { why = "a \"bpe_ranks\" line that does not start with \"! NEXT_RANK\""; goto fail; }
-        for (char* p = end; p < eol;) {
+        for (const char* p = end; p < eol;) {
             while (p < eol && *p == ' ') p++;
-            char* q = p;
+            const char* q = p;
             while (q < eol && *q != ' ') q++;
             if (q == p) break;
-            int m = (size_t)(q - p) <= 4 * sizeof(tok) / 3 ? tiktoken_base64((unsigned char*)p, (size_t)(q - p), tok) : -1;
+            int m = (size_t)(q - p) <= 4 * sizeof(tok) / 3 ? tiktoken_base64((const unsigned char*)p, (size_t)(q - p), tok) : -1;
             if (m <= 0) { why = "a token that is not base64 of 1 to 1024 bytes"; goto fail; }
             if (tokenizer_lookup(t, tok, (size_t)m) >= 0) { why = "a duplicate token"; goto fail; }
             tokenizer_append(t, id, tok, (size_t)m, &cap);
@@ -266,13 +186,13 @@ static inline int tokenizer_load_tiktoken(Tokenizer* t, const char* name, const 
     }
     if (t->eot_id < 0) { why = "no <|endoftext|> among the special tokens"; goto fail; }
     for (int k = 0; k < n_special; k++) free(names[k]);
-    free(ranks);
+    cJSON_Delete(root);
     free(s);
     return 0;
 fail:
     snprintf(err, errlen, "%s: %s (at token %d); %s", path, why, id, fix);
     for (int k = 0; k < n_special; k++) free(names[k]);
-    free(ranks);
+    cJSON_Delete(root);
     free(s);
     tokenizer_free(t);
     return -1;
