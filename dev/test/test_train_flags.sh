@@ -55,8 +55,11 @@ expect_error "repeated flag" "flag -b given twice (4, then 8)" -b 4 -b 8
 # a directory matched as a shard is reported as one
 expect_error "directory as a shard" "data/starter: a directory, not a shard file" -train data/starter
 
-# nothing is created on disk before validation passes
+# one scratch directory for the cases below that write files
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+# nothing is created on disk before validation passes
 for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" "-resume $tmp/none.bin"; do
     rm -rf "$tmp/out"
     # shellcheck disable=SC2086  # the words of $args are separate flags
@@ -64,7 +67,7 @@ for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" 
     if [ -e "$tmp/out" ]; then failed=$((failed + 1)); echo "FAIL $args: $tmp/out was created by a refused run"
     else passed=$((passed + 1)); fi
 done
-rm -rf "$tmp"
+rm -rf "$tmp/out"
 
 # uint32 shards (make_shards --encoding cl100k_base/o200k_base; llm.c's Llama-3 layout): ids below
 # GPT-2's 50257 load (both loaders pass, then -val_batches is refused); an id >= 50257 is refused at
@@ -74,7 +77,6 @@ u32_shard() {  # u32_shard FILE N LAST_ID: N ids, all 0 but the last
     { printf %b "$(le32 20240801)$(le32 7)$(le32 "$2")"; head -c $((253 * 4 + 4 * ($2 - 1))) /dev/zero
       printf %b "$(le32 "$3")"; } > "$1"
 }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
 u32_shard "$tmp/small.bin" 1000 50256
 u32_shard "$tmp/big.bin" 1000 50257
 if [ "$(stat -c %s "$tmp/small.bin")" = $((1024 + 4 * 1000)) ]; then passed=$((passed + 1))
@@ -86,12 +88,9 @@ expect_error "uint32 shard, id 50257 (file)" "$tmp/big.bin: token 999 (byte offs
 expect_error "uint32 shard, id 50257 (encoding)" "encoding does not match the model" \
     -train "$tmp/small.bin" -val "$tmp/big.bin" -b 4 -t 64
 expect_error "uint32 shard, id 50257 (hint)" "--encoding gpt2" -train "$tmp/big.bin" -b 4 -t 64
-rm -rf "$tmp"
 
 # -init: its file is read before the GPU is touched. A safetensors file of GPT-2 names but no layers
 # and 16 channels: not a GPT-2 size.
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
 json='{"wte.weight":{"dtype":"F32","shape":[2,16],"data_offsets":[0,128]},"wpe.weight":{"dtype":"F32","shape":[2,16],"data_offsets":[128,256]}}'
 # the 8-byte little-endian header length (< 256 here), the header, the data
 { printf "\\$(printf %03o ${#json})"; printf '\0\0\0\0\0\0\0%s' "$json"; head -c 256 /dev/zero; } > "$tmp/m.safetensors"
