@@ -27,10 +27,6 @@
 #include "../ref/fused_lce_check.cuh"
 #include "timing.cuh"
 
-typedef FlceVariant Variant;
-#define VARIANTS FLCE_VARIANTS
-#define NUM_VARIANTS FLCE_NUM_VARIANTS
-
 typedef struct { int N, C, V, Vp; } Shape;
 static const Shape BENCH_SHAPES[] = {
     {1024, 768, 50257, 50304}, {1024, 4096, 128256, 128256},
@@ -42,7 +38,7 @@ static size_t g_scratch = FLCE_DEFAULT_SCRATCH;  // --scratch MiB: the chunked v
 static int g_vocab_block = 0;                      // --vocab-block: variants 5 and 6's widest vocab block (0: default)
 static int g_profile = 0;                          // --profile: where the fwd+bwd time goes (variants 2, 5, 6)
 
-static void build_variant(FusedLce* h, FlceVariantState* st, const Variant* v, int max_n, int C, int V, int Vp,
+static void build_variant(FusedLce* h, FlceVariantState* st, const FlceVariant* v, int max_n, int C, int V, int Vp,
                           FlceOptions opt) {
     flce_variant_build(h, st, v, max_n, C, V, Vp, opt, g_scratch, g_vocab_block);
 }
@@ -67,7 +63,7 @@ __global__ void fill_targets_kernel(int* t, int n, int V, uint64_t seed) {
 
 // --- correctness -------------------------------------------------------------------------------
 
-static int check_variant(const Variant* v, const GpuContext* ctx) {
+static int check_variant(const FlceVariant* v, const GpuContext* ctx) {
     FlceOptions plain = flce_options_default();
     FlceOptions all = plain;
     all.z_loss = 1e-4f; all.softcap = 15.0f; all.label_smoothing = 0.1f;
@@ -130,8 +126,8 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
     printf("%6d x %4d x %6d | %-34s |          |          | %8.2f | %6.0f |  1.00x |\n", N, C, V,
            "0 three cuBLASLt GEMMs", t_gemm, 3 * F / t_gemm * 1e-9);
 
-    for (int vi = 0; vi < NUM_VARIANTS; vi++) {
-        const Variant* v = &VARIANTS[vi];
+    for (int vi = 0; vi < FLCE_NUM_VARIANTS; vi++) {
+        const FlceVariant* v = &FLCE_VARIANTS[vi];
         if (only_variant && v->id != only_variant) continue;
         size_t free_b, total_b;
         cuda_check(cudaMemGetInfo(&free_b, &total_b));
@@ -180,16 +176,16 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--profile")) g_profile = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--vocab-block") && i + 1 < argc && atoi(argv[i + 1]) >= 16) g_vocab_block = atoi(argv[++i]);
-        else if (atoi(argv[i]) >= 1 && atoi(argv[i]) <= NUM_VARIANTS) only = atoi(argv[i]);
+        else if (atoi(argv[i]) >= 1 && atoi(argv[i]) <= FLCE_NUM_VARIANTS) only = atoi(argv[i]);
         else { fprintf(stderr, "usage: %s [variant 1..%d] [--check-only | --bench-only] [--small] [--shape i] [--scratch MiB]\n"
-                        "          [--vocab-block N] [--profile]\n", argv[0], NUM_VARIANTS); return 2; }
+                        "          [--vocab-block N] [--profile]\n", argv[0], FLCE_NUM_VARIANTS); return 2; }
     }
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     int ok = 1;
     if (check)
-        for (int vi = 0; vi < NUM_VARIANTS; vi++)
-            if (!only || VARIANTS[vi].id == only) ok &= check_variant(&VARIANTS[vi], &ctx);
+        for (int vi = 0; vi < FLCE_NUM_VARIANTS; vi++)
+            if (!only || FLCE_VARIANTS[vi].id == only) ok &= check_variant(&FLCE_VARIANTS[vi], &ctx);
     if (bench) {
         printf("\n%-22s | %-34s | %8s | %8s | %8s | %6s | %6s | %s\n", "N x C x V", "variant", "fwd ms", "bwd ms",
                "f+b ms", "TF/s", "xGEMMs", "scratch");
