@@ -111,7 +111,7 @@ static void train_steps(GptModel* m, uint64_t* rng, int from, int to, float* los
             tg[i] = (int)(rand_next(rng) % 50257);
         }
         grads_of(m, in, tg, 1, ctx);
-        gpt_update(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s + 1, ctx);
+        gpt_update(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s + 1, 0, ctx);
         losses[s] = model_loss(m, ctx);
     }
 }
@@ -303,7 +303,7 @@ int main(void) {
     float first = 0.0f, last = 0.0f;
     for (int s = 1; s <= 10; s++) {
         grads_of(&m, in, tg, 1, &ctx);
-        gpt_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s, &ctx);
+        gpt_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s, 0, &ctx);
         float gl = model_loss(&m, &ctx);
         float gnorm;
         cuda_check(cudaMemcpy(&gnorm, m.acts.norm, sizeof(float), cudaMemcpyDeviceToHost));

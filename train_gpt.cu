@@ -532,7 +532,7 @@ static FILE* log_open(const char* dir, int resume_step, int argc, char** argv) {
 }
 
 // The checkpoint after `step` steps: the file, then the `latest` marker, then older ones pruned.
-static void save_checkpoint(const GptModel* m, const TrainConfig* c, int step, uint64_t sample_rng,
+static void save_checkpoint(GptModel* m, const TrainConfig* c, int step, uint64_t sample_rng,
                             DataLoaderPosition data, const char* settings, FILE* log_file, const GpuContext* ctx) {
     CheckpointState s;
     memset(&s, 0, sizeof(s));
@@ -553,7 +553,7 @@ static void save_checkpoint(const GptModel* m, const TrainConfig* c, int step, u
 // A fault the run cannot go on from (a bad shard, too many bad steps): the state after `step` steps is
 // checkpointed (when -keep allows and there is work since the start), then the program exits 1 with
 // `what` and `hint`.
-static void stop_with_checkpoint(const GptModel* m, const TrainConfig* c, int step, int start_step, uint64_t sample_rng,
+static void stop_with_checkpoint(GptModel* m, const TrainConfig* c, int step, int start_step, uint64_t sample_rng,
                                  DataLoaderPosition data, const char* settings, FILE* log_file, const char* what,
                                  const char* hint, const GpuContext* ctx) {
     fprintf(log_file, "step %d stopped fault\n", step);
@@ -802,8 +802,8 @@ int main(int argc, char** argv) {
         if (step + 1 >= nan_from && step + 1 <= nan_to)
             cuda_check(cudaMemsetAsync(model.grads_memory, 0xff, sizeof(float), ctx.stream));  // 0xffffffff: NaN
         float lr = lr_at(&cfg, step);
-        gpt_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, &ctx);
-        float loss, norm[3];  // norm: ‖g‖, clip scale, skipped (llmc/global_norm.cuh)
+        gpt_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, 0, &ctx);
+        float loss, norm[4];  // norm: ‖g‖, clip scale, skipped, stop (llmc/global_norm.cuh)
         cuda_check(cudaMemcpyAsync(&loss, model.acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
         cuda_check(cudaMemcpyAsync(norm, model.acts.norm, sizeof(norm), cudaMemcpyDeviceToHost, ctx.stream));
         cuda_check(cudaStreamSynchronize(ctx.stream));

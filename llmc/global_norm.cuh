@@ -1,17 +1,22 @@
-// global_norm.cuh: the L2 norm of all gradients (one flat fp32 array) and the clipping scale,
-// computed on the device in fp32: out[0] = ‖g‖, out[1] = clip / ‖g‖ when ‖g‖ > clip > 0, else 1
-// (llm.c's rule, no epsilon). AdamW reads out[1] directly; the host copies out[0] only to print it.
-// The skip flag: out[2] = 1 when ‖g‖ or the step's loss is not finite (NaN or inf), else 0. AdamW reads
-// it and leaves weights and moments as they were, so a bad step is dropped on the device, with no host
-// round trip inside the step; the host reads the flag with the loss it prints anyway.
-// Deterministic: a fixed grid of GN_BLOCKS blocks writes one partial sum of squares each (grid-stride
-// loop, fixed tree), and one block adds the partials in a fixed order. No atomics.
-// Napkin math: 4 bytes read per parameter: ~0.1 ms for 124M parameters at 4.8 TB/s.
+// global_norm.cuh: the L2 norm of the step's gradient, the clipping scale and the step's flags, computed
+// on the device in fp32, over the parts of a ZeRO plan (llmc/zero.cuh) and added across the ranks:
+//   out[0] = ‖g‖,  out[1] = clip / ‖g‖ when ‖g‖ > clip > 0, else 1 (llm.c's rule, no epsilon),
+//   out[2] = 1 when ‖g‖ or the step's loss is not finite (NaN or inf): the skip flag, else 0,
+//   out[3] = 1 when any rank asked to stop after this step (Ctrl-C or SIGTERM reached it), else 0.
+// The loss (1,) is replaced by its sum over the ranks (each rank's is already scaled by 1/world).
+// AdamW reads out[1] and out[2] directly, so a bad step is dropped on the device with no host round trip
+// inside the step; the host reads the flags with the loss it prints anyway. With world 1 this is the
+// norm of the whole gradient, since the plan's one part per slice covers it.
+// Deterministic, no atomics: one partial sum of squares per block of the plan's grid (fixed tree), one
+// block adds a rank's partials in a fixed order, and the ranks' sums are all-gathered (16 bytes each)
+// and added in rank order, so every rank computes the same bits.
+// Napkin math: 4 bytes read per parameter of the shard: ~0.1 ms for 124M parameters at 4.8 TB/s.
 #pragma once
 #include "cuda_common.cuh"
+#include "comm.cuh"
+#include "zero.cuh"
 
-#define GN_BLOCKS 512    // partial sums: scratch is (GN_BLOCKS,) fp32
-#define GN_THREADS 512
+#define GN_THREADS 1024
 
 // --- kernels ---------------------------------------------------------------------------------
 
@@ -26,39 +31,65 @@ __device__ float global_norm_block_sum(float v) {
     return s;  // valid in thread 0
 }
 
-__global__ void global_norm_partial_kernel(float* partial, const float* g, size_t n) {
+// by the bits: --use_fast_math may assume finite values
+__device__ inline bool global_norm_is_finite(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }
+
+// partial[b] = sum of squares of block b's elements of grad (its part of the plan's grid)
+__global__ void global_norm_parts_kernel(float* partial, const float* grad, const ZeroPart* parts, int n) {
+    const ZeroPart p = parts[zero_part_of_block(parts, n, blockIdx.x)];
+    size_t base = (size_t)(blockIdx.x - p.first_block) * ZERO_BLOCK_ELEMS;
     float acc = 0.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        acc += g[i] * g[i];
+    for (int k = 0; k < ZERO_PER_THREAD; k++) {
+        size_t i = base + (size_t)k * ZERO_THREADS + threadIdx.x;
+        if (i < p.n) acc += grad[p.param + i] * grad[p.param + i];
+    }
     float s = global_norm_block_sum(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// by the bits: --use_fast_math may assume finite values
-__device__ inline bool global_norm_is_finite(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }
-
-__global__ void global_norm_finish_kernel(float* out, const float* partial, float clip, const float* loss) {
+// this rank's row of stats: {sum of the partials, its loss, its stop flag, 0}
+__global__ void global_norm_rank_kernel(float* stats, const float* partial, unsigned blocks, const float* loss, float stop) {
     float acc = 0.0f;
-    for (int i = threadIdx.x; i < GN_BLOCKS; i += blockDim.x) acc += partial[i];
+    for (unsigned i = threadIdx.x; i < blocks; i += blockDim.x) acc += partial[i];
     float s = global_norm_block_sum(acc);
     if (threadIdx.x == 0) {
-        float norm = sqrtf(s);
-        bool bad = !global_norm_is_finite(s) || (loss && !global_norm_is_finite(*loss));
-        out[0] = norm;
-        out[1] = bad ? 0.0f : (clip > 0.0f && norm > clip) ? clip / norm : 1.0f;
-        out[2] = bad ? 1.0f : 0.0f;
+        stats[0] = s;
+        stats[1] = loss ? *loss : 0.0f;
+        stats[2] = stop;
+        stats[3] = 0.0f;
     }
+}
+
+__global__ void global_norm_finish_kernel(float* out, float* loss, const float* stats, int world, float clip) {
+    float s = stats[0], l = stats[1], stop = stats[2];
+    for (int r = 1; r < world; r++) {
+        s += stats[r * ZERO_STATS];
+        l += stats[r * ZERO_STATS + 1];
+        stop = fmaxf(stop, stats[r * ZERO_STATS + 2]);
+    }
+    float norm = sqrtf(s);
+    bool bad = !global_norm_is_finite(s) || (loss && !global_norm_is_finite(l));
+    out[0] = norm;
+    out[1] = bad ? 0.0f : (clip > 0.0f && norm > clip) ? clip / norm : 1.0f;
+    out[2] = bad ? 1.0f : 0.0f;
+    out[3] = stop;
+    if (loss) *loss = l;
 }
 
 // --- launchers -------------------------------------------------------------------------------
 
-// out (3,) fp32 = {‖grad‖, clip scale, skip flag} for grad (n,) fp32 and the step's loss (1,) fp32 on
-// the device (NULL: the norm alone decides); scratch (GN_BLOCKS,) fp32; clip <= 0: no clipping.
-static inline void global_norm(float* out, float* scratch, const float* grad, size_t n, float clip, const float* loss,
-                               const GpuContext* ctx) {
-    global_norm_partial_kernel<<<GN_BLOCKS, GN_THREADS, 0, ctx->stream>>>(scratch, grad, n);
+// out (4,) fp32 as in the header, for grad (num_params) fp32 reduced over the ranks in this rank's parts
+// (zero_reduce), and loss (1,) fp32 on the device, this rank's share (NULL: the norm alone decides);
+// stop: this rank's request to stop; clip <= 0: no clipping. Collective: every rank calls it.
+static inline void global_norm(float* out, float* loss, const float* grad, const ZeroPlan* z, float clip, int stop,
+                               Comm* comm, const GpuContext* ctx) {
+    global_norm_parts_kernel<<<z->blocks, ZERO_THREADS, 0, ctx->stream>>>(z->partial, grad, z->parts, z->n_slices);
     cuda_check_launch();
-    global_norm_finish_kernel<<<1, GN_THREADS, 0, ctx->stream>>>(out, scratch, clip, loss);
+    global_norm_rank_kernel<<<1, GN_THREADS, 0, ctx->stream>>>(z->stats + (size_t)z->rank * ZERO_STATS, z->partial,
+                                                               z->blocks, loss, stop ? 1.0f : 0.0f);
+    cuda_check_launch();
+    comm_all_gather(comm, z->stats, ZERO_STATS * sizeof(float), ctx->stream);
+    global_norm_finish_kernel<<<1, 1, 0, ctx->stream>>>(out, loss, z->stats, z->world, clip);
     cuda_check_launch();
     profile_mark(ctx->prof, "grad norm", ctx->stream);
 }

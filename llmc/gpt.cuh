@@ -26,11 +26,34 @@
 
 // --- build / free --------------------------------------------------------------------------------
 
+// The slices of ZeRO (llmc/zero.cuh): each layer's part of each per-layer tensor, in bucket l (complete
+// after layer l's backward); lnfw and lnfb in bucket L (complete first); wte and wpe whole, complete
+// only at the end (the head's dW starts wte's gradient, the encoder's backward finishes it).
+// Returns the number of slices (at most GPT_NUM_TENSORS · L).
+static inline int gpt_slices(ZeroSlice* out, const GptModel* m) {
+    int L = m->config.num_layers, n = 0;
+    for (int i = 0; i < GPT_NUM_TENSORS; i++) {
+        int per_layer = i != GPT_WTE && i != GPT_WPE && i != GPT_LNFW && i != GPT_LNFB;
+        int parts = per_layer ? L : 1;
+        for (int l = 0; l < parts; l++) {
+            ZeroSlice* z = &out[n++];
+            z->size = m->tensor_size[i] / parts;
+            z->offset = m->tensor_offset[i] + (size_t)l * z->size;
+            z->bucket = per_layer ? l : (i == GPT_LNFW || i == GPT_LNFB) ? L : -1;
+            z->decay = gpt_tensor_is_matrix(i);
+        }
+    }
+    return n;
+}
+
 // Everything for batches of up to B x T tokens. head: the LM head's path (llmc/fused_lce.cuh): auto,
 // blocks or chunks, a fused head whose scratch fits head_scratch bytes (FLCE_DEFAULT_SCRATCH is 64 MiB),
 // or unfused, the baseline (bf16 logits of all B·T rows at once; head_scratch unused).
-static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, FlcePath head,
-                             size_t head_scratch) {
+// comm: the ranks of a data-parallel run, or NULL for one GPU alone. With world > 1 this rank keeps its
+// share of the optimizer state (ZeRO-1, llmc/zero.cuh); every slice must divide by the world size,
+// else this exits naming the tensor.
+static inline void gpt_build_dist(GptModel* m, const GptConfig* c, int B, int T, int recompute, FlcePath head,
+                                  size_t head_scratch, Comm* comm) {
     if (c->channels % 8 != 0 || c->num_heads <= 0 || c->channels % c->num_heads != 0 || c->num_layers <= 0 ||
         c->vocab_size > c->padded_vocab_size || c->padded_vocab_size % 8 != 0 || T > c->max_seq_len || B <= 0 || T <= 0)
         check_fail("gpt_build: bad model config or batch shape",
@@ -45,11 +68,22 @@ static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int 
         m->tensor_offset[i] = m->num_params;
         m->num_params += m->tensor_size[i];
     }
-    size_t n = m->num_params;
+    comm_single(&m->single);
+    m->comm = comm ? comm : &m->single;
+    ZeroSlice* slices = (ZeroSlice*)malloc_check((size_t)GPT_NUM_TENSORS * c->num_layers * sizeof(ZeroSlice));
+    char err[256];
+    if (zero_plan_build(&m->zero, slices, gpt_slices(slices, m), m->comm->rank, m->comm->world, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: the model's optimizer state cannot be sharded over %d GPUs: %s\n  hint: use a number "
+                "of GPUs that divides the model's channels (%d) and its padded vocabulary (%d), e.g. 1, 2, 4 or 8\n",
+                m->comm->world, err, c->channels, c->padded_vocab_size);
+        exit(EXIT_FAILURE);
+    }
+    free(slices);
+    size_t n = m->num_params, shard = m->zero.shard_size;
     cuda_check(cudaMalloc(&m->params_memory, n * sizeof(bf16)));
-    cuda_check(cudaMalloc(&m->master_memory, n * sizeof(float)));
-    cuda_check(cudaMalloc(&m->m_memory, n * sizeof(float)));
-    cuda_check(cudaMalloc(&m->v_memory, n * sizeof(float)));
+    cuda_check(cudaMalloc(&m->master_memory, shard * sizeof(float)));
+    cuda_check(cudaMalloc(&m->m_memory, shard * sizeof(float)));
+    cuda_check(cudaMalloc(&m->v_memory, shard * sizeof(float)));
     cuda_check(cudaMalloc(&m->grads_memory, n * sizeof(float)));
     cuda_check(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
     gpt_point_params(m);
@@ -70,9 +104,30 @@ static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int 
     cuda_check(cudaMallocHost(&m->h_buckets.pos, BT * sizeof(int)));
     m->h_count = (int*)calloc_check((size_t)c->vocab_size, sizeof(int));
     cuda_check(cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming));
+    if (m->comm->world > 1) {
+        cuda_check(cudaStreamCreateWithFlags(&m->reduce_stream, cudaStreamNonBlocking));
+        cuda_check(cudaEventCreateWithFlags(&m->bucket_done, cudaEventDisableTiming));
+        cuda_check(cudaEventCreateWithFlags(&m->reduced, cudaEventDisableTiming));
+        int ne = 2 * (c->num_layers + 2);
+        m->reduce_ev = (cudaEvent_t*)malloc_check(ne * sizeof(cudaEvent_t));
+        for (int i = 0; i < ne; i++) cuda_check(cudaEventCreate(&m->reduce_ev[i]));
+    }
+}
+
+static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, FlcePath head,
+                             size_t head_scratch) {
+    gpt_build_dist(m, c, B, T, recompute, head, head_scratch, NULL);
 }
 
 static inline void gpt_free(GptModel* m) {
+    if (m->comm->world > 1) {
+        for (int i = 0; i < 2 * (m->config.num_layers + 2); i++) cuda_check(cudaEventDestroy(m->reduce_ev[i]));
+        free(m->reduce_ev);
+        cuda_check(cudaEventDestroy(m->reduced));
+        cuda_check(cudaEventDestroy(m->bucket_done));
+        cuda_check(cudaStreamDestroy(m->reduce_stream));
+    }
+    zero_plan_free(&m->zero);
     cuda_check(cudaEventDestroy(m->staged));
     free(m->h_count);
     cuda_check(cudaFreeHost(m->h_buckets.pos));
@@ -90,14 +145,17 @@ static inline void gpt_free(GptModel* m) {
     memset(m, 0, sizeof(*m));
 }
 
-// Sets the parameters from host fp32 values (num_params, in layout order): master = values,
-// bf16 params = round(values), AdamW moments cleared.
+// Sets the parameters from host fp32 values (num_params, in layout order): master = values (this
+// rank's share of them), bf16 params = round(values), AdamW moments cleared.
 static inline void gpt_set_params(GptModel* m, const float* values, const GpuContext* ctx) {
-    size_t n = m->num_params;
-    cuda_check(cudaMemcpyAsync(m->master_memory, values, n * sizeof(float), cudaMemcpyHostToDevice, ctx->stream));
-    cuda_check(cudaMemsetAsync(m->m_memory, 0, n * sizeof(float), ctx->stream));
-    cuda_check(cudaMemsetAsync(m->v_memory, 0, n * sizeof(float), ctx->stream));
-    adamw_copy_master(m->params_memory, m->master_memory, n, ctx->stream);
+    size_t n = m->num_params, shard = m->zero.shard_size;
+    float* full = zero_full_target(&m->zero, m->grads_memory, m->master_memory);
+    cuda_check(cudaMemcpyAsync(full, values, n * sizeof(float), cudaMemcpyHostToDevice, ctx->stream));
+    adamw_copy_master(m->params_memory, full, n, ctx->stream);
+    zero_take_shard(&m->zero, m->master_memory, full, ctx->stream);
+    cuda_check(cudaMemsetAsync(m->m_memory, 0, shard * sizeof(float), ctx->stream));
+    cuda_check(cudaMemsetAsync(m->v_memory, 0, shard * sizeof(float), ctx->stream));
+    if (full != m->master_memory) cuda_check(cudaMemsetAsync(full, 0, n * sizeof(float), ctx->stream));
     cuda_check(cudaStreamSynchronize(ctx->stream));
 }
 
@@ -210,11 +268,41 @@ static inline void gpt_zero_grad(GptModel* m, const GpuContext* ctx) {
     profile_mark(ctx->prof, "zero grad", ctx->stream);
 }
 
+// Bucket b's gradients are complete on the compute stream: with world > 1 and `reduce`, they are
+// reduce-scattered on m->reduce_stream as soon as the compute stream gets there (zero.cuh), while the
+// backward goes on below. reduce_ev brackets each bucket's work there, for -profile.
+static inline void gpt_bucket_done(GptModel* m, int bucket, int reduce, const GpuContext* ctx) {
+    if (!reduce || m->comm->world == 1) return;
+    int k = bucket < 0 ? m->config.num_layers + 1 : bucket;
+    cuda_check(cudaEventRecord(m->bucket_done, ctx->stream));
+    cuda_check(cudaStreamWaitEvent(m->reduce_stream, m->bucket_done, 0));
+    cuda_check(cudaEventRecord(m->reduce_ev[2 * k], m->reduce_stream));
+    zero_reduce(&m->zero, m->comm, m->grads_memory, bucket, m->reduce_stream);
+    cuda_check(cudaEventRecord(m->reduce_ev[2 * k + 1], m->reduce_stream));
+}
+
+// GPU time of the last step's gradient reduce-scatters on their own stream, in ms (after the step has
+// been synchronised); 0 with world 1. Most of it runs behind the backward: the part that does not is
+// the profile's "grad reduce: exposed".
+static inline float gpt_reduce_ms(const GptModel* m) {
+    if (m->comm->world == 1) return 0.0f;
+    float total = 0.0f;
+    for (int k = 0; k < m->config.num_layers + 2; k++) {
+        float ms = 0.0f;
+        cuda_check(cudaEventElapsedTime(&ms, m->reduce_ev[2 * k], m->reduce_ev[2 * k + 1]));
+        total += ms;
+    }
+    return total;
+}
+
 // Loss and gradients of the last gpt_forward against targets (B, T) host int32 (-1 = ignore). The
-// gradients of dloss · mean loss are ACCUMULATED into m->grads (dloss = 1 / micro-steps for gradient
-// accumulation), and dloss · loss into m->acts.loss. The head computes its loss and gradient in one
+// gradients of dloss · mean loss are ACCUMULATED into m->grads (dloss = 1 / (micro-steps · world) for
+// gradient accumulation over the micro-steps and the ranks), and dloss · loss into m->acts.loss. The head computes its loss and gradient in one
 // pass (3F); its fp32 dW lands directly in the wte gradient, which the encoder then adds to.
-static inline void gpt_backward(GptModel* m, const int* targets, float dloss, const GpuContext* ctx) {
+// gpt_backward_reduce does the same on the last micro-step of a data-parallel step: it also
+// reduce-scatters the gradients across the ranks, bucket by bucket as the backward completes them, so
+// that gpt_update finds them reduced. With world 1 the two are the same.
+static inline void gpt_backward_impl(GptModel* m, const int* targets, float dloss, int reduce, const GpuContext* ctx) {
     const GptConfig* c = &m->config;
     int L = c->num_layers, C = c->channels, NH = c->num_heads, B = m->B, T = m->T, BT = B * T;
     size_t maxBT = (size_t)m->max_B * m->max_T, lc = maxBT * C;
@@ -241,6 +329,7 @@ static inline void gpt_backward(GptModel* m, const int* targets, float dloss, co
     profile_mark(ctx->prof, "head: other", st);
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.scratch, a.dln, a.residual3 + (L - 1) * lc, a.lnf_mean, a.lnf_rstd,
                        p.lnfw, BT, C, ctx);
+    gpt_bucket_done(m, L, reduce, ctx);
     for (int l = L - 1; l >= 0; l--) {
         const bf16* resid = l == 0 ? a.encoded : a.residual3 + (l - 1) * lc;
         const bf16* fch = a.fch + 4 * l * lc;
@@ -263,23 +352,42 @@ static inline void gpt_backward(GptModel* m, const int* targets, float dloss, co
                         p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, NULL, ctx);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.scratch, a.dln, resid,
                            a.ln1_mean + l * maxBT, a.ln1_rstd + l * maxBT, p.ln1w + l * C, BT, C, ctx);
+        gpt_bucket_done(m, l, reduce, ctx);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, &a.buckets, nu, B, T, C, ctx);
+    if (reduce && m->comm->world > 1) {  // the last bucket, then the compute stream waits for them all
+        gpt_bucket_done(m, -1, reduce, ctx);
+        cuda_check(cudaEventRecord(m->reduced, m->reduce_stream));
+        cuda_check(cudaStreamWaitEvent(ctx->stream, m->reduced, 0));
+        profile_mark(ctx->prof, "grad reduce: exposed", ctx->stream);
+    }
+}
+
+static inline void gpt_backward(GptModel* m, const int* targets, float dloss, const GpuContext* ctx) {
+    gpt_backward_impl(m, targets, dloss, 0, ctx);
+}
+
+static inline void gpt_backward_reduce(GptModel* m, const int* targets, float dloss, const GpuContext* ctx) {
+    gpt_backward_impl(m, targets, dloss, 1, ctx);
 }
 
 // --- update --------------------------------------------------------------------------------------
 
-// Gradient norm and clip scale on the device (m->acts.norm), then AdamW at step t = 1, 2, ... with
-// weight decay on the 2-D matrices only. clip <= 0: no clipping. When the norm or the loss is not
-// finite, m->acts.norm[2] is 1 and nothing changes (the caller reads it to log the skipped step); t
-// still counts the step, so a resumed run's bias correction matches the uninterrupted run's.
+// Gradient norm, clip scale and the step's flags on the device (m->acts.norm, llmc/global_norm.cuh),
+// then AdamW at step t = 1, 2, ... on this rank's parts, with weight decay on the 2-D matrices only,
+// then (world > 1) the updated bf16 parameters gathered from every rank. clip <= 0: no clipping.
+// When the norm or the loss is not finite, m->acts.norm[2] is 1 and nothing changes (the caller reads
+// it to log the skipped step); t still counts the step, so a resumed run's bias correction matches the
+// uninterrupted run's. stop_request: this rank was asked to stop (a signal); m->acts.norm[3] says
+// whether any rank was, so that every rank stops after the same step. With world > 1 the gradients must
+// have been reduced (gpt_backward_reduce on the last micro-step). Collective: every rank calls it.
 static inline void gpt_update(GptModel* m, float lr, float beta1, float beta2, float eps, float weight_decay,
-                              float clip, int t, const GpuContext* ctx) {
-    global_norm(m->acts.norm, m->acts.scratch, m->grads_memory, m->num_params, clip, m->acts.loss, ctx);
-    for (int i = 0; i < GPT_NUM_TENSORS; i++) {
-        size_t o = m->tensor_offset[i];
-        adamw_update(m->params_memory + o, m->master_memory + o, m->m_memory + o, m->v_memory + o,
-                     m->grads_memory + o, m->acts.norm + 1, m->acts.norm + 2, m->tensor_size[i], lr, beta1, beta2, eps,
-                     gpt_tensor_is_matrix(i) ? weight_decay : 0.0f, t, ctx);
+                              float clip, int t, int stop_request, const GpuContext* ctx) {
+    global_norm(m->acts.norm, m->acts.loss, m->grads_memory, &m->zero, clip, stop_request, m->comm, ctx);
+    adamw_update(m->params_memory, m->master_memory, m->m_memory, m->v_memory, m->grads_memory, &m->zero,
+                 m->acts.norm + 1, m->acts.norm + 2, lr, beta1, beta2, eps, weight_decay, t, ctx);
+    if (m->comm->world > 1) {
+        zero_gather_params(&m->zero, m->comm, m->params_memory, ctx->stream);
+        profile_mark(ctx->prof, "param all-gather", ctx->stream);
     }
 }

@@ -10,6 +10,8 @@
 #include "layernorm.cuh"
 #include "linear.cuh"
 #include "global_norm.cuh"
+#include "comm.cuh"
+#include "zero.cuh"         // ZeroPlan: the optimizer state sharded over the ranks
 #include "fused_lce.cuh"
 #include "gpt_config.h"     // GptConfig, the tensor ids, sizes and names (host-only)
 
@@ -50,18 +52,18 @@ typedef struct {
     bf16* dfch;        // (BT, 4C)
     float* att_D;      // (B, NH, T) Σ p·dp per query row
     float* scratch;    // (GPT_SCRATCH_FLOATS(C)) partial sums of the column reductions and the norm
-    float* norm;       // (3) grad norm, clip scale, skip flag (1: the step is not applied)
-    float* loss;       // (1) mean loss over the micro-steps since gpt_zero_grad
+    float* norm;       // (4) grad norm, clip scale, skip flag (1: the step is not applied), stop flag
+    float* loss;       // (1) mean loss over the micro-steps since gpt_zero_grad (and over the ranks,
+                       // once gpt_update has added them up)
     float* logits_row; // (Vp) fp32 logits of one position, for sampling
     int* inputs;       // (BT) device copy of the batch
     int* targets;      // (BT)
     EncoderBuckets buckets;  // device copy of the positions grouped by token
 } GptActs;
 
-// the largest of: the bias gradient's partials (widest layer 4C), LayerNorm's, the grad norm's
-#define GPT_MAX3(a, b, c) ((a) > (b) ? ((a) > (c) ? (a) : (c)) : ((b) > (c) ? (b) : (c)))
-#define GPT_SCRATCH_FLOATS(C) \
-    GPT_MAX3((size_t)LINEAR_BIAS_CHUNKS * 4 * (C), (size_t)LN_BWD_BLOCKS * 2 * (C), (size_t)GN_BLOCKS)
+// the larger of: the bias gradient's partials (widest layer 4C), LayerNorm's
+#define GPT_MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define GPT_SCRATCH_FLOATS(C) GPT_MAX2((size_t)LINEAR_BIAS_CHUNKS * 4 * (C), (size_t)LN_BWD_BLOCKS * 2 * (C))
 
 typedef struct {
     GptConfig config;
@@ -70,10 +72,18 @@ typedef struct {
     size_t num_params;
     size_t tensor_offset[GPT_NUM_TENSORS], tensor_size[GPT_NUM_TENSORS];
     bf16* params_memory;          // (num_params) bf16
-    float* master_memory;         // (num_params) fp32 master weights
+    float* master_memory;         // (zero.shard_size) fp32 master weights: this rank's share (all with world 1)
     float* grads_memory;          // (num_params) fp32
-    float* m_memory;              // (num_params) AdamW first moment
-    float* v_memory;              // (num_params) AdamW second moment
+    float* m_memory;              // (zero.shard_size) AdamW first moment
+    float* v_memory;              // (zero.shard_size) AdamW second moment
+    // data parallelism (world 1: comm has no backend and none of this is used)
+    Comm* comm;                   // the ranks; never NULL after gpt_build
+    Comm single;                  // what comm points to when gpt_build was given none
+    ZeroPlan zero;                // slices of the parameters and this rank's parts of them
+    cudaStream_t reduce_stream;   // the gradient reduce-scatters, behind the backward (world > 1)
+    cudaEvent_t bucket_done;      // recorded on the compute stream when a bucket's gradients are complete
+    cudaEvent_t reduced;          // recorded on reduce_stream after the last bucket
+    cudaEvent_t* reduce_ev;       // (2 · (L + 2)) start and end of each bucket's reduction, for -profile
     GptParams params;
     GptGrads grads;
     void* acts_memory;
