@@ -154,16 +154,6 @@ static inline int gpt_ref_tensor_is_ln_weight(int i) {
     return i == GPT_REF_LN1W || i == GPT_REF_LN2W || i == GPT_REF_LNFW;
 }
 
-// Points each *ptrs[i] at consecutive slices of base (NULL base: all NULL); returns the total count.
-static inline size_t gpt_ref_carve(gpt_real** const ptrs[], const size_t sizes[], int n, gpt_real* base) {
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        *ptrs[i] = base ? base + off : NULL;
-        off += sizes[i];
-    }
-    return off;
-}
-
 // Points t into a parameter-shaped array base (NULL: all NULL); returns its length, num_params.
 static inline size_t gpt_ref_point_tensors(gpt_ref_tensors* t, gpt_real* base, const gpt_ref_config* c) {
     gpt_real** const ptrs[GPT_REF_NUM_TENSORS] = {

@@ -1,6 +1,7 @@
 // gpt_ref_layers.h: the layers of the CPU GPT-2 reference (dev/ref/gpt_ref.h), one forward/backward
 // pair each, in plain single-threaded C: encoder, LayerNorm, matmul, causal attention, GELU, cross-entropy;
-// and the AdamW update of one array, which every model's optimizer step applies tensor by tensor.
+// and what every reference model shares: carving one allocation into tensors, and the AdamW update of
+// one array, which a model's optimizer step applies tensor by tensor.
 // Argument order everywhere: outputs, inputs, weights, sizes. Backward functions ACCUMULATE (+=) into
 // their outputs, except where a comment says "assigned". A test of one CUDA kernel can include this file
 // alone.
@@ -280,6 +281,16 @@ static inline void gpt_ref_crossentropy_backward(gpt_real* dlogits, const gpt_re
 // out = a + b elementwise (out may be a or b)
 static inline void gpt_ref_residual_forward(gpt_real* out, const gpt_real* a, const gpt_real* b, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+// Points each *ptrs[i] at consecutive slices of base (NULL base: all NULL); returns the total count.
+static inline size_t gpt_ref_carve(gpt_real** const ptrs[], const size_t sizes[], int n, gpt_real* base) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        *ptrs[i] = base ? base + off : NULL;
+        off += sizes[i];
+    }
+    return off;
 }
 
 // AdamW on one array at step t = 1, 2, ... (PyTorch's formulation, decoupled weight decay wd):
