@@ -2,9 +2,10 @@
 // built in double; the whole model is test_llama_ref.c. Checks: each backward (RMSNorm input and weight,
 // RoPE, SwiGLU, attention with NKV = 2, 1 and NH) against central finite differences of sum(out * R), at
 // small awkward sizes (5 x 7 rows, odd half head, odd hs, untouched channels after the rotated heads);
-// RoPE against the rotate_half definition on one-hot heads at hs 64, the identity at position 0, pair
-// norms kept, scores that depend on relative position only; GQA equal to GPT-2's multi-head attention
-// (gpt_ref_layers.h) with the kv heads repeated, forward and backward, at NKV = 4, 2, 1 of NH = 4.
+// the RMSNorm and SwiGLU forwards against their definitions on a few numbers; RoPE against the
+// rotate_half definition on one-hot heads at hs 64, the identity at position 0, pair norms kept, scores
+// that depend on relative position only; GQA equal to GPT-2's multi-head attention (gpt_ref_layers.h)
+// with the kv heads repeated, forward and backward, at NKV = 4, 2, 1 of NH = 4.
 #define GPT_REF_DOUBLE
 #include <math.h>
 #include <stdlib.h>
@@ -88,6 +89,27 @@ static void test_layers(void) {
     test_layer("attention NH 4, NKV 2", LAYER_ATTENTION, 2, 5, 0, 4, 2, 3, 0);
     test_layer("attention NH 4, NKV 1", LAYER_ATTENTION, 2, 5, 0, 4, 1, 3, 0);
     test_layer("attention NH 4, NKV 4", LAYER_ATTENTION, 2, 5, 0, 4, 4, 3, 0);
+}
+
+// RMSNorm and SwiGLU forwards against their definitions, written out here on a few numbers (the finite
+// differences check only that each backward fits its forward): Hugging Face's RMSNorm divides by
+// sqrt(mean(x^2) + eps), eps inside the root, then multiplies by the weight; SwiGLU is
+// gate / (1 + exp(-gate)) * up. Tolerance 1e-15 on values of order 1 (a few roundings).
+static void test_forward_definitions(void) {
+    double x[8] = {1, -2, 3, -4, 0.5, 0, 0, 0}, w[4] = {1, 0.5, 2, -1}, y[8], rstd[2], max_err = 0;
+    llama_ref_rmsnorm_forward(y, rstd, x, w, 2, 4, 0.1);
+    double r0 = 1 / sqrt((1 + 4 + 9 + 16) / 4.0 + 0.1), r1 = 1 / sqrt(0.25 / 4 + 0.1);
+    for (int i = 0; i < 4; i++) max_err = fmax(max_err, fabs(y[i] - x[i] * r0 * w[i]));
+    for (int i = 0; i < 4; i++) max_err = fmax(max_err, fabs(y[4 + i] - x[4 + i] * r1 * w[i]));
+    max_err = fmax(max_err, fmax(fabs(rstd[0] - r0), fabs(rstd[1] - r1)));
+    printf("rmsnorm: forward vs x / sqrt(mean(x^2) + eps) * w: max err %.2e (tol 1e-15)\n", max_err);
+    EXPECT(max_err <= 1e-15, "rmsnorm: forward differs from x / sqrt(mean(x^2) + eps) * w by %.3e", max_err);
+    double gu[6] = {0, 1, -3, 2, -1, 0.5}, out[3]; // one row of F = 3: gate (0, 1, -3), up (2, -1, 0.5)
+    llama_ref_swiglu_forward(out, gu, 1, 3);
+    max_err = 0;
+    for (int i = 0; i < 3; i++) max_err = fmax(max_err, fabs(out[i] - gu[i] / (1 + exp(-gu[i])) * gu[3 + i]));
+    printf("swiglu: forward vs gate / (1 + exp(-gate)) * up: max err %.2e (tol 1e-15)\n", max_err);
+    EXPECT(max_err <= 1e-15, "swiglu: forward differs from silu(gate) * up by %.3e", max_err);
 }
 
 // RoPE against its definition, on one-hot heads at a real size (hs 64, Llama 3's theta 5e5): e_i at
@@ -207,6 +229,7 @@ static void test_gqa_vs_mha(int NKV) {
 
 int main(void) {
     test_layers();
+    test_forward_definitions();
     test_rope_properties();
     test_gqa_vs_mha(4);
     test_gqa_vs_mha(2);
