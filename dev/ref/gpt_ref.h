@@ -154,16 +154,6 @@ static inline int gpt_ref_tensor_is_ln_weight(int i) {
     return i == GPT_REF_LN1W || i == GPT_REF_LN2W || i == GPT_REF_LNFW;
 }
 
-// Points each *ptrs[i] at consecutive slices of base (NULL base: all NULL); returns the total count.
-static inline size_t gpt_ref_carve(gpt_real** const ptrs[], const size_t sizes[], int n, gpt_real* base) {
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        *ptrs[i] = base ? base + off : NULL;
-        off += sizes[i];
-    }
-    return off;
-}
-
 // Points t into a parameter-shaped array base (NULL: all NULL); returns its length, num_params.
 static inline size_t gpt_ref_point_tensors(gpt_ref_tensors* t, gpt_real* base, const gpt_ref_config* c) {
     gpt_real** const ptrs[GPT_REF_NUM_TENSORS] = {
@@ -405,22 +395,16 @@ static inline double gpt_ref_clip_grad_norm(gpt_ref_model* m, double max_norm) {
 
 // One AdamW step (PyTorch's formulation, decoupled weight decay) at step t = 1, 2, ...:
 //   m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,  p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p)
-// with wd only on the 2-D weight matrices (gpt_ref_tensor_decays). Computed in double, stored as gpt_real.
+// with wd only on the 2-D weight matrices (gpt_ref_tensor_decays); the update itself is
+// gpt_ref_adamw_update (gpt_ref_layers.h), one call per tensor.
 static inline void gpt_ref_adamw_step(gpt_ref_model* m, double lr, double beta1, double beta2, double eps,
                                       double weight_decay, int t) {
-    double c1 = 1.0 - pow(beta1, t), c2 = 1.0 - pow(beta2, t);
     size_t sizes[GPT_REF_NUM_TENSORS], off = 0;
     gpt_ref_tensor_sizes(sizes, &m->config);
     for (int i = 0; i < GPT_REF_NUM_TENSORS; i++) {
         double wd = gpt_ref_tensor_decays(i) ? weight_decay : 0.0;
-        for (size_t j = off; j < off + sizes[i]; j++) {
-            double g = m->grads_memory[j], p = m->params_memory[j];
-            double mj = beta1 * m->m_memory[j] + (1.0 - beta1) * g;
-            double vj = beta2 * m->v_memory[j] + (1.0 - beta2) * g * g;
-            m->m_memory[j] = (gpt_real)mj;
-            m->v_memory[j] = (gpt_real)vj;
-            m->params_memory[j] = (gpt_real)(p - lr * ((mj / c1) / (sqrt(vj / c2) + eps) + wd * p));
-        }
+        gpt_ref_adamw_update(m->params_memory + off, m->m_memory + off, m->v_memory + off, m->grads_memory + off,
+                             sizes[i], lr, beta1, beta2, eps, wd, t);
         off += sizes[i];
     }
 }

@@ -1,5 +1,7 @@
 // gpt_ref_layers.h: the layers of the CPU GPT-2 reference (dev/ref/gpt_ref.h), one forward/backward
-// pair each, in plain single-threaded C: encoder, LayerNorm, matmul, causal attention, GELU, cross-entropy.
+// pair each, in plain single-threaded C: encoder, LayerNorm, matmul, causal attention, GELU, cross-entropy;
+// and what every reference model shares: carving one allocation into tensors, and the AdamW update of
+// one array, which a model's optimizer step applies tensor by tensor.
 // Argument order everywhere: outputs, inputs, weights, sizes. Backward functions ACCUMULATE (+=) into
 // their outputs, except where a comment says "assigned". A test of one CUDA kernel can include this file
 // alone.
@@ -279,4 +281,31 @@ static inline void gpt_ref_crossentropy_backward(gpt_real* dlogits, const gpt_re
 // out = a + b elementwise (out may be a or b)
 static inline void gpt_ref_residual_forward(gpt_real* out, const gpt_real* a, const gpt_real* b, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+// Points each *ptrs[i] at consecutive slices of base (NULL base: all NULL); returns the total count.
+static inline size_t gpt_ref_carve(gpt_real** const ptrs[], const size_t sizes[], int n, gpt_real* base) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        *ptrs[i] = base ? base + off : NULL;
+        off += sizes[i];
+    }
+    return off;
+}
+
+// AdamW on one array at step t = 1, 2, ... (PyTorch's formulation, decoupled weight decay wd):
+//   m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,  p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p).
+// Computed in double, stored as gpt_real. params, m, v (n,) are updated in place; the model's step
+// picks wd per tensor.
+static inline void gpt_ref_adamw_update(gpt_real* params, gpt_real* m, gpt_real* v, const gpt_real* grads, size_t n,
+                                        double lr, double beta1, double beta2, double eps, double wd, int t) {
+    double c1 = 1.0 - pow(beta1, t), c2 = 1.0 - pow(beta2, t);
+    for (size_t j = 0; j < n; j++) {
+        double g = grads[j], p = params[j];
+        double mj = beta1 * m[j] + (1.0 - beta1) * g;
+        double vj = beta2 * v[j] + (1.0 - beta2) * g * g;
+        m[j] = (gpt_real)mj;
+        v[j] = (gpt_real)vj;
+        params[j] = (gpt_real)(p - lr * ((mj / c1) / (sqrt(vj / c2) + eps) + wd * p));
+    }
 }
