@@ -171,8 +171,8 @@ static inline int dist_rendezvous_join(int rank, int world, const char* path, co
         } else if (type == DIST_MSG_WELCOME) {
             return 0;
         } else if (type == DIST_MSG_REJECT) {
-            char text[DIST_MSG_MAX + 1];
-            size_t n = len < DIST_MSG_MAX ? len : DIST_MSG_MAX;
+            char text[512];  // rank 0's reason: one line
+            size_t n = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
             if (dist_recv_all(*fd, text, n, attempt_deadline) != 1) n = 0;
             text[n] = '\0';
             snprintf(err, errlen, "rank 0 refused rank %d: %s", rank, n ? text : "(no reason given)");
