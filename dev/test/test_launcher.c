@@ -13,6 +13,9 @@
 //   reported ("killed by signal 10 (SIGUSR1)"), and the others are not killed;
 //   SIGTERM and SIGINT to the launcher reach every rank as SIGTERM (each exits 0 after it: return 0);
 //   the launcher SIGKILLed: every rank gets SIGTERM (PR_SET_PDEATHSIG);
+//   with the control channel (llmc/dist_control.h) in the ranks: they find each other from the
+//   launcher's variables; one rank failing makes the others exit with its message well within the
+//   grace period (nobody is SIGKILLed), and the launcher returns 1;
 //   bad arguments (N < 1, no N after -gpus) are refused with a message.
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -24,6 +27,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "../../llmc/dist_control.h"
 #include "../../llmc/launcher.h"
 #include "testing.h"
 
@@ -42,6 +46,36 @@ static volatile sig_atomic_t got_term = 0;
 static void on_term(int sig) { (void)sig; got_term = 1; }
 
 // --- the rank's side ------------------------------------------------------------------------------
+
+// A rank as the trainer would be one: its place from the environment, the control channel, the blob;
+// the failing rank exits with an error while the others wait as if inside a collective.
+static int rank_with_control(int is_failing, int someone_fails) {
+    DistEnv e;
+    DistControl c;
+    char err[DIST_ERR_LEN];
+    unsigned char blob[128];
+    if (dist_env_detect(&e, err, sizeof(err)) != 0 || dist_control_open(&c, &e, "tcp", 5.0, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 92;
+    }
+    memset(blob, e.rank == 0 ? 0x5a : 0, sizeof(blob));
+    if (dist_control_broadcast(&c, blob, sizeof(blob), err, sizeof(err)) != 0 || blob[127] != 0x5a) {
+        fprintf(stderr, "error: broadcast: %s\n", err);
+        return 93;
+    }
+    dist_control_watch(&c, NULL, NULL);
+    dist_control_report_failures(&c);
+    if (is_failing) {
+        fprintf(stderr, "error: out of memory on GPU %d\n", e.local_rank);
+        exit(1);
+    }
+    if (someone_fails) dist_sleep(20.0);
+    if (dist_control_close(&c, 5.0, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: close: %s\n", err);
+        return 94;
+    }
+    return 0;
+}
 
 static int rank_main(int argc, char** argv) {
     const char* dir = getenv("TEST_LAUNCH_DIR");
@@ -81,6 +115,7 @@ static int rank_main(int argc, char** argv) {
         if (got_term) touch(dir, "term", rank);
         return got_term ? 0 : 4;
     }
+    if (strcmp(mode, "control") == 0) return rank_with_control(is_failing, fail != NULL && atoi(fail) >= 0);
     return 91;
 }
 
@@ -234,6 +269,25 @@ static void test_signals(void) {
     }
 }
 
+// The launcher with ranks that use the control channel: they meet on the launcher's MASTER_PORT; when
+// one fails, the others exit with its message long before the grace period ends.
+static void test_with_control(void) {
+    const char* args[] = {"test_launcher", "-gpus", "3"};
+    Launch l;
+    double t0 = dist_now();
+    launcher_wait("control_ok", launcher_start("control_ok", "control", -1, 3, args, 3, 1, 5.0), t0, 10.0, &l);
+    EXPECT(exited(&l, 0) && l.err[0] == '\0', "control_ok: launcher status 0x%x, stderr:\n%s", l.status, l.err);
+    t0 = dist_now();
+    launcher_wait("control_fail", launcher_start("control_fail", "control", 2, 3, args, 3, 1, 5.0), t0, 10.0, &l);
+    EXPECT(exited(&l, 1) && l.took_s < 3.0, "control_fail: launcher status 0x%x after %.2f s (grace 5 s), stderr:\n%s",
+           l.status, l.took_s, l.err);
+    const char* wants[] = {"[rank 2] error: out of memory on GPU 2\n", "[rank 0] error: rank 2 failed: out of memory on GPU 2\n",
+                           "[rank 1] error: rank 2 failed: out of memory on GPU 2\n", "error: rank 2 exited with status 1\n",
+                           "error: rank 0 exited with status 1\n", "error: rank 1 exited with status 1\n"};
+    for (int i = 0; i < 6; i++) EXPECT(strstr(l.err, wants[i]) != NULL, "control_fail: stderr lacks \"%s\":\n%s", wants[i], l.err);
+    EXPECT(strstr(l.err, "SIGKILL") == NULL, "control_fail: a rank had to be killed:\n%s", l.err);
+}
+
 static void test_bad_arguments(void) {
     const char* args[] = {"test_launcher", "-x", "-gpus", "0"};
     Launch l;
@@ -261,6 +315,7 @@ int main(int argc, char** argv) {
     test_all_succeed("ok_last", last, 4, 2, "-a");
     test_failures();
     test_signals();
+    test_with_control();
     test_bad_arguments();
     printf("(%.1f s)\n", dist_now() - t0);
     char cmd[400];
