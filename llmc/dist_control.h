@@ -50,9 +50,22 @@ static inline int dist_read_fail(int fd, uint32_t len, int* rank, char* text, si
     return 1;
 }
 
-// A rank failed: print "error: <text>" (continuation lines indented), abort the caller's communicator,
-// exit at once.
+// Ends the process DIST_ABORT_WAIT_S after it starts: the way out when on_abort (ncclCommAbort on a
+// wedged GPU) or flushing stdout blocks.
+#ifndef DIST_ABORT_WAIT_S
+#define DIST_ABORT_WAIT_S 10.0
+#endif
+static inline void* dist_abort_watchdog(void* arg) {
+    (void)arg;
+    dist_sleep(DIST_ABORT_WAIT_S);
+    _exit(1);
+}
+
+// A rank failed: print "error: <text>" (continuation lines indented), flush stdout (the last log lines),
+// abort the caller's communicator, exit; all of it within DIST_ABORT_WAIT_S.
 static inline void dist_control_abort(DistControl* c, const char* text) {
+    pthread_t watchdog;
+    if (pthread_create(&watchdog, NULL, dist_abort_watchdog, NULL) == 0) pthread_detach(watchdog);
     char out[2 * DIST_MSG_MAX + 64];
     size_t n = 0;
     dist_append_safe(out, sizeof(out), &n, "error: ");
@@ -63,6 +76,7 @@ static inline void dist_control_abort(DistControl* c, const char* text) {
     out[n++] = '\n';
     int start = 1;
     dist_write_stderr(c->rank, out, n, &start);
+    fflush(stdout);
     if (c->on_abort) c->on_abort(c->user);
     _exit(1);
 }
@@ -218,7 +232,8 @@ static inline void* dist_monitor_main(void* arg) {
 
 // Starts the monitor thread (with every signal blocked: they go to the caller's threads). When another
 // rank fails, this process prints "error: rank K failed: <its message>" to stderr, calls on_abort(user)
-// (may be NULL) and _exit(1)s; rank 0 first relays the failure to every other rank.
+// (may be NULL) and _exit(1)s, at most DIST_ABORT_WAIT_S later even if on_abort blocks; rank 0 first
+// relays the failure to every other rank.
 static inline void dist_control_watch(DistControl* c, void (*on_abort)(void* user), void* user) {
     c->on_abort = on_abort;
     c->user = user;

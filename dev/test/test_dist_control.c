@@ -15,11 +15,13 @@
 //                is SIGKILLed (rank 1, and rank 0), crashes with SIGSEGV, or exits 0 without closing,
 //                while the others sleep as if inside a collective: the others exit with status 1
 //                within 3 s, with the failing rank's message (or "exited without a message", or
-//                "crashed: signal 11 (SIGSEGV)" and its last output) on stderr, after on_abort ran.
+//                "crashed: signal 11 (SIGSEGV)" and its last output) on stderr, after on_abort ran (and
+//                when on_abort blocks, DIST_ABORT_WAIT_S later), with their buffered stdout flushed.
 //                A rank failing while the others wait in dist_control_close: their close fails with it.
 //   close        normal close (rank 0 slow, or another rank slow): all exit 0 and nobody reports a
 //                failure, also when a rank exits non-zero after its close; "[rank K] " prefixes.
 #define _GNU_SOURCE
+#define DIST_ABORT_WAIT_S 1.0  // an on_abort that blocks ends after 1 s here (10 s in the trainer)
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -50,6 +52,7 @@ typedef struct {
     const char* how;        // how fail_rank fails: exit, fail, kill, segv, noclose, exit_in_close
     int slow_close_rank, slow_close_ms;  // this rank waits before its close
     int exit_after_close;   // rank 1 exits with this status after a successful close (0: none)
+    int abort_hangs;        // on_abort never returns
 } Run;
 
 static void blob_fill(unsigned char* b, int seed) {
@@ -59,6 +62,7 @@ static void blob_fill(unsigned char* b, int seed) {
 static void on_abort(void* user) {
     const char* msg = (const char*)user;
     if (write(2, msg, strlen(msg)) < 0) {}
+    if (strstr(msg, "hangs")) for (;;) pause();  // a wedged ncclCommAbort
 }
 
 static void sleep_as_in_collective(void) {  // 10 s, in small steps as a spinning collective would
@@ -93,11 +97,13 @@ static int rank_main(const Run* run, int rank, int claimed_world) {
         fprintf(stderr, "error: rank %d got another blob than rank 0's of run %s\n", rank, run->name);
         return 3;
     }
-    dist_control_watch(&c, on_abort, (void*)"on_abort called\n");
+    dist_control_watch(&c, on_abort, (void*)(run->abort_hangs ? "on_abort called, hangs\n" : "on_abort called\n"));
     dist_control_report_failures(&c);
     fprintf(stderr, "rank %d ready\nsecond line of rank %d\n", rank, rank);
+    printf("step 1 of rank %d\n", rank);  // stdout is a file here: buffered, out only if flushed
     int fails = run->fail_rank == rank, someone_fails = run->fail_rank >= 0;
     const char* how = run->how ? run->how : "";
+    if (fails) dist_sleep(0.2);  // a failure some steps in: every rank has printed its lines by then
     if (fails && strcmp(how, "exit") == 0) {
         fprintf(stderr, "error: shard data/xyz.bin is missing\n  hint: run make data\n");
         exit(1);
@@ -143,8 +149,8 @@ static pid_t spawn_rank(const Run* run, int rank, int claimed_world, int index) 
     if (pid != 0) return pid;
     char path[512];
     err_path(path, sizeof(path), run, rank, index);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || dup2(fd, 2) < 0) _exit(90);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    if (fd < 0 || dup2(fd, 2) < 0 || dup2(fd, 1) < 0) _exit(90);  // stdout too
     close(fd);
     alarm(20);  // whatever happens, no child outlives the test
     exit(rank_main(run, rank, claimed_world));
@@ -225,6 +231,9 @@ static void expect_others_abort(const Run* run, const Outcome* out, const char* 
                "within 3 s; its stderr:\n%s", run->name, r, out[r].status, out[r].exit_s, out[r].err);
         EXPECT(strstr(out[r].err, want) != NULL, "%s: rank %d's stderr lacks \"%s\":\n%s", run->name, r, want, out[r].err);
         EXPECT(strstr(out[r].err, "on_abort called") != NULL, "%s: rank %d did not call on_abort:\n%s", run->name, r, out[r].err);
+        char step[32];
+        snprintf(step, sizeof(step), "step 1 of rank %d\n", r);
+        EXPECT(strstr(out[r].err, step) != NULL, "%s: rank %d's stdout was not flushed:\n%s", run->name, r, out[r].err);
     }
 }
 
@@ -385,11 +394,13 @@ static void test_abort(void) {
         {"kill_rank0", 3, 0, "kill", "error: rank 0 exited without a message (killed or crashed)\n", NULL},
         {"segv_rank3", 4, 3, "segv", "error: rank 3 crashed: signal 11 (SIGSEGV); its last output:\n", "]   about to crash\n"},
         {"noclose", 3, 2, "noclose", "error: rank 2 exited (status 0) without closing the control channel", NULL},
+        {"abort_hangs", 3, 1, "exit", "error: rank 1 failed: shard data/xyz.bin is missing\n", "on_abort called, hangs"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         Run run = run_new(cases[i].name, cases[i].world);
         run.fail_rank = cases[i].fail_rank;
         run.how = cases[i].how;
+        run.abort_hangs = strcmp(run.name, "abort_hangs") == 0;
         run_all(&run, out, 15.0);
         expect_others_abort(&run, out, cases[i].want);
         if (cases[i].want2) expect_others_abort(&run, out, cases[i].want2);
