@@ -168,10 +168,11 @@ CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.
 # cJSON: safetensors and the tiktoken encoder files
 CJSON_TESTS := test_safetensors test_gpt_hf test_tokenizer test_make_shards
 $(addprefix build/,$(CJSON_TESTS)) $(addprefix build/asan/,$(CJSON_TESTS)): TEST_LIBS := $(CJSON)
+# -lpthread: the control channel's monitor thread (llmc/dist_control.h); glibc 2.34+ has it in libc
 build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build deps
-	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm -lz $(TEST_LIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm -lz -lpthread $(TEST_LIBS)
 build/asan/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build/asan deps
-	$(CC) $(ASAN_FLAGS) -o $@ $< $(PCRE2) -lm -lz $(TEST_LIBS)
+	$(CC) $(ASAN_FLAGS) -o $@ $< $(PCRE2) -lm -lz -lpthread $(TEST_LIBS)
 build/test_%: dev/test/test_%.cu $(LLMC) $(DEV_HEADERS) | build deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
