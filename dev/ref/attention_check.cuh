@@ -19,7 +19,15 @@ typedef void (*AttBwdFn)(void* self, bf16* dqkv, float* D, const bf16* dout, con
                          const float* lse, int B, int T, int C, int NH, cudaStream_t st);
 
 typedef struct { double rel_l2, max_abs; size_t where, nonfinite; } AttErr;
-typedef struct { AttErr out, lse, dq, dk, dv; int bitwise_repeatable; } AttCheck;
+// hash: FNV-1a of the bytes computed (out, lse, then dqkv), printed so that two builds of a kernel can be
+// compared bit for bit on the same inputs (a refactor that must not change a bit).
+typedef struct { AttErr out, lse, dq, dk, dv; int bitwise_repeatable; uint64_t hash; } AttCheck;
+
+static inline uint64_t att_fnv1a(uint64_t h, const void* p, size_t n) {
+    const unsigned char* c = (const unsigned char*)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
+    return h;
+}
 
 __host__ __device__ static inline float att_hash_uniform(uint64_t seed, uint64_t i) {  // in [-1, 1)
     uint64_t z = seed + i * 0x9e3779b97f4a7c15ULL;
@@ -120,6 +128,7 @@ static AttCheck att_check(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, int T, 
     r.out = att_compare([&](size_t i) { return (double)__bfloat162float(g_out[i]); }, r_out, nout, 0, 1, 0);
     r.lse = att_compare([&](size_t i) { return (double)g_lse[i]; }, r_lse, nrow, 0, 1, 0);
     r.lse.rel_l2 = r.lse.max_abs;  // lse is compared in absolute terms (it is a log)
+    r.hash = att_fnv1a(att_fnv1a(0xcbf29ce484222325ULL, g_out, nout * sizeof(bf16)), g_lse, nrow * sizeof(float));
     if (bwd) {
         bf16* g_dqkv[2];
         for (int run = 0; run < 2; run++) {
@@ -132,6 +141,7 @@ static AttCheck att_check(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, int T, 
             cuda_check(cudaMemcpy(g_dqkv[run], d_dqkv, nqkv * sizeof(bf16), cudaMemcpyDeviceToHost));
         }
         r.bitwise_repeatable = memcmp(g_dqkv[0], g_dqkv[1], nqkv * sizeof(bf16)) == 0;
+        r.hash = att_fnv1a(r.hash, g_dqkv[0], nqkv * sizeof(bf16));
         const bf16* g = g_dqkv[0];
         auto get = [&](size_t i) { return (double)__bfloat162float(g[i]); };
         // period 3C, width C: element i is q, k or v by (i % 3C) / C
@@ -171,5 +181,6 @@ static inline void att_check_print(const AttCheck* r, int with_bwd) {
     att_print_err("dq", r->dq);
     att_print_err("dk", r->dk);
     att_print_err("dv", r->dv);
-    printf("    two backward runs bitwise %s\n", r->bitwise_repeatable ? "identical" : "DIFFERENT");
+    printf("    two backward runs bitwise %s; outputs' hash %016llx\n", r->bitwise_repeatable ? "identical" : "DIFFERENT",
+           (unsigned long long)r->hash);
 }
