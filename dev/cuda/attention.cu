@@ -1,6 +1,7 @@
 // dev/cuda/attention.cu: the playground of causal-attention variants. Each variant is checked against
 // the CPU fp64 reference (dev/ref/attention_check.cuh) at small, awkward sizes, then timed forward,
-// backward and forward+backward on the trainer's d12 shape and long-context ones (T = 4096, hs = 128).
+// backward and forward+backward on the trainer's d12 shape, long-context ones (T = 4096, hs = 128), and
+// a grouped-query one (NH = 32 query heads sharing NKV = 8 kv heads, Llama-style).
 //
 //   build/dev/attention                 check every variant, then benchmark every variant and shape
 //   build/dev/attention 3               only variant 3
@@ -264,7 +265,9 @@ int main(int argc, char** argv) {
         for (int vi = 0; vi < NUM_VARIANTS; vi++)
             if (!only || VARIANTS[vi].id == only) ok &= check_variant(&VARIANTS[vi], ctx.stream);
     if (bench) {
-        const Shape shapes[] = {{64, 1024, 12, 12, 64}, {4, 4096, 16, 16, 128}, {4, 4096, 32, 32, 128}};
+        // the last: grouped-query attention, 32 query heads on 8 kv heads (qkv 48 heads wide, not 96)
+        const Shape shapes[] = {{64, 1024, 12, 12, 64}, {4, 4096, 16, 16, 128}, {4, 4096, 32, 32, 128},
+                                {4, 4096, 32, 8, 128}};
         printf("\n%-26s | %-34s | %8s | %8s | %8s | %6s | %6s | %6s | %s\n", "shape", "variant", "fwd ms", "bwd ms",
                "f+b ms", "fwdTF", "bwdTF", "f+b TF", "scratch");
         for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) bench_shape(&shapes[i], only, ctx.stream);
