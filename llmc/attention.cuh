@@ -1,10 +1,14 @@
-// attention.cuh: the model's causal multi-head self-attention layer, forward and backward:
-//   qkv (B, T, 3C) bf16: head h of token t has q at channel h·hs, k at C + h·hs, v at 2C + h·hs
+// attention.cuh: the model's causal self-attention layer, forward and backward, multi-head (GPT-2) or
+// grouped-query (NKV key/value heads shared by the NH query heads, NH % NKV == 0; Llama-style):
+//   qkv (B, T, C + 2·NKV·hs) bf16, hs = C/NH: query head h at channel h·hs, key head j at C + j·hs,
+//        value head j at C + (NKV + j)·hs; query head h reads kv head j = h / (NH / NKV). GPT-2 passes
+//        NKV = NH: qkv (B, T, 3C), head h's q, k, v at h·hs, C + h·hs, 2C + h·hs.
 //   out (B, T, C) bf16:  out[b, t, h·hs + d] = Σ_{t2 ≤ t} softmax_t2(q·k[t2] / √hs) · v[t2, d]
 // Picks the kernels by head size: flash attention on the tensor cores for hs = 64 and 128
 // (flash_attention.cuh, flash_attention_backward.cuh), the simple exact kernels for any other
 // (attention_simple.cuh: T <= 1024). Both save only lse (B, NH, T) fp32 for the backward; neither ever
-// holds the (B, NH, T, T) scores. Both are deterministic (no atomics).
+// holds the (B, NH, T, T) scores. Both are deterministic (no atomics): the backward sums a kv head's
+// gradient over its query heads in a fixed order.
 #pragma once
 #include "cuda_common.cuh"
 #include "attention_simple.cuh"
@@ -15,21 +19,21 @@
 
 static inline int attention_uses_flash(int C, int NH) { return C / NH == 64 || C / NH == 128; }
 
-// out (B, T, C) bf16, lse (B, NH, T) fp32 from qkv (B, T, 3C) bf16.
-static inline void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+// out (B, T, C) bf16, lse (B, NH, T) fp32 from qkv (B, T, C + 2·NKV·C/NH) bf16.
+static inline void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
                                      const GpuContext* ctx) {
-    if (attention_uses_flash(C, NH)) flash_attention_forward(out, lse, qkv, B, T, C, NH, ctx->stream);
-    else attention_simple_forward(out, lse, qkv, B, T, C, NH, ctx->stream);
+    if (attention_uses_flash(C, NH)) flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV, ctx->stream);
+    else attention_simple_forward(out, lse, qkv, B, T, C, NH, NKV, ctx->stream);
     profile_mark(ctx->prof, "attention forward", ctx->stream);
 }
 
-// dqkv (B, T, 3C) bf16 assigned, from dout (B, T, C) bf16 and the forward's out, qkv and lse;
-// D_scratch (B, NH, T) fp32.
+// dqkv (B, T, C + 2·NKV·C/NH) bf16 assigned (qkv's layout), from dout (B, T, C) bf16 and the forward's
+// out, qkv and lse; D_scratch (B, NH, T) fp32.
 static inline void attention_backward(bf16* dqkv, float* D_scratch, const bf16* dout, const bf16* out,
-                                      const bf16* qkv, const float* lse, int B, int T, int C, int NH,
+                                      const bf16* qkv, const float* lse, int B, int T, int C, int NH, int NKV,
                                       const GpuContext* ctx) {
     if (attention_uses_flash(C, NH))
-        flash_attention_backward(dqkv, D_scratch, dout, out, qkv, lse, B, T, C, NH, ctx->stream);
-    else attention_simple_backward(dqkv, D_scratch, dout, qkv, lse, B, T, C, NH, ctx->stream);
+        flash_attention_backward(dqkv, D_scratch, dout, out, qkv, lse, B, T, C, NH, NKV, ctx->stream);
+    else attention_simple_backward(dqkv, D_scratch, dout, qkv, lse, B, T, C, NH, NKV, ctx->stream);
     profile_mark(ctx->prof, "attention backward", ctx->stream);
 }

@@ -1,7 +1,11 @@
 // flash_attention.cuh: causal multi-head self-attention on the tensor cores, FlashAttention-2 style
-// (mma.sync m16n8k16, bf16 in, fp32 accumulate; sm_80 and later), forward and backward, exact.
-//   qkv (B, T, 3C) bf16: head h of token t has q at channel h·hs, k at C + h·hs, v at 2C + h·hs
-//   out (B, T, C) bf16:  out[b, t, h·hs + d] = Σ_{t2 ≤ t} softmax_t2(q·k[t2] / √hs) · v[t2, d]
+// (mma.sync m16n8k16, bf16 in, fp32 accumulate; sm_80 and later), forward and backward, exact, with
+// grouped-query attention (NKV key/value heads shared by NH query heads, NH % NKV == 0):
+//   qkv (B, T, (NH + 2·NKV)·hs) bf16: query head h at channel h·hs, key head j at NH·hs + j·hs, value
+//        head j at (NH + NKV)·hs + j·hs; query head h reads kv head j = h / (NH / NKV)
+//   out (B, T, C = NH·hs) bf16: out[b, t, h·hs + d] = Σ_{t2 ≤ t} softmax_t2(q·k[t2] / √hs) · v[t2, d]
+// NKV == NH is GPT-2's multi-head attention, qkv (B, T, 3C) with k at C + h·hs and v at 2C + h·hs: the
+// same code with j = h (and in dkdv a group of one query head).
 // Never materialized: the (B, NH, T, T) scores, not even per head. The forward keeps a 64 x 64 score
 // tile in registers, folds it into a running (max, Σexp) per row (online softmax, fp32, base-2
 // exponent with the 1/√hs scale folded in), and saves only lse (B, NH, T) fp32. P is rounded to bf16
@@ -9,8 +13,10 @@
 //
 // Backward (llmc/flash_attention_backward.cuh), three kernels, no atomics (bitwise repeatable):
 //   dot:  D = rowsum(dO ∘ O) (B, NH, T) fp32 from the forward's bf16 out
-//   dkdv: block per (b, h, 64 keys), loops over the query tiles at or below the diagonal:
-//         recompute Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ − lse); dV += Pᵀ·dO; dPᵀ = V·dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ − D); dK += dSᵀ·Q
+//   dkdv: block per (b, kv head j, 64 keys), loops over the group's query heads in order and, for each,
+//         over its query tiles at or below the diagonal: recompute Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ − lse);
+//         dV += Pᵀ·dO; dPᵀ = V·dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ − D); dK += dSᵀ·Q (dK, dV of kv head j are sums over
+//         its NH/NKV query heads, kept in registers: no atomics, a fixed order)
 //   dq:   block per (b, h, 64 queries), loops over the key tiles up to the diagonal:
 //         recompute S, P, dP = dO·Vᵀ, dS; dQ += dS·K
 // The dq kernel recomputes S and dP (7 tile GEMMs in all instead of FlashAttention-2's 5 with dQ
@@ -26,7 +32,10 @@
 // convention, executes 3.5F here): GPT-2 124M, B=64 T=1024 NH=12 hs=64: F = 103 GFLOP, so ~0.2 ms at
 // 500 TF/s, against ~0.4 GB of compulsory HBM traffic (qkv, out: 0.08 ms at 4.8 TB/s): compute-bound;
 // K/V tiles are re-read ~T/128 times per head, from L2 (a head's K and V are 256 KB).
-// Limits: hs ∈ {64, 128}, T ≥ 1 (any value; masked), C % 8 == 0 (16-byte rows).
+// GQA changes no FLOP count (it is per query head) and shrinks K/V by NH/NKV: in the forward and dq the
+// blocks of a group's query heads are adjacent in the grid (blockIdx.x = b·NH + h), so they share kv
+// tiles in L2; dkdv has B·NKV·T/64 blocks, each NH/NKV times the work (B=4 NKV=8 T=4096: 2,048 blocks).
+// Limits: hs ∈ {64, 128}, T ≥ 1 (any value; masked), NKV ≥ 1 dividing NH.
 #pragma once
 #include "cuda_common.cuh"
 #include "sm80_mma.cuh"
@@ -47,13 +56,28 @@ template <int HS> struct FaCfg {
 };
 
 typedef struct {
-    bf16* out;         // (B, T, C)
+    bf16* out;         // (B, T, NH·hs)
     float* lse;        // (B, NH, T) natural-log logsumexp of the scaled scores
-    const bf16* qkv;   // (B, T, 3C)
-    int B, T, C, NH;
+    const bf16* qkv;   // (B, T, (NH + 2·NKV)·hs): NH q heads, NKV k heads, NKV v heads
+    int B, T, NH, NKV;
 } FlashFwdArgs;
 
 // --- kernels ---------------------------------------------------------------------------------
+
+// Where batch b's heads start in qkv (B, T, ld), ld = (NH + 2·NKV)·HS: query head h, and kv head j's keys
+// and values.
+typedef struct { size_t ld; const bf16 *q, *k, *v; } FaHeads;
+
+template <int HS>
+__device__ __forceinline__ FaHeads fa_heads(const bf16* qkv, int NH, int NKV, int T, int b, int h, int j) {
+    FaHeads g;
+    g.ld = (size_t)(NH + 2 * NKV) * HS;
+    const bf16* row = qkv + (size_t)b * T * g.ld;
+    g.q = row + h * HS;
+    g.k = row + (NH + j) * HS;
+    g.v = g.k + NKV * HS;
+    return g;
+}
 
 __device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lower column) in the low half
@@ -123,7 +147,8 @@ __device__ __forceinline__ void fa_store_rows(bf16* dst, size_t stride, const fl
     }
 }
 
-// Block per (b·NH + h, query tile); the heaviest (last) query tiles are launched first.
+// Block per (b·NH + h, query tile), reading kv head h / (NH/NKV); the heaviest (last) query tiles are
+// launched first.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFwdArgs a) {
     constexpr int LD = FaCfg<HS>::LD;
@@ -134,15 +159,14 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFw
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH, T = a.T;
     int q0 = (gridDim.y - 1 - blockIdx.y) * FA_BQ;
-    size_t C3 = 3 * (size_t)a.C;
-    const bf16* base = a.qkv + (size_t)b * T * C3 + h * HS;
+    FaHeads g = fa_heads<HS>(a.qkv, a.NH, a.NKV, T, b, h, h / (a.NH / a.NKV));
     int nkv = ceil_div(min(q0 + FA_BQ, T), FA_BKV);
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
 
-    fa_load_tile<FA_BQ, HS>(sQ, base, C3, q0, T);
+    fa_load_tile<FA_BQ, HS>(sQ, g.q, g.ld, q0, T);
     cp_async_commit();
-    fa_load_tile<FA_BKV, HS>(sK, base + a.C, C3, 0, T);
-    fa_load_tile<FA_BKV, HS>(sV, base + 2 * a.C, C3, 0, T);
+    fa_load_tile<FA_BKV, HS>(sK, g.k, g.ld, 0, T);
+    fa_load_tile<FA_BKV, HS>(sV, g.v, g.ld, 0, T);
     cp_async_commit();
 
     float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -152,8 +176,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFw
         __syncthreads();  // every warp is done with the buffer that step j-1 read
         if (j + 1 < nkv) {
             int nb = (j + 1) & 1;
-            fa_load_tile<FA_BKV, HS>(sK + nb * FA_BKV * LD, base + a.C, C3, (j + 1) * FA_BKV, T);
-            fa_load_tile<FA_BKV, HS>(sV + nb * FA_BKV * LD, base + 2 * a.C, C3, (j + 1) * FA_BKV, T);
+            fa_load_tile<FA_BKV, HS>(sK + nb * FA_BKV * LD, g.k, g.ld, (j + 1) * FA_BKV, T);
+            fa_load_tile<FA_BKV, HS>(sV + nb * FA_BKV * LD, g.v, g.ld, (j + 1) * FA_BKV, T);
         }
         cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "tile j is here"
         cp_async_wait<1>();
@@ -209,16 +233,18 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFw
         for (int nd = 0; nd < HS / 8; nd++) { o[nd][hh * 2] *= inv; o[nd][hh * 2 + 1] *= inv; }
         if ((lane & 3) == 0 && q < T) a.lse[(size_t)bh * T + q] = (m[hh] + log2f(l[hh])) * FA_LN2;
     }
-    fa_store_rows<HS>(a.out + (size_t)b * T * a.C + h * HS, a.C, o, 1.0f, q0 + warp * 16, T, lane);
+    size_t C = (size_t)a.NH * HS;
+    fa_store_rows<HS>(a.out + (size_t)b * T * C + h * HS, C, o, 1.0f, q0 + warp * 16, T, lane);
 }
 
 // --- launchers -------------------------------------------------------------------------------
 
-static inline int flash_attention_head_size(int T, int C, int NH) {
+static inline int flash_attention_head_size(int T, int C, int NH, int NKV) {
     int hs = NH > 0 ? C / NH : 0;
-    if (T < 1 || NH < 1 || C % NH != 0 || (hs != 64 && hs != 128)) {
-        fprintf(stderr, "error: flash attention: C=%d NH=%d (head size %d) T=%d not supported\n"
-                "  hint: the head size C/NH must be 64 or 128\n", C, NH, hs, T);
+    if (T < 1 || NH < 1 || C % NH != 0 || (hs != 64 && hs != 128) || NKV < 1 || NH % NKV != 0) {
+        fprintf(stderr, "error: flash attention: C=%d NH=%d NKV=%d (head size %d) T=%d not supported\n"
+                "  hint: the head size C/NH must be 64 or 128, and the kv heads NKV must divide NH\n",
+                C, NH, NKV, hs, T);
         exit(EXIT_FAILURE);
     }
     return hs;
@@ -232,10 +258,11 @@ static inline void flash_forward_launch(const FlashFwdArgs& a, cudaStream_t stre
     cuda_check_launch();
 }
 
-// out (B, T, C) bf16 and lse (B, NH, T) fp32 from qkv (B, T, 3C) bf16.
+// out (B, T, C) bf16 and lse (B, NH, T) fp32 from qkv (B, T, C + 2·NKV·C/NH) bf16 (GPT-2: NKV = NH,
+// qkv (B, T, 3C)).
 static inline void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                                           cudaStream_t stream) {
-    FlashFwdArgs a = {out, lse, qkv, B, T, C, NH};
-    if (flash_attention_head_size(T, C, NH) == 64) flash_forward_launch<64>(a, stream);
+                                           int NKV, cudaStream_t stream) {
+    FlashFwdArgs a = {out, lse, qkv, B, T, NH, NKV};
+    if (flash_attention_head_size(T, C, NH, NKV) == 64) flash_forward_launch<64>(a, stream);
     else flash_forward_launch<128>(a, stream);
 }

@@ -1,20 +1,21 @@
 // flash_attention_backward.cuh: the backward of llmc/flash_attention.cuh (whose header comment has the
 // algorithm, the tiling and the napkin math): three kernels, no atomics, bitwise repeatable.
 //   dot:  D = rowsum(dO ∘ O) (B, NH, T) fp32 from the forward's bf16 out
-//   dkdv: block per (b, h, 64 keys) over the query tiles at or below the diagonal; writes dK, dV
+//   dkdv: block per (b, kv head j, 64 keys) over the group's query heads and, for each, the query tiles
+//         at or below the diagonal; writes dK, dV (sums over the group, in registers, a fixed order)
 //   dq:   block per (b, h, 64 queries) over the key tiles up to the diagonal; writes dQ
 // Both big kernels recompute P = exp(S − lse) from the saved lse; nothing (B, NH, T, T) exists.
 #pragma once
 #include "flash_attention.cuh"
 
 typedef struct {
-    bf16* dqkv;        // (B, T, 3C) assigned
+    bf16* dqkv;        // (B, T, (NH + 2·NKV)·hs) assigned, qkv's layout
     float* D;          // (B, NH, T) scratch: rowsum(dO ∘ O)
-    const bf16* dout;  // (B, T, C)
-    const bf16* out;   // (B, T, C) the forward's output
-    const bf16* qkv;   // (B, T, 3C)
+    const bf16* dout;  // (B, T, NH·hs)
+    const bf16* out;   // (B, T, NH·hs) the forward's output
+    const bf16* qkv;   // (B, T, (NH + 2·NKV)·hs)
     const float* lse;  // (B, NH, T) from the forward
-    int B, T, C, NH;
+    int B, T, NH, NKV;
 } FlashBwdArgs;
 
 // --- kernels ---------------------------------------------------------------------------------
@@ -39,7 +40,25 @@ __global__ void flash_backward_dot_kernel(const FlashBwdArgs a) {
     }
 }
 
-// Block per (b·NH + h, key tile); key tile 0 (the most query tiles) first. Writes dK and dV.
+// One dkdv step's loads into one buffer: query tile i (BQ rows) of query head h, its dO rows, and its
+// lse·log2e (+inf past T) and D (0 past T).
+template <int HS, int BQ>
+__device__ __forceinline__ void fa_dkdv_load(bf16* sQ, bf16* sO, float* sL, float* sD, const bf16* q, size_t ld,
+                                             const FlashBwdArgs& a, int b, int h, int i) {
+    int T = a.T, n0 = i * BQ;
+    size_t C = (size_t)a.NH * HS, bh = (size_t)b * a.NH + h;
+    fa_load_tile<BQ, HS>(sQ, q, ld, n0, T);
+    fa_load_tile<BQ, HS>(sO, a.dout + (size_t)b * T * C + h * HS, C, n0, T);
+    for (int r = threadIdx.x; r < BQ; r += FA_THREADS) {
+        int t = n0 + r;
+        sL[r] = t < T ? a.lse[bh * T + t] * FA_LOG2E : INFINITY;
+        sD[r] = t < T ? a.D[bh * T + t] : 0.0f;
+    }
+}
+
+// Block per (b·NKV + j, key tile); key tile 0 (the most query tiles) first. Steps through the query
+// heads h = j·G .. j·G + G − 1 (G = NH/NKV) in order and, for each, its query tiles from the diagonal
+// down; the double buffer runs on across the change of head. Writes dK and dV of kv head j.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const FlashBwdArgs a) {
     constexpr int LD = FaCfg<HS>::LD, BQ = FaCfg<HS>::BQ_DKV;
@@ -51,42 +70,28 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const F
     float* sL = (float*)(sO + 2 * BQ * LD);  // (2, BQ) lse·log2e, +inf past T
     float* sD = sL + 2 * BQ;                 // (2, BQ) D, 0 past T
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH, T = a.T;
+    int bj = blockIdx.x, b = bj / a.NKV, j = bj % a.NKV, T = a.T, G = a.NH / a.NKV;
     int k0 = blockIdx.y * FA_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ);
-    size_t C3 = 3 * (size_t)a.C;
-    const bf16* base = a.qkv + (size_t)b * T * C3 + h * HS;
-    const bf16* dob = a.dout + (size_t)b * T * a.C + h * HS;
-    const float* lse = a.lse + (size_t)bh * T;
-    const float* Dr = a.D + (size_t)bh * T;
+    FaHeads g = fa_heads<HS>(a.qkv, a.NH, a.NKV, T, b, j * G, j);
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
 
-    fa_load_tile<FA_BKV, HS>(sK, base + a.C, C3, k0, T);
-    fa_load_tile<FA_BKV, HS>(sV, base + 2 * a.C, C3, k0, T);
-    fa_load_tile<BQ, HS>(sQ, base, C3, i0 * BQ, T);
-    fa_load_tile<BQ, HS>(sO, dob, a.C, i0 * BQ, T);
+    fa_load_tile<FA_BKV, HS>(sK, g.k, g.ld, k0, T);
+    fa_load_tile<FA_BKV, HS>(sV, g.v, g.ld, k0, T);
+    int nper = nq - i0, nsteps = G * nper, i = i0;  // i: this step's query tile
+    fa_dkdv_load<HS, BQ>(sQ, sO, sL, sD, g.q, g.ld, a, b, j * G, i0);
     cp_async_commit();
-    for (int r = threadIdx.x; r < BQ; r += FA_THREADS) {
-        int q = i0 * BQ + r;
-        sL[r] = q < T ? lse[q] * FA_LOG2E : INFINITY;
-        sD[r] = q < T ? Dr[q] : 0.0f;
-    }
     float dk[HS / 8][4], dv[HS / 8][4];
     #pragma unroll
     for (int n = 0; n < HS / 8; n++)
         #pragma unroll
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
-    for (int i = i0; i < nq; i++) {
-        int buf = (i - i0) & 1;
-        __syncthreads();  // every warp is done with buffer buf ^ 1 (read at step i-1)
-        if (i + 1 < nq) {
-            int nb = buf ^ 1, n0 = (i + 1) * BQ;
-            fa_load_tile<BQ, HS>(sQ + nb * BQ * LD, base, C3, n0, T);
-            fa_load_tile<BQ, HS>(sO + nb * BQ * LD, dob, a.C, n0, T);
-            for (int r = threadIdx.x; r < BQ; r += FA_THREADS) {
-                int q = n0 + r;
-                sL[nb * BQ + r] = q < T ? lse[q] * FA_LOG2E : INFINITY;
-                sD[nb * BQ + r] = q < T ? Dr[q] : 0.0f;
-            }
+    for (int step = 0; step < nsteps; step++) {
+        int buf = step & 1;
+        __syncthreads();  // every warp is done with buffer buf ^ 1 (read at the previous step)
+        if (step + 1 < nsteps) {
+            int nb = buf ^ 1, gh = (step + 1) / nper, in = i0 + (step + 1) % nper;
+            fa_dkdv_load<HS, BQ>(sQ + nb * BQ * LD, sO + nb * BQ * LD, sL + nb * BQ, sD + nb * BQ,
+                                 g.q + gh * HS, g.ld, a, b, j * G + gh, in);
         }
         cp_async_commit();
         cp_async_wait<1>();
@@ -116,14 +121,16 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const F
             }
         fa_gemm_pv<HS, BQ>(dv, p, tO, lane);
         fa_gemm_pv<HS, BQ>(dk, dp, tQ, lane);
+        i = i + 1 == nq ? i0 : i + 1;
     }
     cp_async_wait<0>();
-    bf16* dst = a.dqkv + (size_t)b * T * C3 + h * HS;
-    fa_store_rows<HS>(dst + a.C, C3, dk, rsqrtf((float)HS), k0 + warp * 16, T, lane);
-    fa_store_rows<HS>(dst + 2 * a.C, C3, dv, 1.0f, k0 + warp * 16, T, lane);
+    bf16* dst = a.dqkv + (g.k - a.qkv);  // dqkv has qkv's layout
+    fa_store_rows<HS>(dst, g.ld, dk, rsqrtf((float)HS), k0 + warp * 16, T, lane);
+    fa_store_rows<HS>(dst + a.NKV * HS, g.ld, dv, 1.0f, k0 + warp * 16, T, lane);
 }
 
-// Block per (b·NH + h, query tile); the heaviest (last) query tiles first. Writes dQ.
+// Block per (b·NH + h, query tile), reading kv head h / (NH/NKV); the heaviest (last) query tiles
+// first. Writes dQ.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const FlashBwdArgs a) {
     constexpr int LD = FaCfg<HS>::LD;
@@ -135,16 +142,16 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const Fla
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH, T = a.T;
     int q0 = (gridDim.y - 1 - blockIdx.y) * FA_BQ;
-    size_t C3 = 3 * (size_t)a.C;
-    const bf16* base = a.qkv + (size_t)b * T * C3 + h * HS;
+    FaHeads g = fa_heads<HS>(a.qkv, a.NH, a.NKV, T, b, h, h / (a.NH / a.NKV));
     int nkv = ceil_div(min(q0 + FA_BQ, T), FA_BKV);
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
+    size_t C = (size_t)a.NH * HS;
 
-    fa_load_tile<FA_BQ, HS>(sQ, base, C3, q0, T);
-    fa_load_tile<FA_BQ, HS>(sO, a.dout + (size_t)b * T * a.C + h * HS, a.C, q0, T);
+    fa_load_tile<FA_BQ, HS>(sQ, g.q, g.ld, q0, T);
+    fa_load_tile<FA_BQ, HS>(sO, a.dout + (size_t)b * T * C + h * HS, C, q0, T);
     cp_async_commit();
-    fa_load_tile<FA_BKV, HS>(sK, base + a.C, C3, 0, T);
-    fa_load_tile<FA_BKV, HS>(sV, base + 2 * a.C, C3, 0, T);
+    fa_load_tile<FA_BKV, HS>(sK, g.k, g.ld, 0, T);
+    fa_load_tile<FA_BKV, HS>(sV, g.v, g.ld, 0, T);
     cp_async_commit();
     float lrow[2], drow[2];  // this thread's two query rows: lse·log2e (+inf past T) and D
     #pragma unroll
@@ -160,8 +167,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const Fla
         __syncthreads();
         if (j + 1 < nkv) {
             int nb = (j + 1) & 1;
-            fa_load_tile<FA_BKV, HS>(sK + nb * FA_BKV * LD, base + a.C, C3, (j + 1) * FA_BKV, T);
-            fa_load_tile<FA_BKV, HS>(sV + nb * FA_BKV * LD, base + 2 * a.C, C3, (j + 1) * FA_BKV, T);
+            fa_load_tile<FA_BKV, HS>(sK + nb * FA_BKV * LD, g.k, g.ld, (j + 1) * FA_BKV, T);
+            fa_load_tile<FA_BKV, HS>(sV + nb * FA_BKV * LD, g.v, g.ld, (j + 1) * FA_BKV, T);
         }
         cp_async_commit();
         cp_async_wait<1>();
@@ -188,7 +195,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const Fla
         fa_gemm_pv<HS, FA_BKV>(dq, dp, tK, lane);
     }
     cp_async_wait<0>();
-    fa_store_rows<HS>(a.dqkv + (size_t)b * T * C3 + h * HS, C3, dq, rsqrtf((float)HS), q0 + warp * 16, T, lane);
+    fa_store_rows<HS>(a.dqkv + (g.q - a.qkv), g.ld, dq, rsqrtf((float)HS), q0 + warp * 16, T, lane);
 }
 
 // --- launchers -------------------------------------------------------------------------------
@@ -201,18 +208,18 @@ static inline void flash_backward_launch(const FlashBwdArgs& a, cudaStream_t str
     size_t s1 = FaCfg<HS>::dkdv_smem, s2 = FaCfg<HS>::dq_smem;
     cuda_check(cudaFuncSetAttribute(flash_backward_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
     cuda_check(cudaFuncSetAttribute(flash_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
-    flash_backward_dkdv_kernel<HS><<<dim3(a.B * a.NH, ceil_div(a.T, FA_BKV)), FA_THREADS, s1, stream>>>(a);
+    flash_backward_dkdv_kernel<HS><<<dim3(a.B * a.NKV, ceil_div(a.T, FA_BKV)), FA_THREADS, s1, stream>>>(a);
     cuda_check_launch();
     flash_backward_dq_kernel<HS><<<dim3(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, s2, stream>>>(a);
     cuda_check_launch();
 }
 
-// dqkv (B, T, 3C) bf16 assigned (every element written), from dout (B, T, C) bf16 and the forward's
-// out (B, T, C), qkv and lse; D_scratch (B, NH, T) fp32. Deterministic: no atomics.
+// dqkv (B, T, C + 2·NKV·C/NH) bf16 assigned (every element written; qkv's layout), from dout (B, T, C)
+// bf16 and the forward's out (B, T, C), qkv and lse; D_scratch (B, NH, T) fp32. Deterministic: no atomics.
 static inline void flash_attention_backward(bf16* dqkv, float* D_scratch, const bf16* dout, const bf16* out,
                                             const bf16* qkv, const float* lse, int B, int T, int C, int NH,
-                                            cudaStream_t stream) {
-    FlashBwdArgs a = {dqkv, D_scratch, dout, out, qkv, lse, B, T, C, NH};
-    if (flash_attention_head_size(T, C, NH) == 64) flash_backward_launch<64>(a, stream);
+                                            int NKV, cudaStream_t stream) {
+    FlashBwdArgs a = {dqkv, D_scratch, dout, out, qkv, lse, B, T, NH, NKV};
+    if (flash_attention_head_size(T, C, NH, NKV) == 64) flash_backward_launch<64>(a, stream);
     else flash_backward_launch<128>(a, stream);
 }

@@ -1,6 +1,7 @@
 // dev/cuda/attention.cu: the playground of causal-attention variants. Each variant is checked against
 // the CPU fp64 reference (dev/ref/attention_check.cuh) at small, awkward sizes, then timed forward,
-// backward and forward+backward on the trainer's d12 shape and a long-context one (T = 4096, hs = 128).
+// backward and forward+backward on the trainer's d12 shape, long-context ones (T = 4096, hs = 128), and
+// a grouped-query one (NH = 32 query heads sharing NKV = 8 kv heads, Llama-style).
 //
 //   build/dev/attention                 check every variant, then benchmark every variant and shape
 //   build/dev/attention 3               only variant 3
@@ -8,12 +9,12 @@
 //
 // Variants:
 //   1 naive: (B, NH, T, T) fp32 scores and probabilities in device memory, smem-tiled scalar batched
-//     GEMMs and a row softmax (this file)
+//     GEMMs and a row softmax (this file; NKV == NH only)
 //   2 simple exact: warp per row, no T x T matrix, scalar FMAs (llmc/attention.cuh; T ≤ ~1400)
 //   3 flash: mma.sync tiles, online softmax, deterministic 3-kernel backward (llmc/flash_attention*.cuh)
 // Columns: F = 4·B·NH·T²·hs/2 (causal, the forward's two GEMMs); TF/s counts fwd F, bwd 2.5F,
 // fwd+bwd 3.5F (useful work: the naive variant does twice that); scratch = device memory beyond
-// qkv, out, dout and dqkv (lse and D included).
+// qkv, out, dout and dqkv (lse and D included). A shape NH=32/8 has 32 query heads on 8 kv heads.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +107,9 @@ static void naive_bmm(TC* c, View vc, const TA* a, View va, const TB* b, View vb
     cuda_check_launch();
 }
 
-static void naive_forward(void* self, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t st) {
+static void naive_forward(void* self, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+                          cudaStream_t st) {
+    if (NKV != NH) check_fail("naive attention: NKV != NH", "variant 1 runs multi-head attention only");
     Naive* n = (Naive*)self;
     size_t hs = C / NH, T3C = (size_t)T * 3 * C, TT = (size_t)T * T, C3 = 3 * (size_t)C;
     naive_reserve(n, (size_t)B * NH * TT);
@@ -118,8 +121,9 @@ static void naive_forward(void* self, bf16* out, float* lse, const bf16* qkv, in
 }
 
 static void naive_backward(void* self, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
-                           const float* lse, int B, int T, int C, int NH, cudaStream_t st) {
+                           const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st) {
     (void)out; (void)lse;  // uses the probabilities that its forward left in att
+    if (NKV != NH) check_fail("naive attention: NKV != NH", "variant 1 runs multi-head attention only");
     Naive* n = (Naive*)self;
     size_t hs = C / NH, T3C = (size_t)T * 3 * C, TT = (size_t)T * T, C3 = 3 * (size_t)C;
     View vatt = {NH * TT, TT, (size_t)T, 1}, vattT = {NH * TT, TT, 1, (size_t)T};
@@ -135,19 +139,21 @@ static void naive_backward(void* self, bf16* dqkv, float* D, const bf16* dout, c
 
 // --- variants 2 and 3: the llmc/ kernels -------------------------------------------------------
 
-static void simple_forward(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t st) {
-    attention_simple_forward(out, lse, qkv, B, T, C, NH, st);
+static void simple_forward(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+                           cudaStream_t st) {
+    attention_simple_forward(out, lse, qkv, B, T, C, NH, NKV, st);
 }
 static void simple_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16*, const bf16* qkv, const float* lse,
-                            int B, int T, int C, int NH, cudaStream_t st) {
-    attention_simple_backward(dqkv, D, dout, qkv, lse, B, T, C, NH, st);
+                            int B, int T, int C, int NH, int NKV, cudaStream_t st) {
+    attention_simple_backward(dqkv, D, dout, qkv, lse, B, T, C, NH, NKV, st);
 }
-static void flash_forward(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t st) {
-    flash_attention_forward(out, lse, qkv, B, T, C, NH, st);
+static void flash_forward(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+                          cudaStream_t st) {
+    flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV, st);
 }
 static void flash_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
-                           const float* lse, int B, int T, int C, int NH, cudaStream_t st) {
-    flash_attention_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, st);
+                           const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st) {
+    flash_attention_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, st);
 }
 
 typedef struct { int id; const char* name; AttFwdFn fwd; AttBwdFn bwd; } Variant;
@@ -159,7 +165,9 @@ static const Variant VARIANTS[] = {
 #define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
 // what each variant can run, without letting its launcher exit
-static int variant_supports(int id, int T, int hs) {
+static int variant_supports(int id, int T, int NH, int NKV, int hs) {
+    if (NKV < 1 || NH % NKV != 0) return 0;
+    if (id == 1) return NKV == NH;
     if (id == 2) return hs % 8 == 0 && hs <= 256 && (size_t)ATT_WARPS * (2 * hs + 2 * T) * sizeof(float) <= 48 * 1024;
     if (id == 3) return hs == 64 || hs == 128;
     return 1;
@@ -171,20 +179,21 @@ static size_t variant_scratch(int id, int B, int T, int NH) {
 
 // --- correctness -------------------------------------------------------------------------------
 
-typedef struct { int B, T, NH, hs; } Shape;
+typedef struct { int B, T, NH, NKV, hs; } Shape;
 
 static int check_variant(const Variant* v, cudaStream_t st) {
-    const Shape shapes[] = {{1, 100, 1, 64}, {2, 257, 3, 64}, {2, 64, 2, 64}, {1, 100, 1, 128}, {2, 257, 1, 128}, {1, 1, 1, 64}};
+    const Shape shapes[] = {{1, 100, 1, 1, 64}, {2, 257, 3, 3, 64}, {2, 64, 2, 2, 64}, {1, 100, 1, 1, 128},
+                            {2, 257, 1, 1, 128}, {1, 1, 1, 1, 64}, {2, 100, 4, 2, 64}, {1, 257, 8, 1, 128}};
     Naive naive = {NULL, NULL, 0};
     int ok = 1;
     printf("variant %d (%s): checks against the fp64 reference (rel L2 tol %.0e, lse abs %.0e)\n", v->id, v->name,
            ATT_TOL_GRAD, ATT_TOL_LSE);
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         Shape s = shapes[i];
-        if (!variant_supports(v->id, s.T, s.hs)) continue;
-        AttCheck r = att_check(v->fwd, v->bwd, &naive, s.B, s.T, s.NH, s.hs, 77 + i, st);
+        if (!variant_supports(v->id, s.T, s.NH, s.NKV, s.hs)) continue;
+        AttCheck r = att_check(v->fwd, v->bwd, &naive, s.B, s.T, s.NH, s.NKV, s.hs, 77 + i, st);
         int good = att_check_ok(&r, 1);
-        printf("  B=%d T=%4d NH=%d hs=%3d: %s\n", s.B, s.T, s.NH, s.hs, good ? "ok" : "FAILED");
+        printf("  B=%d T=%4d NH=%d NKV=%d hs=%3d: %s\n", s.B, s.T, s.NH, s.NKV, s.hs, good ? "ok" : "FAILED");
         att_check_print(&r, 1);
         ok &= good;
     }
@@ -200,8 +209,8 @@ __global__ void fill_uniform_kernel(bf16* p, size_t n, float scale, uint64_t see
 }
 
 static void bench_shape(const Shape* s, int only, cudaStream_t st) {
-    int B = s->B, T = s->T, NH = s->NH, hs = s->hs, C = NH * hs;
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
+    int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->hs, C = NH * hs;
+    size_t nqkv = (size_t)B * T * (C + 2 * NKV * hs), nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
     bf16 *qkv, *dqkv, *out, *dout;
     float *lse, *D;
     cuda_check(cudaMalloc(&qkv, nqkv * sizeof(bf16)));
@@ -218,15 +227,19 @@ static void bench_shape(const Shape* s, int only, cudaStream_t st) {
         const Variant* v = &VARIANTS[vi];
         if (only && v->id != only) continue;
         char shape[64];
-        snprintf(shape, sizeof(shape), "B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
-        if (!variant_supports(v->id, T, hs)) { printf("%-26s | %d %-32s | not supported at this T / hs\n", shape, v->id, v->name); continue; }
+        if (NKV == NH) snprintf(shape, sizeof(shape), "B=%d T=%d NH=%d hs=%d", B, T, NH, hs);
+        else snprintf(shape, sizeof(shape), "B=%d T=%d NH=%d/%d hs=%d", B, T, NH, NKV, hs);
+        if (!variant_supports(v->id, T, NH, NKV, hs)) {
+            printf("%-26s | %d %-32s | not supported at this T / hs / NKV\n", shape, v->id, v->name);
+            continue;
+        }
         Naive naive = {NULL, NULL, 0};
         int reps = v->id == 3 ? 20 : 5;
-        float t_f = time_ms([&] { v->fwd(&naive, out, lse, qkv, B, T, C, NH, st); }, st, reps);
-        float t_b = time_ms([&] { v->bwd(&naive, dqkv, D, dout, out, qkv, lse, B, T, C, NH, st); }, st, reps);
+        float t_f = time_ms([&] { v->fwd(&naive, out, lse, qkv, B, T, C, NH, NKV, st); }, st, reps);
+        float t_b = time_ms([&] { v->bwd(&naive, dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, st); }, st, reps);
         float t_fb = time_ms([&] {
-            v->fwd(&naive, out, lse, qkv, B, T, C, NH, st);
-            v->bwd(&naive, dqkv, D, dout, out, qkv, lse, B, T, C, NH, st);
+            v->fwd(&naive, out, lse, qkv, B, T, C, NH, NKV, st);
+            v->bwd(&naive, dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, st);
         }, st, reps);
         printf("%-26s | %d %-32s | %8.3f | %8.3f | %8.3f | %6.0f | %6.0f | %6.0f | %9.1f MiB\n", shape, v->id, v->name,
                t_f, t_b, t_fb, F / t_f * 1e-9, 2.5 * F / t_b * 1e-9, 3.5 * F / t_fb * 1e-9,
@@ -252,7 +265,9 @@ int main(int argc, char** argv) {
         for (int vi = 0; vi < NUM_VARIANTS; vi++)
             if (!only || VARIANTS[vi].id == only) ok &= check_variant(&VARIANTS[vi], ctx.stream);
     if (bench) {
-        const Shape shapes[] = {{64, 1024, 12, 64}, {4, 4096, 16, 128}, {4, 4096, 32, 128}};
+        // the last: grouped-query attention, 32 query heads on 8 kv heads (qkv 48 heads wide, not 96)
+        const Shape shapes[] = {{64, 1024, 12, 12, 64}, {4, 4096, 16, 16, 128}, {4, 4096, 32, 32, 128},
+                                {4, 4096, 32, 8, 128}};
         printf("\n%-26s | %-34s | %8s | %8s | %8s | %6s | %6s | %6s | %s\n", "shape", "variant", "fwd ms", "bwd ms",
                "f+b ms", "fwdTF", "bwdTF", "f+b TF", "scratch");
         for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) bench_shape(&shapes[i], only, ctx.stream);

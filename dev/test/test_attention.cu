@@ -1,19 +1,21 @@
 // test_attention.cu: GPU test of the flash attention kernels (llmc/flash_attention{,_backward}.cuh) against the CPU
 // fp64 reference (dev/ref/gpt_ref_layers.h, through dev/ref/attention_check.cuh): forward out and lse,
 // backward dq, dk, dv, at T = 1, 63, 64, 100, 257 (and two longer ones: many tiles, T not a multiple
-// of 64), NH = 1 and 3, hs = 64 and 128, B = 2. Outputs are poisoned before each run; the backward runs
+// of 64), NH = 1 and 3, hs = 64 and 128, B = 2, in GPT-2's layout (NKV = NH; grouped-query attention:
+// test_attention_gqa.cu). Outputs are poisoned before each run; the backward runs
 // twice and must be bitwise identical. Tolerances (relative L2 1e-2 for out and the gradients, lse 1e-3
 // absolute) are justified in attention_check.cuh.
 #include "../../llmc/flash_attention_backward.cuh"
 #include "../ref/attention_check.cuh"
 #include "testing.h"
 
-static void fa_fwd(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t st) {
-    flash_attention_forward(out, lse, qkv, B, T, C, NH, st);
+static void fa_fwd(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+                   cudaStream_t st) {
+    flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV, st);
 }
 static void fa_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
-                   int B, int T, int C, int NH, cudaStream_t st) {
-    flash_attention_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, st);
+                   int B, int T, int C, int NH, int NKV, cudaStream_t st) {
+    flash_attention_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, st);
 }
 
 int main(void) {
@@ -34,7 +36,7 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         Case c = cases[i];
-        AttCheck r = att_check(fa_fwd, fa_bwd, NULL, c.B, c.T, c.NH, c.hs, 1000 + i, ctx.stream);
+        AttCheck r = att_check(fa_fwd, fa_bwd, NULL, c.B, c.T, c.NH, c.NH, c.hs, 1000 + i, ctx.stream);
         int ok = att_check_ok(&r, 1);
         printf("B=%d T=%4d NH=%d hs=%3d: %s\n", c.B, c.T, c.NH, c.hs, ok ? "ok" : "FAILED");
         att_check_print(&r, 1);

@@ -1,0 +1,140 @@
+// test_attention_gqa.cu: GPU test of grouped-query attention (NKV key/value heads shared by NH query
+// heads; qkv (B, T, (NH + 2·NKV)·hs)) in the flash kernels (llmc/flash_attention{,_backward}.cuh) and
+// the simple ones (llmc/attention_simple.cuh, through the layer's dispatcher llmc/attention.cuh).
+//   1. Against the CPU fp64 reference (dev/ref/llama_ref_layers.h; NKV == NH: gpt_ref_layers.h, through
+//      dev/ref/attention_check.cuh): forward out and lse, backward dq, dk, dv, at every combination of
+//      NH ∈ {4, 8}, NKV ∈ {1, 2, NH}, hs ∈ {64, 128}, T ∈ {1, 63, 64, 65, 200}, B ∈ {1, 2} (flash), and
+//      the simple kernels at hs = 32 and 96 (lanes owning 1 and 3 channels) with NH = 4, NKV ∈ {1, 2, 4}.
+//      Tolerances as test_attention's, justified in attention_check.cuh (relative L2 1e-2 for out and
+//      the gradients, lse 1e-3 absolute): summing a kv head's gradient over its query heads adds fp32
+//      additions only, far below the bf16 roundings those tolerances budget for.
+//   2. Determinism: every backward runs twice and must be bitwise identical.
+//   3. GQA against the multi-head path (GPT-2's, NKV = NH) run on the same qkv with each kv head repeated
+//      NH/NKV times: out, lse and dq bitwise equal (the same arithmetic on the same values), and dk, dv
+//      of kv head j equal to the sum of its query heads' dk, dv from the multi-head run (relative L2,
+//      tolerance 1e-2: the multi-head run rounds each head's part to bf16 before the sum).
+// A failed check prints the case and the error; the last line is `test_attention_gqa: N passed, M failed`.
+#include "../../llmc/attention.cuh"
+#include "../ref/attention_check.cuh"
+#include "testing.h"
+
+static void fa_fwd(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+                   cudaStream_t st) {
+    flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV, st);
+}
+static void fa_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
+                   int B, int T, int C, int NH, int NKV, cudaStream_t st) {
+    flash_attention_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, st);
+}
+// the layer's entry points (self: the GpuContext); at hs = 32 and 96 they run the simple kernels
+static void layer_fwd(void* self, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+                      cudaStream_t) {
+    attention_forward(out, lse, qkv, B, T, C, NH, NKV, (const GpuContext*)self);
+}
+static void layer_bwd(void* self, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
+                      const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t) {
+    attention_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, (const GpuContext*)self);
+}
+
+typedef struct { int B, T, NH, NKV, hs; } Case;
+
+static void check_reference(const char* what, AttFwdFn fwd, AttBwdFn bwd, void* self, Case c, uint64_t seed,
+                            cudaStream_t st) {
+    AttCheck r = att_check(fwd, bwd, self, c.B, c.T, c.NH, c.NKV, c.hs, seed, st);
+    int ok = att_check_ok(&r, 1);
+    printf("%s B=%d T=%3d NH=%d NKV=%d hs=%3d: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e %s\n", what, c.B, c.T,
+           c.NH, c.NKV, c.hs, r.out.rel_l2, r.lse.max_abs, r.dq.rel_l2, r.dk.rel_l2, r.dv.rel_l2, ok ? "ok" : "FAILED");
+    if (!ok) att_check_print(&r, 1);
+    const AttErr* errs[] = {&r.out, &r.dq, &r.dk, &r.dv};
+    const char* names[] = {"out", "dq", "dk", "dv"};
+    for (int k = 0; k < 4; k++)
+        EXPECT(att_err_ok(*errs[k], k == 0 ? ATT_TOL_OUT : ATT_TOL_GRAD),
+               "%s B=%d T=%d NH=%d NKV=%d hs=%d: %s rel L2 %.2e (tol %.0e), %zu non-finite", what, c.B, c.T, c.NH,
+               c.NKV, c.hs, names[k], errs[k]->rel_l2, k == 0 ? ATT_TOL_OUT : ATT_TOL_GRAD, errs[k]->nonfinite);
+    EXPECT(att_err_ok(r.lse, ATT_TOL_LSE), "%s B=%d T=%d NH=%d NKV=%d hs=%d: lse max abs %.2e (tol %.0e), %zu non-finite",
+           what, c.B, c.T, c.NH, c.NKV, c.hs, r.lse.max_abs, ATT_TOL_LSE, r.lse.nonfinite);
+    EXPECT(r.bitwise_repeatable, "%s B=%d T=%d NH=%d NKV=%d hs=%d: two backward runs differ", what, c.B, c.T, c.NH,
+           c.NKV, c.hs);
+}
+
+// Check 3: the flash kernels on (NH, NKV) against themselves on (NH, NH) with the kv heads repeated.
+static void check_repeated_kv(Case c, uint64_t seed, cudaStream_t st) {
+    int B = c.B, T = c.T, NH = c.NH, NKV = c.NKV, hs = c.hs, G = NH / NKV;
+    size_t rows = (size_t)B * T, Wg = (size_t)(NH + 2 * NKV) * hs, Wm = (size_t)3 * NH * hs;
+    size_t nout = rows * NH * hs, nrow = (size_t)B * NH * T;
+    bf16* qg = (bf16*)malloc_check(rows * Wg * sizeof(bf16));
+    bf16* qm = (bf16*)malloc_check(rows * Wm * sizeof(bf16));
+    bf16* dout = (bf16*)malloc_check(nout * sizeof(bf16));
+    att_inputs(qg, dout, B, T, NH, NKV, hs, seed);
+    for (size_t r = 0; r < rows; r++) {  // multi-head row: q heads as they are, kv head h / G in slot h
+        memcpy(qm + r * Wm, qg + r * Wg, (size_t)NH * hs * sizeof(bf16));
+        for (int h = 0; h < NH; h++)
+            for (int kv = 0; kv < 2; kv++)
+                memcpy(qm + r * Wm + (size_t)(1 + kv) * NH * hs + (size_t)h * hs,
+                       qg + r * Wg + (size_t)NH * hs + (size_t)(kv * NKV + h / G) * hs, hs * sizeof(bf16));
+    }
+    AttRun g = att_run(fa_fwd, fa_bwd, NULL, qg, dout, B, T, NH, NKV, hs, st);
+    AttRun m = att_run(fa_fwd, fa_bwd, NULL, qm, dout, B, T, NH, NH, hs, st);
+    int dq_same = 1;
+    for (size_t r = 0; r < rows; r++)
+        dq_same &= memcmp(g.dqkv + r * Wg, m.dqkv + r * Wm, (size_t)NH * hs * sizeof(bf16)) == 0;
+    // dk, dv: kv head j of the GQA run against the fp64 sum of its query heads' parts of the multi-head run
+    double num[2] = {0, 0}, den[2] = {0, 0};
+    for (size_t r = 0; r < rows; r++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int j = 0; j < NKV; j++)
+                for (int d = 0; d < hs; d++) {
+                    double sum = 0;
+                    for (int h = j * G; h < (j + 1) * G; h++)
+                        sum += __bfloat162float(m.dqkv[r * Wm + (size_t)(1 + kv) * NH * hs + (size_t)h * hs + d]);
+                    double x = __bfloat162float(g.dqkv[r * Wg + (size_t)(NH + kv * NKV + j) * hs + d]);
+                    num[kv] += (x - sum) * (x - sum);
+                    den[kv] += sum * sum;
+                }
+    double rel[2] = {sqrt(num[0] / den[0]), sqrt(num[1] / den[1])};
+    int out_same = memcmp(g.out, m.out, nout * sizeof(bf16)) == 0;
+    int lse_same = memcmp(g.lse, m.lse, nrow * sizeof(float)) == 0;
+    printf("repeated kv B=%d T=%3d NH=%d NKV=%d hs=%3d: out %s, lse %s, dq %s; dk, dv against the heads' sums: "
+           "rel L2 %.1e, %.1e\n", B, T, NH, NKV, hs, out_same ? "bitwise" : "DIFFERENT", lse_same ? "bitwise" : "DIFFERENT",
+           dq_same ? "bitwise" : "DIFFERENT", rel[0], rel[1]);
+    EXPECT(out_same, "B=%d T=%d NH=%d NKV=%d hs=%d: out differs from the repeated-kv multi-head run", B, T, NH, NKV, hs);
+    EXPECT(lse_same, "B=%d T=%d NH=%d NKV=%d hs=%d: lse differs from the repeated-kv multi-head run", B, T, NH, NKV, hs);
+    EXPECT(dq_same, "B=%d T=%d NH=%d NKV=%d hs=%d: dq differs from the repeated-kv multi-head run", B, T, NH, NKV, hs);
+    EXPECT(isfinite(rel[0]) && rel[0] <= ATT_TOL_GRAD && isfinite(rel[1]) && rel[1] <= ATT_TOL_GRAD,
+           "B=%d T=%d NH=%d NKV=%d hs=%d: dk, dv rel L2 %.2e, %.2e against the multi-head heads' sums (tol %.0e)",
+           B, T, NH, NKV, hs, rel[0], rel[1], ATT_TOL_GRAD);
+    att_run_free(&g);
+    att_run_free(&m);
+    free(qg); free(qm); free(dout);
+}
+
+int main(void) {
+    int ndev = 0;
+    cudaError_t err = cudaGetDeviceCount(&ndev);
+    if (err != cudaSuccess || ndev == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
+        fprintf(stderr, "test_attention_gqa: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
+                "CUDA_VISIBLE_DEVICES\n", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
+        return 1;
+    }
+    GpuContext ctx;
+    gpu_context_build(&ctx, 0);
+    const int Ts[] = {1, 63, 64, 65, 200};
+    uint64_t seed = 2000;
+    for (int hs = 64; hs <= 128; hs *= 2)
+        for (int NH = 4; NH <= 8; NH *= 2)
+            for (int NKV : {1, 2, NH})
+                for (int T : Ts)
+                    for (int B = 1; B <= 2; B++) {
+                        Case c = {B, T, NH, NKV, hs};
+                        check_reference("flash", fa_fwd, fa_bwd, NULL, c, seed += 2, ctx.stream);
+                        if (NKV < NH) check_repeated_kv(c, seed += 2, ctx.stream);
+                    }
+    for (int hs : {32, 96})
+        for (int NKV : {1, 2, 4})
+            for (int T : {1, 65, 200}) {
+                Case c = {2, T, 4, NKV, hs};
+                check_reference("simple", layer_fwd, layer_bwd, &ctx, c, seed += 2, ctx.stream);
+            }
+    gpu_context_free(&ctx);
+    return test_summary("test_attention_gqa");
+}
