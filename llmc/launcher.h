@@ -4,7 +4,8 @@
 //     WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and MASTER_PORT (a port free now:
 //     the kernel's pick for port 0); every other variable as it is here (NCCL_* too: never set here);
 //   - each copy gets SIGTERM if the launcher dies (PR_SET_PDEATHSIG), so none is left running alone;
-//   - SIGINT and SIGTERM to the launcher reach every copy as SIGTERM (they checkpoint and exit);
+//   - SIGINT and SIGTERM to the launcher reach every copy as SIGTERM, once (they checkpoint and exit);
+//     each copy is in a process group of its own, so a terminal's Ctrl-C reaches the launcher alone;
 //   - once one copy fails (non-zero status or a signal), the others have grace_s seconds to exit on
 //     their own (llmc/dist_control.h makes them exit with its message), then get SIGKILL.
 // The launcher prints one line per failed copy and returns main's exit code: 0 when all succeeded, else 1.
@@ -105,6 +106,9 @@ static inline int launch_local(int n, int argc, char** argv, int argv_skip, doub
     for (; ok && started < n; started++) {
         pid_t pid = fork();
         if (pid == 0) {
+            // a process group of its own: a terminal's Ctrl-C reaches the launcher alone, which forwards
+            // one SIGTERM; a copy that got both would take the second as "stop now", without a checkpoint
+            setpgid(0, 0);
             prctl(PR_SET_PDEATHSIG, SIGTERM);
             if (getppid() != self) _exit(1);  // the launcher died before prctl took effect
             sigprocmask(SIG_SETMASK, &old, NULL);

@@ -2,7 +2,8 @@
 # test_train_flags.sh: ./train_gpt's flags and bad input, without a GPU (every check below fails before
 # the GPU is touched). Each bad command must exit 1 with an error naming the flag or file (one flag per
 # message; a repeated flag is an error); -h must list every flag of the table in train_gpt.cu; a refused
-# run creates nothing on disk. Prints `test_train_flags: N passed, M failed`.
+# run creates nothing on disk; a bad launch environment or a rendezvous that does not complete is refused
+# naming the variable or the wait. Prints `test_train_flags: N passed, M failed`.
 set -u
 cd "$(dirname "$0")/../.."
 bin=./train_gpt
@@ -99,6 +100,43 @@ expect_error "-init of a directory without model.safetensors" "no such file in t
 expect_error "-init, not a GPT-2 size" "a model of 0 layers and 16 channels, not one of GPT-2's sizes" -init "$tmp/m.safetensors"
 expect_error "-init with -depth" "which is not what -depth gives" -init "$tmp/m.safetensors" -depth 6
 expect_error "-init and -resume" "-resume continues a run, -init starts one from weights" -init "$tmp/m.safetensors" -resume latest
+
+# multi-GPU flags and launch environments: refused before the GPU is touched. The ranks meet before
+# the data is read, so a rank whose partner never comes fails within -nccl_timeout, naming the wait.
+expect_error "-gpus 0" "-gpus 0: GPUs of this machine" -gpus 0
+expect_error "-nccl_init bad" "-nccl_init udp: choose tcp or file:PATH" -nccl_init udp
+expect_error "-nccl_init file: without a path" "-nccl_init file:: choose tcp or file:PATH" -nccl_init file:
+expect_error "-nccl_timeout 0" "-nccl_timeout 0: seconds, 1 or more" -nccl_timeout 0
+# expect_env_error "what" "fragment" VAR=VALUE... -- args...: the same, with these variables set
+expect_env_error() {
+    local what=$1 frag=$2; shift 2
+    local vars=()
+    while [ "$1" != "--" ]; do vars+=("$1"); shift; done
+    shift
+    local err rc
+    err=$(env "${vars[@]}" "$bin" "$@" 2>&1 >/dev/null); rc=$?
+    if [ "$rc" = 1 ] && printf '%s' "$err" | grep -qF -- "$frag"; then passed=$((passed + 1))
+    else failed=$((failed + 1)); echo "FAIL $what: rc $rc, stderr: $err"; fi
+}
+port=$((20000 + RANDOM % 20000))
+expect_env_error "RANK without WORLD_SIZE" "RANK is set but WORLD_SIZE is not" RANK=0 --
+expect_env_error "RANK out of range" "RANK" RANK=2 WORLD_SIZE=2 --
+expect_env_error "-gpus under a launcher" "-gpus 4: this process was started by a launcher" RANK=0 WORLD_SIZE=2 -- -gpus 4
+expect_env_error "-device under a launcher" "-device 1: each rank of a multi-GPU run takes the GPU of its local rank" \
+    RANK=0 WORLD_SIZE=2 -- -device 1
+expect_env_error "-total_batch over GPUs" "-total_batch 256 is not a multiple of B*T*GPUs = 4*64*2" RANK=0 WORLD_SIZE=2 -- \
+    -b 4 -t 64 -total_batch 256
+expect_env_error "ranks on several machines without MASTER_ADDR" "set MASTER_ADDR to rank 0's host" \
+    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 --
+t0=$SECONDS
+expect_env_error "rank 0 alone (tcp)" "rank 0 waited 2 s for 1 of 2 ranks to connect to 127.0.0.1:$port" \
+    RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- -nccl_timeout 2
+expect_env_error "rank 1 alone (tcp)" "rank 1 waited 2 s for rank 0 at 127.0.0.1:$port" \
+    RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- -nccl_timeout 2
+expect_env_error "rank 1 alone (file)" "rank 1 waited 2 s" OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 -- \
+    -nccl_init "file:$tmp/rdzv" -nccl_timeout 2
+if [ $((SECONDS - t0)) -le 30 ]; then passed=$((passed + 1))
+else failed=$((failed + 1)); echo "FAIL the three 2 s rendezvous timeouts took $((SECONDS - t0)) s"; fi
 
 echo "test_train_flags: $passed passed, $failed failed"
 [ "$failed" = 0 ]
