@@ -115,7 +115,9 @@ static void* rank_main(void* arg) {
         if (!outs[t]) continue;
         const float* full = zero_gather_full(&m.zero, m.comm, m.grads_memory, shards[t], ctx.stream);
         comm_sync(m.comm, ctx.stream);
-        if (rr->rank == 0) cuda_check(cudaMemcpy(outs[t], full, m.num_params * sizeof(float), cudaMemcpyDeviceToHost));
+        if (rr->rank == 0)
+            cuda_check(cudaMemcpyAsync(outs[t], full, m.num_params * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+        comm_sync(m.comm, ctx.stream);  // read before any rank gathers the next tensor into its gradient buffer
     }
     gpt_free(&m);
     gpu_context_free(&ctx);
@@ -242,8 +244,11 @@ static void* shard_main(void* arg) {
     gpt_init_params(&m, 5, &ctx);
     float loss = 3.0f / sr->world;
     for (int t = 1; t <= 2; t++) {
-        cuda_check(cudaMemcpy(m.grads_memory, sr->grads[t - 1], m.num_params * sizeof(float), cudaMemcpyHostToDevice));
-        cuda_check(cudaMemcpy(m.acts.loss, &loss, sizeof(float), cudaMemcpyHostToDevice));
+        // on the model's stream: a plain cudaMemcpy (legacy stream) is not ordered with it, and from pageable
+        // memory may return before its copy has landed
+        cuda_check(cudaMemcpyAsync(m.grads_memory, sr->grads[t - 1], m.num_params * sizeof(float),
+                                   cudaMemcpyHostToDevice, ctx.stream));
+        cuda_check(cudaMemcpyAsync(m.acts.loss, &loss, sizeof(float), cudaMemcpyHostToDevice, ctx.stream));
         zero_reduce(&m.zero, m.comm, m.grads_memory, -2, ctx.stream);
         gpt_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, t, 0, &ctx);
     }
@@ -251,10 +256,12 @@ static void* shard_main(void* arg) {
     for (int k = 0; k < 3; k++) {
         const float* full = zero_gather_full(&m.zero, m.comm, m.grads_memory, shards[k], ctx.stream);
         comm_sync(m.comm, ctx.stream);
-        cuda_check(cudaMemcpy(sr->out[k], full, m.num_params * sizeof(float), cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpyAsync(sr->out[k], full, m.num_params * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
         comm_sync(m.comm, ctx.stream);  // no rank gathers the next tensor into grads before all have read this one
     }
-    cuda_check(cudaMemcpy(sr->out[3], m.params_memory, m.num_params * sizeof(bf16), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpyAsync(sr->out[3], m.params_memory, m.num_params * sizeof(bf16), cudaMemcpyDeviceToHost,
+                               ctx.stream));
+    cuda_check(cudaStreamSynchronize(ctx.stream));
     if (sr->group) pthread_barrier_wait(&sr->group->barrier);
     gpt_free(&m);
     gpu_context_free(&ctx);
