@@ -193,7 +193,8 @@ build/dev/gpt_dump: dev/interop/gpt_dump.cu $(LLMC) | build/dev deps-trainer
 
 # --- tests -------------------------------------------------------------------------------------
 # CPU tests: dev/test/test_<name>.c (also under the sanitizers, build/asan/), and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and
-# bad input, data/install_deps.sh's choices, two `make -j8 data` at once in a scratch copy;
+# bad input, data/install_deps.sh's choices, two `make -j8 data` at once in a scratch copy (and
+# publish_shards on uint32 shards);
 # GPU tests: dev/test/test_<name>.cu (run only where a GPU exists). CPU_TESTS and GPU_TESTS are set
 # at the top.
 # dev/test/test_train_faults.sh and test_train_dist.sh train on the GPU: they run with the GPU tests

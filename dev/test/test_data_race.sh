@@ -12,7 +12,12 @@
 #      "train 827 documents, 3476006 tokens", "val 44 documents, 179352 tokens"): 871 documents
 #      (counted as <|endoftext|> tokens in the shards: 827 in train, 44 in val), 3,476,006 train and
 #      179,352 val tokens in the headers, shard sizes to match, 871 extracted documents, and a marker
-#      that records the same totals.
+#      that records the same totals;
+#   3. publish_shards (data/publish_shards.sh) on hand-made uint32 shards (llm.c's layout, magic
+#      20240801, version 7) of 3 documents in o200k_base: it counts 3 (the <|endoftext|> id 199999
+#      read as uint32, not GPT-2's 50256 read as uint16) and publishes them with a marker, and it
+#      refuses them, publishing nothing, when told 4 documents, when told cl100k_base (whose
+#      <|endoftext|> is 100257), when told gpt2 (a uint16 layout), and when a shard is cut short.
 # The npm tarballs in data/.cache/npm (there after `make data`) are copied into the scratch copy, so
 # nothing is downloaded; extraction, tokenization and the publish step run in full (about 10 s).
 # Prints `test_data_race: N passed, M failed`.
@@ -89,6 +94,51 @@ marker=$(cat "$out/.complete" 2>/dev/null || true)
 for kv in "documents $DOCS" "train_tokens $TRAIN_TOKENS" "val_tokens $VAL_TOKENS"; do
     expect "data/starter/.complete lacks the line \"$kv\"; it reads:
 $marker" grep -qx "$kv" <<< "$marker"
+done
+
+# --- 3. publish_shards on uint32 shards -----------------------------------------------------------
+# u32le N...: each N as 4 little-endian bytes
+u32le() {
+    local v
+    for v; do printf '%b' "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))"; done
+}
+# u32_shard FILE ID...: a shard in llm.c's uint32 layout holding the ids
+u32_shard() {
+    local f=$1; shift
+    { u32le 20240801 7 "$#"; head -c $((1024 - 12)) /dev/zero; u32le "$@"; } > "$f"
+}
+# 3 documents, each after o200k_base's <|endoftext|> (199999). 50256 (GPT-2's <|endoftext|>, an
+# ordinary token here) and 115792 (0x1C450, whose low 16 bits are 50256) are not documents.
+pub=$scratch/publish
+new_shards() {
+    rm -rf "$pub"; mkdir -p "$pub/in"
+    u32_shard "$pub/in/t_val_000000.bin" 199999 10 50256
+    u32_shard "$pub/in/t_train_000000.bin" 199999 115792 7 199999 8
+}
+# publish ENCODING DOCS [cut]: publish_shards on fresh shards (with `cut`, the val shard 4 bytes short)
+# into $pub/out; its exit status, its output in $pub.log
+publish() {
+    new_shards
+    [ "${3:-}" != cut ] || truncate -s -4 "$pub/in/t_val_000000.bin"
+    (source data/publish_shards.sh && publish_shards t "$1" "$pub/in" "$pub/out" "test shards" "$2" 5 3) > "$pub.log" 2>&1
+}
+rc=0; publish o200k_base 3 || rc=$?
+expect "publish_shards o200k_base with 3 documents: exit $rc, expected 0; its output:
+$(cat "$pub.log")" [ "$rc" = 0 ]
+marker=$(cat "$pub/out/.complete" 2>/dev/null || true)
+for kv in "encoding o200k_base" "documents 3" "train_tokens 5" "val_tokens 3"; do
+    expect "the published marker lacks the line \"$kv\"; it reads:
+$marker" grep -qx "$kv" <<< "$marker"
+done
+# refused: encoding|documents|spoilt|what the error must say
+for case in "o200k_base|4||hold 3 documents" "cl100k_base|3||hold 0 documents" \
+            "gpt2|3||not a gpt2 shard" "o200k_base|3|cut|but its header says 3 tokens"; do
+    IFS="|" read -r enc ndocs spoil says <<< "$case"
+    rc=0; publish "$enc" "$ndocs" "$spoil" || rc=$?
+    expect "publish_shards $enc, $ndocs documents${spoil:+, a shard cut short}: exit $rc, expected a refusal" [ "$rc" != 0 ]
+    expect "publish_shards $enc, $ndocs documents${spoil:+, a shard cut short}: published $pub/out anyway" [ ! -e "$pub/out" ]
+    expect "publish_shards $enc, $ndocs documents${spoil:+, a shard cut short}: its error lacks \"$says\"; it reads:
+$(cat "$pub.log")" grep -qF -- "$says" "$pub.log"
 done
 
 echo "test_data_race: $passed passed, $failed failed"
