@@ -6,6 +6,9 @@
 #   make data        fetch the GPT-2 BPE files and the starter corpus, write data/starter/*.bin
 #   make data-tiktoken  fetch tiktoken's cl100k_base and o200k_base files into data/tiktoken/ (for
 #                    `--encoding` in build/tokenize and build/make_shards; `make test` fetches them)
+#   make data-starter-o200k  the starter documents (split as in data/starter/) in tiktoken's o200k_base:
+#                    uint32 shards in data/starter_o200k/*.bin; `make data-starter-cl100k`: the same in
+#                    cl100k_base, data/starter_cl100k/*.bin (both make `data` and `data-tiktoken` first)
 #   make data-debian a larger optional set from Debian packages into data/debian/*.bin
 #   make export_hf   build/export_hf CKPT DIR: a checkpoint to a directory that Hugging Face
 #                    transformers loads (doc/interop.md); host only, no GPU
@@ -103,7 +106,7 @@ GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 INTEROP     := build/dev/gpt_dump
 
-.PHONY: help deps deps-trainer cjson-local data data-try data-debian data-tiktoken export_hf test dev clean clean-data test-deps
+.PHONY: help deps deps-trainer cjson-local data data-try data-debian data-tiktoken data-starter-o200k data-starter-cl100k export_hf test dev clean clean-data test-deps
 help:
 	@sed -n '2,/^$$/s/^# \{0,3\}//p' Makefile
 
@@ -158,6 +161,14 @@ TIKTOKEN_FILES := data/tiktoken/cl100k_base.json data/tiktoken/o200k_base.json
 data-tiktoken: $(TIKTOKEN_FILES)
 $(TIKTOKEN_FILES) &: | deps
 	bash data/fetch_tiktoken.sh
+# the starter documents in tiktoken's encodings (data/fetch_starter.sh --encoding), one target each;
+# they reuse the documents that data/starter/'s run extracted
+data-starter-o200k: data/starter_o200k/.complete
+data-starter-cl100k: data/starter_cl100k/.complete
+data/starter_o200k/.complete: | data/starter/.complete data/tiktoken/o200k_base.json $(DATA_TOOLS)
+	bash data/fetch_starter.sh --encoding o200k_base
+data/starter_cl100k/.complete: | data/starter/.complete data/tiktoken/cl100k_base.json $(DATA_TOOLS)
+	bash data/fetch_starter.sh --encoding cl100k_base
 
 # --- the trainer and its GPU test ---------------------------------------------------------------
 # The trainer trains on the starter shards by default, so `make train_gpt` makes them first. It does
@@ -224,4 +235,4 @@ test: data data-tiktoken test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV
 clean:
 	rm -rf build train_gpt test_gpt
 clean-data:
-	rm -rf data/gpt2 data/starter data/debian data/tiktoken data/.cache
+	rm -rf data/gpt2 data/starter data/starter_o200k data/starter_cl100k data/debian data/tiktoken data/.cache

@@ -3,9 +3,9 @@
 # with two makes at once. (`make -j8 test` once ran the fetch twice at once, through a `make data`
 # inside train_gpt's recipe, and published a 350-document corpus marked complete.) In a scratch copy
 # of the sources with no data, so that the data/ of this checkout is never touched:
-#   1. `make -n -j8 GOALS` for the goal sets that make the data (data, test, train_gpt, ...) must list
-#      the data scripts once each: a second owner of a fetch (a recipe that runs `make data` again)
-#      lists them twice;
+#   1. `make -n -j8 GOALS` for the goal sets that make the data (data, test, train_gpt,
+#      data-starter-o200k, ...) must list the data scripts once each (data/fetch_starter.sh once per
+#      encoding): a second owner of a fetch (a recipe that runs `make data` again) lists them twice;
 #   2. two `make -j8 data` run at once. Both must succeed, they must have overlapped (one waited for
 #      the other's lock), exactly one may publish, no temporary file or directory may be left, and
 #      the result must be what a clean serial `make data` gives (its make_shards summary reads
@@ -40,13 +40,16 @@ if [ -d data/.cache/npm ]; then cp -r data/.cache/npm "$scratch/data/.cache/"; f
 unset MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES
 
 # --- 1. one owner per fetch ----------------------------------------------------------------------
-for goals in "data" "test" "train_gpt" "data train_gpt" "train_gpt test"; do
+for goals in "data" "test" "train_gpt" "data train_gpt" "train_gpt test" \
+             "data-starter-o200k data-starter-cl100k" "train_gpt test data-starter-o200k"; do
     # shellcheck disable=SC2086  # $goals is a list of goals
     plan=$(make -C "$scratch" --no-print-directory -n -j8 $goals 2>&1) || {
         expect "make -n -j8 $goals failed: $plan" false; continue; }
-    scripts="data/install_deps.sh data/fetch_gpt2_bpe.sh data/fetch_starter.sh"
-    case " $goals " in *" test "*) scripts="$scripts data/fetch_tiktoken.sh" ;; esac
-    for script in $scripts; do
+    scripts=(data/install_deps.sh data/fetch_gpt2_bpe.sh data/fetch_starter.sh)
+    case " $goals " in *" test "*|*" data-starter-"*) scripts+=(data/fetch_tiktoken.sh) ;; esac
+    case " $goals " in *" data-starter-o200k "*) scripts+=("data/fetch_starter.sh --encoding o200k_base") ;; esac
+    case " $goals " in *" data-starter-cl100k "*) scripts+=("data/fetch_starter.sh --encoding cl100k_base") ;; esac
+    for script in "${scripts[@]}"; do
         n=$(printf '%s\n' "$plan" | grep -cx "bash $script" || true)
         expect "make -n -j8 $goals: bash $script listed $n times, expected once" [ "$n" = 1 ]
     done
