@@ -149,7 +149,7 @@ static inline int safetensors_writer_open(SafetensorsWriter* w, const char* path
         snprintf(w->err, sizeof(w->err), "safetensors path too long (%zu bytes): %.256s...", plen, path);
         return -1;
     }
-    snprintf(w->af.path, sizeof(w->af.path), "%s", path);  // for messages until the file is opened
+    memcpy(w->af.path, path, plen + 1);  // for messages until the file is opened (its length checked above)
     cJSON* root = cJSON_CreateObject();
     if (meta && meta[0]) {
         cJSON* m = cJSON_AddObjectToObject(root, "__metadata__");
