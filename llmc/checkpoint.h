@@ -1,6 +1,8 @@
-// checkpoint.h: host-only. The checkpoint file format, its atomic writer and its checking reader. The
+// checkpoint.h: host-only. The checkpoint file format, its atomic writer and (llmc/checkpoint_read.h,
+// included at the end) its checking reader. The
 // checkpoint directory (file names, the `latest` marker, keeping the last K) is llmc/checkpoint_dir.h;
-// the GPU side (copying the model's state in and out) is llmc/gpt_checkpoint.cuh.
+// the GPU side (copying a model's optimizer state in and out) is llmc/optim_checkpoint.cuh, used by
+// llmc/gpt_checkpoint.cuh and llmc/llama_checkpoint.cuh.
 //
 // The file, ckpt_<step, 8 digits>.bin, all little-endian:
 //   int32 header[256]  [0] magic 20251202, [1] version 2,
@@ -10,10 +12,15 @@
 //                      [14..25] the train stream's DataLoaderPosition: global batch, total windows, seed,
 //                               B, T, shuffle (6 x int64),
 //                      [26] bytes of the settings text S, [27] tensors that follow (3),
-//                      [28] zlib's crc32 of the whole file read with this slot as 0, the rest 0
+//                      [28] zlib's crc32 of the whole file read with this slot as 0,
+//                      [29] model family: 0 GPT-2, 1 Llama-style,
+//                      [30] key/value heads NKV, [31] FFN hidden size F, [32..33] RoPE theta (float64),
+//                      [34..35] RMSNorm eps (float64): Llama-style only, 0 for GPT-2, the rest 0
 //   char settings[S]   the run's flags as text ("-depth 6 -lr 0.001 ..."), zero-padded to a multiple of 4
-//   float master[P], m[P], v[P]   fp32 master weights, AdamW first and second moments, in gpt.cuh's
-//                      parameter order
+//   float master[P], m[P], v[P]   fp32 master weights, AdamW first and second moments, in the model's
+//                      parameter order (llmc/gpt_config.h, llmc/llama_config.h)
+// Slots 29..35 were 0 in every checkpoint written before the Llama-style family existed, so those read
+// as GPT-2 with no change of version; a GPT-2 file's bytes are what they were.
 // The bf16 parameters are not stored: they are round-to-nearest(master) after every update, so they are
 // rederived exactly. Gradients and activations are not state: every step starts by clearing them.
 //
@@ -58,11 +65,22 @@
 #define CHECKPOINT_ERR_LEN 4608
 #define CHECKPOINT_PATH_LEN 4096
 
+#define CHECKPOINT_FAMILY_GPT2 0
+#define CHECKPOINT_FAMILY_LLAMA 1
+
 // The sizes that identify the model: a checkpoint loads only into a model with all of them equal.
+// num_kv_heads, ffn_hidden, rope_theta and norm_eps belong to the Llama-style family (0 for GPT-2).
 typedef struct {
     int32_t num_layers, channels, num_heads, vocab_size, padded_vocab_size, max_seq_len;
     int64_t num_params;
+    int32_t family;                      // CHECKPOINT_FAMILY_*
+    int32_t num_kv_heads, ffn_hidden;
+    double rope_theta, norm_eps;
 } CheckpointModel;
+
+static inline const char* checkpoint_family_name(int32_t family) {
+    return family == CHECKPOINT_FAMILY_GPT2 ? "GPT-2" : family == CHECKPOINT_FAMILY_LLAMA ? "Llama-style" : "unknown";
+}
 
 // Everything a checkpoint holds besides the tensors.
 typedef struct {
@@ -85,7 +103,8 @@ static inline int64_t checkpoint_file_bytes(int64_t num_params, int64_t settings
 enum {
     CKPT_H_MAGIC = 0, CKPT_H_VERSION = 1, CKPT_H_LAYERS = 2, CKPT_H_CHANNELS = 3, CKPT_H_HEADS = 4, CKPT_H_VOCAB = 5,
     CKPT_H_PADDED_VOCAB = 6, CKPT_H_MAX_SEQ_LEN = 7, CKPT_H_PARAMS = 8, CKPT_H_STEP = 10, CKPT_H_RNG = 12,
-    CKPT_H_DATA = 14, CKPT_H_SETTINGS_BYTES = 26, CKPT_H_TENSORS = 27, CKPT_H_CRC = 28
+    CKPT_H_DATA = 14, CKPT_H_SETTINGS_BYTES = 26, CKPT_H_TENSORS = 27, CKPT_H_CRC = 28, CKPT_H_FAMILY = 29,
+    CKPT_H_KV_HEADS = 30, CKPT_H_FFN_HIDDEN = 31, CKPT_H_ROPE_THETA = 32, CKPT_H_NORM_EPS = 34
 };
 
 static inline void checkpoint_put64(int32_t* h, int at, uint64_t v) {
@@ -94,6 +113,17 @@ static inline void checkpoint_put64(int32_t* h, int at, uint64_t v) {
 }
 static inline uint64_t checkpoint_get64(const int32_t* h, int at) {
     return (uint64_t)(uint32_t)h[at] | ((uint64_t)(uint32_t)h[at + 1] << 32);
+}
+static inline void checkpoint_put_double(int32_t* h, int at, double v) {
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    checkpoint_put64(h, at, bits);
+}
+static inline double checkpoint_get_double(const int32_t* h, int at) {
+    uint64_t bits = checkpoint_get64(h, at);
+    double v;
+    memcpy(&v, &bits, sizeof(v));
+    return v;
 }
 
 static inline void checkpoint_pack_header(int32_t h[CHECKPOINT_HEADER_INTS], const CheckpointState* s, int32_t settings_bytes) {
@@ -115,6 +145,13 @@ static inline void checkpoint_pack_header(int32_t h[CHECKPOINT_HEADER_INTS], con
     for (int i = 0; i < 6; i++) checkpoint_put64(h, CKPT_H_DATA + 2 * i, data[i]);
     h[CKPT_H_SETTINGS_BYTES] = settings_bytes;
     h[CKPT_H_TENSORS] = CHECKPOINT_TENSORS;
+    if (s->model.family != CHECKPOINT_FAMILY_GPT2) {  // GPT-2 leaves slots 29.. as they always were: 0
+        h[CKPT_H_FAMILY] = s->model.family;
+        h[CKPT_H_KV_HEADS] = s->model.num_kv_heads;
+        h[CKPT_H_FFN_HIDDEN] = s->model.ffn_hidden;
+        checkpoint_put_double(h, CKPT_H_ROPE_THETA, s->model.rope_theta);
+        checkpoint_put_double(h, CKPT_H_NORM_EPS, s->model.norm_eps);
+    }
 }
 
 static inline void checkpoint_unpack_header(CheckpointState* s, const int32_t h[CHECKPOINT_HEADER_INTS]) {
@@ -125,6 +162,11 @@ static inline void checkpoint_unpack_header(CheckpointState* s, const int32_t h[
     s->model.padded_vocab_size = h[CKPT_H_PADDED_VOCAB];
     s->model.max_seq_len = h[CKPT_H_MAX_SEQ_LEN];
     s->model.num_params = (int64_t)checkpoint_get64(h, CKPT_H_PARAMS);
+    s->model.family = h[CKPT_H_FAMILY];
+    s->model.num_kv_heads = h[CKPT_H_KV_HEADS];
+    s->model.ffn_hidden = h[CKPT_H_FFN_HIDDEN];
+    s->model.rope_theta = checkpoint_get_double(h, CKPT_H_ROPE_THETA);
+    s->model.norm_eps = checkpoint_get_double(h, CKPT_H_NORM_EPS);
     s->step = (int64_t)checkpoint_get64(h, CKPT_H_STEP);
     s->rng = checkpoint_get64(h, CKPT_H_RNG);
     s->data.global_batch = (int64_t)checkpoint_get64(h, CKPT_H_DATA + 0);
@@ -226,179 +268,6 @@ static inline void checkpoint_writer_abort(CheckpointWriter* w) {
     atomic_file_abort(&w->af);
 }
 
-// --- reading -------------------------------------------------------------------------------------
-
-typedef struct {
-    FILE* f;
-    char path[CHECKPOINT_PATH_LEN];
-    CheckpointState state;  // filled by checkpoint_reader_open
-    int32_t version;        // 1: no checksum; 2: with one
-    uint32_t crc_stored;    // the header's checksum (version 2)
-    uint32_t crc_head;      // crc32 of the header (checksum slot as 0) and the settings: where the tensors' starts
-    int64_t tensors_at;     // file offset of the first tensor
-    char err[CHECKPOINT_ERR_LEN];
-} CheckpointReader;
-
-static inline int checkpoint_reader_fail(CheckpointReader* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static inline int checkpoint_reader_fail(CheckpointReader* r, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = snprintf(r->err, sizeof(r->err), "checkpoint %s: ", r->path);
-    if (n < 0 || n >= (int)sizeof(r->err)) n = 0;
-    vsnprintf(r->err + n, sizeof(r->err) - (size_t)n, fmt, ap);
-    va_end(ap);
-    if (r->f) fclose(r->f);
-    r->f = NULL;
-    return -1;
-}
-
-// What a file with this magic number is, for the error message.
-static inline const char* checkpoint_what_magic(int32_t magic) {
-    if (magic == SHARD_MAGIC) return "a token shard (data/), not a checkpoint";
-    if (magic == 20240326) return "an llm.c model file (weights only), not a train_gpt checkpoint";
-    if (magic == 20240527) return "an llm.c optimizer state file, not a train_gpt checkpoint";
-    return "not a train_gpt checkpoint";
-}
-
-// Opens a checkpoint and checks magic, version, the header's own consistency and the file size; fills
-// r->state. The model sizes are checked by checkpoint_check_model, once the caller has its model.
-static inline int checkpoint_reader_open(CheckpointReader* r, const char* path) {
-    memset(r, 0, sizeof(*r));
-    snprintf(r->path, sizeof(r->path), "%s", path);
-    const char* fix = "pass another checkpoint to -resume (the previous one of its directory, or `latest`), "
-                      "or start without -resume";
-    r->f = fopen(path, "rb");
-    if (!r->f) return checkpoint_reader_fail(r, "cannot open: %s; %s", strerror(errno), fix);
-    int32_t h[CHECKPOINT_HEADER_INTS];
-    size_t got = fread(h, sizeof(int32_t), CHECKPOINT_HEADER_INTS, r->f);
-    struct stat st;
-    if (fstat(fileno(r->f), &st) != 0) return checkpoint_reader_fail(r, "fstat failed: %s", strerror(errno));
-    if (got != CHECKPOINT_HEADER_INTS)
-        return checkpoint_reader_fail(r, "%lld bytes, shorter than the %d-byte header: truncated or not a checkpoint; %s",
-                                      (long long)st.st_size, CHECKPOINT_HEADER_BYTES, fix);
-    if (h[CKPT_H_MAGIC] != CHECKPOINT_MAGIC)
-        return checkpoint_reader_fail(r, "magic %d, expected %d: %s; %s", h[CKPT_H_MAGIC], CHECKPOINT_MAGIC,
-                                      checkpoint_what_magic(h[CKPT_H_MAGIC]), fix);
-    if (h[CKPT_H_VERSION] != 1 && h[CKPT_H_VERSION] != CHECKPOINT_VERSION)
-        return checkpoint_reader_fail(r, "format version %d, this program reads versions 1 and %d: resume it with the "
-                                      "train_gpt that wrote it, or start without -resume", h[CKPT_H_VERSION], CHECKPOINT_VERSION);
-    r->version = h[CKPT_H_VERSION];
-    r->crc_stored = (uint32_t)h[CKPT_H_CRC];
-    h[CKPT_H_CRC] = 0;
-    r->crc_head = (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), (const Bytef*)h, CHECKPOINT_HEADER_BYTES);
-    checkpoint_unpack_header(&r->state, h);
-    int32_t settings_bytes = h[CKPT_H_SETTINGS_BYTES], tensors = h[CKPT_H_TENSORS];
-    if (settings_bytes < 0 || settings_bytes >= CHECKPOINT_SETTINGS_MAX || tensors != CHECKPOINT_TENSORS ||
-        r->state.model.num_params <= 0 || r->state.model.num_params > ((int64_t)1 << 40) || r->state.step < 0)
-        return checkpoint_reader_fail(r, "corrupt header (settings %d bytes, %d tensors, %lld parameters, step %lld); %s",
-                                      settings_bytes, tensors, (long long)r->state.model.num_params,
-                                      (long long)r->state.step, fix);
-    int64_t want = checkpoint_file_bytes(r->state.model.num_params, settings_bytes, tensors);
-    if ((int64_t)st.st_size != want)
-        return checkpoint_reader_fail(r, "the header announces %lld bytes (%lld parameters x %d tensors) but the file "
-                                      "has %lld: %s; %s", (long long)want, (long long)r->state.model.num_params, tensors,
-                                      (long long)st.st_size, (int64_t)st.st_size < want ? "truncated" : "size mismatch", fix);
-    int64_t padded = checkpoint_settings_padded(settings_bytes);
-    if (fread(r->state.settings, 1, (size_t)padded, r->f) != (size_t)padded)
-        return checkpoint_reader_fail(r, "could not read the settings text; the file changed while reading");
-    r->crc_head = (uint32_t)crc32_z(r->crc_head, (const Bytef*)r->state.settings, (size_t)padded);
-    r->state.settings[settings_bytes] = '\0';
-    r->tensors_at = CHECKPOINT_HEADER_BYTES + padded;
-    return 0;
-}
-
-// Checks the checkpoint's model sizes against the running model's.
-static inline int checkpoint_check_model(CheckpointReader* r, const CheckpointModel* now) {
-    const CheckpointModel* c = &r->state.model;
-    if (c->num_layers == now->num_layers && (c->channels != now->channels || c->num_heads != now->num_heads))
-        return checkpoint_reader_fail(r, "written by a model with %d channels and %d heads, this run has %d channels "
-                                      "and %d heads at the same depth: another model shape; start without -resume",
-                                      c->channels, c->num_heads, now->channels, now->num_heads);
-    if (c->num_layers != now->num_layers || c->channels != now->channels || c->num_heads != now->num_heads)
-        return checkpoint_reader_fail(r, "written by a d%d model (%d layers, %d channels, %d heads), this run is d%d "
-                                      "(%d layers, %d channels, %d heads): pass -depth %d, or start without -resume",
-                                      c->num_layers, c->num_layers, c->channels, c->num_heads, now->num_layers,
-                                      now->num_layers, now->channels, now->num_heads, c->num_layers);
-    if (c->vocab_size != now->vocab_size || c->padded_vocab_size != now->padded_vocab_size ||
-        c->max_seq_len != now->max_seq_len)
-        return checkpoint_reader_fail(r, "vocabulary %d (padded %d), context %d; this build has %d (padded %d), "
-                                      "context %d: written by another build of the model; start without -resume",
-                                      c->vocab_size, c->padded_vocab_size, c->max_seq_len, now->vocab_size,
-                                      now->padded_vocab_size, now->max_seq_len);
-    if (c->num_params != now->num_params)
-        return checkpoint_reader_fail(r, "%lld parameters, the model of these sizes has %lld: corrupt header; pass "
-                                      "another checkpoint to -resume, or start without -resume",
-                                      (long long)c->num_params, (long long)now->num_params);
-    return 0;
-}
-
-// Reads the next `bytes` of tensor data (master, then m, then v).
-static inline int checkpoint_reader_read(CheckpointReader* r, void* dst, size_t bytes) {
-    if (bytes > 0 && fread(dst, 1, bytes, r->f) != bytes)
-        return checkpoint_reader_fail(r, "could not read %zu bytes of tensors: %s; the file changed while reading",
-                                      bytes, feof(r->f) ? "unexpected end of file" : strerror(errno));
-    return 0;
-}
-
-static inline int checkpoint_is_finite(float x) {  // by its bits: immune to -ffast-math
-    uint32_t b;
-    memcpy(&b, &x, sizeof(b));
-    return (b & 0x7f800000u) != 0x7f800000u;
-}
-
-// Reads the tensors of an opened checkpoint once, before anything is loaded: the checksum (version 2)
-// must match and every value must be finite (and every v >= 0); then goes back to the first tensor, for
-// checkpoint_reader_read. Costs one more read of the file (1.4 GiB at d12, mostly from the page cache
-// the second time). Returns 0, or -1 with what is wrong and where in r->err.
-static inline int checkpoint_reader_verify(CheckpointReader* r) {
-    const char* names[CHECKPOINT_TENSORS] = {"master weight", "AdamW first moment m", "AdamW second moment v"};
-    const char* fix = "resume from an earlier checkpoint (`ls` its directory; -resume takes a file), or start without -resume";
-    int64_t per_tensor = r->state.model.num_params * (int64_t)sizeof(float);
-    int64_t all = CHECKPOINT_TENSORS * per_tensor;
-    size_t chunk = all < (int64_t)CHECKPOINT_CHUNK_BYTES ? (size_t)all : CHECKPOINT_CHUNK_BYTES;
-    float* buf = (float*)malloc_check(chunk);
-    uint32_t crc = r->crc_head;
-    int64_t bad_at = -1;  // the first bad value: its index over all tensors
-    float bad = 0.0f;
-    int rc = fseek(r->f, (long)r->tensors_at, SEEK_SET);
-    for (int64_t off = 0; rc == 0 && off < all; off += (int64_t)chunk) {
-        size_t n = all - off < (int64_t)chunk ? (size_t)(all - off) : chunk;
-        if (fread(buf, 1, n, r->f) != n) { rc = -1; break; }
-        crc = (uint32_t)crc32_z(crc, (const Bytef*)buf, n);
-        for (size_t i = 0; bad_at < 0 && i < n / sizeof(float); i++) {
-            int64_t k = off / (int64_t)sizeof(float) + (int64_t)i;
-            if (!checkpoint_is_finite(buf[i]) || (k >= 2 * r->state.model.num_params && buf[i] < 0.0f)) {
-                bad_at = k;
-                bad = buf[i];
-            }
-        }
-    }
-    free(buf);
-    if (rc != 0) return checkpoint_reader_fail(r, "could not read the tensors: the file changed while reading");
-    if (r->version >= 2 && crc != r->crc_stored)
-        return checkpoint_reader_fail(r, "checksum mismatch (stored 0x%08x, computed 0x%08x): the file is damaged "
-                                      "(a disk error or an incomplete copy); %s", r->crc_stored, crc, fix);
-    if (bad_at >= 0) {
-        int64_t P = r->state.model.num_params;
-        return checkpoint_reader_fail(r, "%s %lld of %lld is %g: %s; the run had gone bad before this checkpoint; %s",
-                                      names[bad_at / P], (long long)(bad_at % P), (long long)P, (double)bad,
-                                      checkpoint_is_finite(bad) ? "a second moment is never negative" : "not finite",
-                                      fix);
-    }
-    if (fseek(r->f, (long)r->tensors_at, SEEK_SET) != 0)
-        return checkpoint_reader_fail(r, "seek failed: %s", strerror(errno));
-    return 0;
-}
-
-static inline void checkpoint_reader_close(CheckpointReader* r) {
-    if (r->f) fclose(r->f);
-    r->f = NULL;
-}
-
-// The trainer's wrapper: on rc != 0 prints the message and exits.
-static inline void checkpoint_check(const char* err, int rc) {
-    if (rc != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
-}
+// The reader (checkpoint_reader_open, checkpoint_check_model, checkpoint_reader_verify, ...) is in its own
+// file, which needs everything above.
+#include "checkpoint_read.h"

@@ -1,4 +1,6 @@
 // encoder.cuh: the input embedding of GPT-2, out (B, T, C) = wte[token] + wpe[t], and its backward.
+// Without a position table (wpe NULL: the Llama-style model, whose positions enter through RoPE) it is
+// the token embedding alone, out = wte[token], copied bit for bit.
 //
 // Forward: one thread per 8 channels (one 16-byte load of each table, one store), the sum in fp32,
 // rounded once to bf16.
@@ -26,7 +28,12 @@ __global__ void encoder_forward_kernel(bf16* out, const int* inputs, const bf16*
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BT * C8) return;
     int row = (int)(i / C8), c = (int)(i % C8) * 8, t = row % T;
-    Bf16x8 we = load128(wte + (size_t)inputs[row] * C + c), pe = load128(wpe + (size_t)t * C + c);
+    Bf16x8 we = load128(wte + (size_t)inputs[row] * C + c);
+    if (!wpe) {  // no position table: the row itself
+        store128(out + (size_t)row * C + c, we);
+        return;
+    }
+    Bf16x8 pe = load128(wpe + (size_t)t * C + c);
     float o[8];
     for (int k = 0; k < 8; k++) o[k] = bf16x8_get(we, k) + bf16x8_get(pe, k);
     store128(out + (size_t)row * C + c, bf16x8_from_floats(o));
@@ -56,7 +63,8 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const bf16* dout, int B
 
 // --- launchers -------------------------------------------------------------------------------
 
-// out (B, T, C) bf16; inputs (B, T) int32 on the device; wte (Vp, C), wpe (maxT, C) bf16. C % 8 == 0.
+// out (B, T, C) bf16; inputs (B, T) int32 on the device; wte (Vp, C), wpe (maxT, C) bf16 or NULL (no
+// position table). C % 8 == 0.
 static inline void encoder_forward(bf16* out, const int* inputs, const bf16* wte, const bf16* wpe,
                                    int B, int T, int C, const GpuContext* ctx) {
     size_t n = (size_t)B * T * (C / 8);
@@ -88,7 +96,7 @@ static inline void encoder_bucket(EncoderBuckets* b, int* count, const int* inpu
 }
 
 // dwte (Vp, C), dwpe (maxT, C) fp32 accumulated (+=) from dout (B, T, C) bf16; buckets on the device
-// (n_unique from the host copy).
+// (n_unique from the host copy). dwpe NULL: no position table.
 static inline void encoder_backward(float* dwte, float* dwpe, const bf16* dout, const EncoderBuckets* dev_buckets,
                                     int n_unique, int B, int T, int C, const GpuContext* ctx) {
     cudaStream_t stream = ctx->stream;
@@ -97,8 +105,10 @@ static inline void encoder_backward(float* dwte, float* dwpe, const bf16* dout, 
             dwte, dout, dev_buckets->tokens, dev_buckets->offsets, dev_buckets->pos, C);
         cuda_check_launch();
     }
-    size_t n = (size_t)T * C;
-    encoder_backward_wpe_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
-    cuda_check_launch();
+    if (dwpe) {
+        size_t n = (size_t)T * C;
+        encoder_backward_wpe_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+        cuda_check_launch();
+    }
     profile_mark(ctx->prof, "encoder backward", stream);
 }

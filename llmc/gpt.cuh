@@ -22,6 +22,7 @@
 #include "global_norm.cuh"
 #include "fused_lce.cuh"
 #include "rand.h"
+#include "optim.cuh"              // OptimState: set, update
 #include "gpt_layout.cuh"          // GptConfig, GptModel and their memory layout
 
 // --- build / free --------------------------------------------------------------------------------
@@ -71,13 +72,7 @@ static inline void gpt_build_dist(GptModel* m, const GptConfig* c, int B, int T,
     comm_single(&m->single);
     m->comm = comm ? comm : &m->single;
     ZeroSlice* slices = (ZeroSlice*)malloc_check((size_t)GPT_NUM_TENSORS * c->num_layers * sizeof(ZeroSlice));
-    char err[256];
-    if (zero_plan_build(&m->zero, slices, gpt_slices(slices, m), m->comm->rank, m->comm->world, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: the model's optimizer state cannot be sharded over %d GPUs: %s\n  hint: use a number "
-                "of GPUs that divides the model's channels (%d) and its padded vocabulary (%d), e.g. 1, 2, 4 or 8\n",
-                m->comm->world, err, c->channels, c->padded_vocab_size);
-        exit(EXIT_FAILURE);
-    }
+    optim_plan_build(&m->zero, slices, gpt_slices(slices, m), m->comm, c->channels, c->padded_vocab_size);
     free(slices);
     size_t n = m->num_params, shard = m->zero.shard_size;
     cuda_check(cudaMalloc(&m->params_memory, n * sizeof(bf16)));
@@ -96,22 +91,8 @@ static inline void gpt_build_dist(GptModel* m, const GptConfig* c, int B, int T,
     hc.path = head;
     hc.scratch = head_scratch;
     fused_lce_build(&m->head, &hc);
-    size_t BT = (size_t)B * T;
-    cuda_check(cudaMallocHost(&m->h_inputs, BT * sizeof(int)));
-    cuda_check(cudaMallocHost(&m->h_targets, BT * sizeof(int)));
-    cuda_check(cudaMallocHost(&m->h_buckets.tokens, BT * sizeof(int)));
-    cuda_check(cudaMallocHost(&m->h_buckets.offsets, (BT + 1) * sizeof(int)));
-    cuda_check(cudaMallocHost(&m->h_buckets.pos, BT * sizeof(int)));
-    m->h_count = (int*)calloc_check((size_t)c->vocab_size, sizeof(int));
-    cuda_check(cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming));
-    if (m->comm->world > 1) {
-        cuda_check(cudaStreamCreateWithFlags(&m->reduce_stream, cudaStreamNonBlocking));
-        cuda_check(cudaEventCreateWithFlags(&m->bucket_done, cudaEventDisableTiming));
-        cuda_check(cudaEventCreateWithFlags(&m->reduced, cudaEventDisableTiming));
-        int ne = 2 * (c->num_layers + 2);
-        m->reduce_ev = (cudaEvent_t*)malloc_check(ne * sizeof(cudaEvent_t));
-        for (int i = 0; i < ne; i++) cuda_check(cudaEventCreate(&m->reduce_ev[i]));
-    }
+    model_staging_build(&m->staging, (size_t)B * T, c->vocab_size);
+    model_reduce_build(&m->reduce, m->comm->world, c->num_layers);
 }
 
 static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, FlcePath head,
@@ -120,21 +101,9 @@ static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int 
 }
 
 static inline void gpt_free(GptModel* m) {
-    if (m->comm->world > 1) {
-        for (int i = 0; i < 2 * (m->config.num_layers + 2); i++) cuda_check(cudaEventDestroy(m->reduce_ev[i]));
-        free(m->reduce_ev);
-        cuda_check(cudaEventDestroy(m->reduced));
-        cuda_check(cudaEventDestroy(m->bucket_done));
-        cuda_check(cudaStreamDestroy(m->reduce_stream));
-    }
+    model_reduce_free(&m->reduce);
     zero_plan_free(&m->zero);
-    cuda_check(cudaEventDestroy(m->staged));
-    free(m->h_count);
-    cuda_check(cudaFreeHost(m->h_buckets.pos));
-    cuda_check(cudaFreeHost(m->h_buckets.offsets));
-    cuda_check(cudaFreeHost(m->h_buckets.tokens));
-    cuda_check(cudaFreeHost(m->h_targets));
-    cuda_check(cudaFreeHost(m->h_inputs));
+    model_staging_free(&m->staging);
     fused_lce_free(&m->head);
     cuda_check(cudaFree(m->acts_memory));
     cuda_check(cudaFree(m->grads_memory));
@@ -145,18 +114,18 @@ static inline void gpt_free(GptModel* m) {
     memset(m, 0, sizeof(*m));
 }
 
+// The model's optimizer state (llmc/optim.cuh): pointers into its blocks.
+static inline OptimState gpt_optim(GptModel* m) {
+    OptimState o = {m->num_params, m->params_memory, m->master_memory, m->m_memory, m->v_memory, m->grads_memory,
+                    &m->zero, m->comm};
+    return o;
+}
+
 // Sets the parameters from host fp32 values (num_params, in layout order): master = values (this
 // rank's share of them), bf16 params = round(values), AdamW moments cleared.
 static inline void gpt_set_params(GptModel* m, const float* values, const GpuContext* ctx) {
-    size_t n = m->num_params, shard = m->zero.shard_size;
-    float* full = zero_full_target(&m->zero, m->grads_memory, m->master_memory);
-    cuda_check(cudaMemcpyAsync(full, values, n * sizeof(float), cudaMemcpyHostToDevice, ctx->stream));
-    adamw_copy_master(m->params_memory, full, n, ctx->stream);
-    zero_take_shard(&m->zero, m->master_memory, full, ctx->stream);
-    cuda_check(cudaMemsetAsync(m->m_memory, 0, shard * sizeof(float), ctx->stream));
-    cuda_check(cudaMemsetAsync(m->v_memory, 0, shard * sizeof(float), ctx->stream));
-    if (full != m->master_memory) cuda_check(cudaMemsetAsync(full, 0, n * sizeof(float), ctx->stream));
-    cuda_check(cudaStreamSynchronize(ctx->stream));
+    OptimState o = gpt_optim(m);
+    optim_set_params(&o, values, ctx);
 }
 
 // GPT-2's init: matrices N(0, 0.02), the residual projections (attprojw, fcprojw) N(0, 0.02/√(2L)),
@@ -187,12 +156,6 @@ static inline void gpt_init_params(GptModel* m, uint64_t seed, const GpuContext*
 
 // --- forward -------------------------------------------------------------------------------------
 
-// Copies (n,) host ints into the pinned `staging` buffer and from there to `dev` (asynchronously).
-static inline void gpt_stage(int* dev, int* staging, const int* host, size_t n, const GpuContext* ctx) {
-    memcpy(staging, host, n * sizeof(int));
-    cuda_check(cudaMemcpyAsync(dev, staging, n * sizeof(int), cudaMemcpyHostToDevice, ctx->stream));
-}
-
 // The trunk for inputs (B, T) host int32 in [0, V): every activation up to lnf. No loss: the loss
 // comes with gpt_backward (training, fused with the head's gradient) or gpt_eval_loss.
 static inline void gpt_forward(GptModel* m, const int* inputs, int B, int T, const GpuContext* ctx) {
@@ -203,9 +166,7 @@ static inline void gpt_forward(GptModel* m, const int* inputs, int B, int T, con
     size_t maxBT = (size_t)m->max_B * m->max_T, lc = maxBT * C;
     m->B = B;
     m->T = T;
-    cuda_check(cudaEventSynchronize(m->staged));
-    gpt_stage(m->acts.inputs, m->h_inputs, inputs, BT, ctx);
-    cuda_check(cudaEventRecord(m->staged, ctx->stream));
+    model_stage(&m->staging, m->acts.inputs, m->staging.inputs, inputs, BT, ctx);
     GptParams p = m->params;
     GptActs a = m->acts;
     encoder_forward(a.encoded, a.inputs, p.wte, p.wpe, B, T, C, ctx);
@@ -238,9 +199,7 @@ static inline void gpt_forward(GptModel* m, const int* inputs, int B, int T, con
 }
 
 static inline void gpt_stage_targets(GptModel* m, const int* targets, const GpuContext* ctx) {
-    cuda_check(cudaEventSynchronize(m->staged));
-    gpt_stage(m->acts.targets, m->h_targets, targets, (size_t)m->B * m->T, ctx);
-    cuda_check(cudaEventRecord(m->staged, ctx->stream));
+    model_stage(&m->staging, m->acts.targets, m->staging.targets, targets, (size_t)m->B * m->T, ctx);
 }
 
 // Mean loss of the last gpt_forward against targets (B, T) host int32 (-1 = ignore), into m->head.loss
@@ -259,8 +218,6 @@ static inline void gpt_logits_row(GptModel* m, int row, const GpuContext* ctx) {
 
 // --- backward ------------------------------------------------------------------------------------
 
-__global__ void gpt_loss_accumulate_kernel(float* acc, const float* loss, float w) { *acc += *loss * w; }
-
 // Clears the gradients and the loss accumulator: the start of an optimizer step.
 static inline void gpt_zero_grad(GptModel* m, const GpuContext* ctx) {
     cuda_check(cudaMemsetAsync(m->grads_memory, 0, m->num_params * sizeof(float), ctx->stream));
@@ -268,32 +225,15 @@ static inline void gpt_zero_grad(GptModel* m, const GpuContext* ctx) {
     profile_mark(ctx->prof, "zero grad", ctx->stream);
 }
 
-// Bucket b's gradients are complete on the compute stream: with world > 1 and `reduce`, they are
-// reduce-scattered on m->reduce_stream as soon as the compute stream gets there (zero.cuh), while the
-// backward goes on below. reduce_ev brackets each bucket's work there, for -profile.
+// Bucket b's gradients are complete: reduce-scatter them behind the backward (llmc/model_step.cuh).
 static inline void gpt_bucket_done(GptModel* m, int bucket, int reduce, const GpuContext* ctx) {
-    if (!reduce || m->comm->world == 1) return;
-    int k = bucket < 0 ? m->config.num_layers + 1 : bucket;
-    cuda_check(cudaEventRecord(m->bucket_done, ctx->stream));
-    cuda_check(cudaStreamWaitEvent(m->reduce_stream, m->bucket_done, 0));
-    cuda_check(cudaEventRecord(m->reduce_ev[2 * k], m->reduce_stream));
-    zero_reduce(&m->zero, m->comm, m->grads_memory, bucket, m->reduce_stream);
-    cuda_check(cudaEventRecord(m->reduce_ev[2 * k + 1], m->reduce_stream));
+    model_reduce_bucket(&m->reduce, &m->zero, m->comm, m->grads_memory, bucket, reduce, ctx);
 }
 
 // GPU time of the last step's gradient reduce-scatters on their own stream, in ms (after the step has
 // been synchronised); 0 with world 1. Most of it runs behind the backward: the part that does not is
 // the profile's "grad reduce: exposed".
-static inline float gpt_reduce_ms(const GptModel* m) {
-    if (m->comm->world == 1) return 0.0f;
-    float total = 0.0f;
-    for (int k = 0; k < m->config.num_layers + 2; k++) {
-        float ms = 0.0f;
-        cuda_check(cudaEventElapsedTime(&ms, m->reduce_ev[2 * k], m->reduce_ev[2 * k + 1]));
-        total += ms;
-    }
-    return total;
-}
+static inline float gpt_reduce_ms(const GptModel* m) { return model_reduce_ms(&m->reduce); }
 
 // Loss and gradients of the last gpt_forward against targets (B, T) host int32 (-1 = ignore). The
 // gradients of dloss · mean loss are ACCUMULATED into m->grads (dloss = 1 / (micro-steps · world) for
@@ -308,23 +248,14 @@ static inline void gpt_backward_impl(GptModel* m, const int* targets, float dlos
     size_t maxBT = (size_t)m->max_B * m->max_T, lc = maxBT * C;
     cudaStream_t st = ctx->stream;
     // the host's half of the encoder backward, while the GPU runs the head
-    cuda_check(cudaEventSynchronize(m->staged));
-    memcpy(m->h_targets, targets, (size_t)BT * sizeof(int));
-    encoder_bucket(&m->h_buckets, m->h_count, m->h_inputs, BT, c->vocab_size);
-    int nu = m->h_buckets.n_unique;
-    cuda_check(cudaMemcpyAsync(m->acts.targets, m->h_targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, st));
-    cuda_check(cudaMemcpyAsync(m->acts.buckets.tokens, m->h_buckets.tokens, nu * sizeof(int), cudaMemcpyHostToDevice, st));
-    cuda_check(cudaMemcpyAsync(m->acts.buckets.offsets, m->h_buckets.offsets, (nu + 1) * sizeof(int), cudaMemcpyHostToDevice, st));
-    cuda_check(cudaMemcpyAsync(m->acts.buckets.pos, m->h_buckets.pos, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, st));
-    cuda_check(cudaEventRecord(m->staged, st));
+    int nu = model_stage_backward(&m->staging, m->acts.targets, &m->acts.buckets, targets, BT, c->vocab_size, ctx);
 
     GptParams p = m->params;
     GptGrads g = m->grads;
     GptActs a = m->acts;
     profile_mark(ctx->prof, "host staging", st);
     fused_lce_forward_backward(&m->head, a.dln, g.wte, dloss, a.lnf, p.wte, a.targets, BT, ctx);
-    gpt_loss_accumulate_kernel<<<1, 1, 0, st>>>(a.loss, m->head.loss, dloss);
-    cuda_check_launch();
+    model_loss_accumulate(a.loss, m->head.loss, dloss, ctx);
     cuda_check(cudaMemsetAsync(a.dresidual, 0, (size_t)BT * C * sizeof(bf16), st));
     profile_mark(ctx->prof, "head: other", st);
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.scratch, a.dln, a.residual3 + (L - 1) * lc, a.lnf_mean, a.lnf_rstd,
@@ -355,12 +286,7 @@ static inline void gpt_backward_impl(GptModel* m, const int* targets, float dlos
         gpt_bucket_done(m, l, reduce, ctx);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, &a.buckets, nu, B, T, C, ctx);
-    if (reduce && m->comm->world > 1) {  // the last bucket, then the compute stream waits for them all
-        gpt_bucket_done(m, -1, reduce, ctx);
-        cuda_check(cudaEventRecord(m->reduced, m->reduce_stream));
-        cuda_check(cudaStreamWaitEvent(ctx->stream, m->reduced, 0));
-        profile_mark(ctx->prof, "grad reduce: exposed", ctx->stream);
-    }
+    model_reduce_finish(&m->reduce, &m->zero, m->comm, m->grads_memory, reduce, ctx);  // the last bucket, then wait
 }
 
 static inline void gpt_backward(GptModel* m, const int* targets, float dloss, const GpuContext* ctx) {
@@ -383,11 +309,6 @@ static inline void gpt_backward_reduce(GptModel* m, const int* targets, float dl
 // have been reduced (gpt_backward_reduce on the last micro-step). Collective: every rank calls it.
 static inline void gpt_update(GptModel* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                               float clip, int t, int stop_request, const GpuContext* ctx) {
-    global_norm(m->acts.norm, m->acts.loss, m->grads_memory, &m->zero, clip, stop_request, m->comm, ctx);
-    adamw_update(m->params_memory, m->master_memory, m->m_memory, m->v_memory, m->grads_memory, &m->zero,
-                 m->acts.norm + 1, m->acts.norm + 2, lr, beta1, beta2, eps, weight_decay, t, ctx);
-    if (m->comm->world > 1) {
-        zero_gather_params(&m->zero, m->comm, m->params_memory, ctx->stream);
-        profile_mark(ctx->prof, "param all-gather", ctx->stream);
-    }
+    OptimState o = gpt_optim(m);
+    optim_update(&o, m->acts.norm, m->acts.loss, lr, beta1, beta2, eps, weight_decay, clip, t, stop_request, ctx);
 }

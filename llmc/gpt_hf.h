@@ -292,6 +292,7 @@ static inline int gpt_hf_export_checkpoint(const char* ckpt, const char* dir, co
     for (int i = 0; i < GPT_NUM_TENSORS; i++) total += size[i];
     CheckpointModel want = m;
     want.num_params = (int64_t)total;  // the header's count must be what its sizes give
+    want.family = CHECKPOINT_FAMILY_GPT2;  // a Llama-style checkpoint is refused, naming its family
     if (m.num_layers < 1 || m.channels < 1 || m.num_heads < 1 || m.vocab_size > m.padded_vocab_size ||
         checkpoint_check_model(&r, &want) != 0) {
         snprintf(err, errlen, "%s", r.err[0] ? r.err : "corrupt model sizes in the header");

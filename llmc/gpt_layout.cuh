@@ -12,6 +12,7 @@
 #include "global_norm.cuh"
 #include "comm.cuh"
 #include "zero.cuh"         // ZeroPlan: the optimizer state sharded over the ranks
+#include "model_step.cuh"   // ModelStaging, ModelReduce, model_carve
 #include "fused_lce.cuh"
 #include "gpt_config.h"     // GptConfig, the tensor ids, sizes and names (host-only)
 
@@ -80,22 +81,14 @@ typedef struct {
     Comm* comm;                   // the ranks; never NULL after gpt_build
     Comm single;                  // what comm points to when gpt_build was given none
     ZeroPlan zero;                // slices of the parameters and this rank's parts of them
-    cudaStream_t reduce_stream;   // the gradient reduce-scatters, behind the backward (world > 1)
-    cudaEvent_t bucket_done;      // recorded on the compute stream when a bucket's gradients are complete
-    cudaEvent_t reduced;          // recorded on reduce_stream after the last bucket
-    cudaEvent_t* reduce_ev;       // (2 · (L + 2)) start and end of each bucket's reduction, for -profile
+    ModelReduce reduce;           // the gradient reduce-scatters behind the backward (world > 1)
     GptParams params;
     GptGrads grads;
     void* acts_memory;
     size_t acts_bytes;
     GptActs acts;
     FusedLce head;
-    // host staging (pinned): written only after `staged` has completed
-    int* h_inputs;                // (BT)
-    int* h_targets;               // (BT)
-    EncoderBuckets h_buckets;
-    int* h_count;                 // (V) pageable scratch of encoder_bucket
-    cudaEvent_t staged;           // recorded after the last copy out of the staging buffers
+    ModelStaging staging;         // the batch on its way to the GPU (pinned)
 } GptModel;
 
 // --- layout ------------------------------------------------------------------------------------
@@ -111,16 +104,6 @@ static inline void gpt_point_params(GptModel* m) {
         *p[i] = m->params_memory + m->tensor_offset[i];
         *g[i] = m->grads_memory + m->tensor_offset[i];
     }
-}
-
-// Carves one allocation into n pieces of the given byte sizes (each 256-byte aligned); base NULL: sizing.
-static inline size_t gpt_carve(void** const ptrs[], const size_t bytes[], int n, char* base) {
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        if (base) *ptrs[i] = base + off;
-        off += (bytes[i] + 255) / 256 * 256;
-    }
-    return off;
 }
 
 static inline size_t gpt_point_acts(GptActs* a, const GptConfig* c, int B, int T, int recompute, char* base) {
@@ -139,6 +122,6 @@ static inline size_t gpt_point_acts(GptActs* a, const GptConfig* c, int B, int T
         BT * C * h, BT * 3 * C * h, BT * 4 * C * h, BT * NH * f, GPT_SCRATCH_FLOATS(C) * f,
         3 * f, f, (size_t)c->padded_vocab_size * f, BT * sizeof(int), BT * sizeof(int),
         BT * sizeof(int), (BT + 1) * sizeof(int), BT * sizeof(int)};
-    return gpt_carve(p, bytes, (int)(sizeof(bytes) / sizeof(bytes[0])), base);
+    return model_carve(p, bytes, (int)(sizeof(bytes) / sizeof(bytes[0])), base);
 }
 

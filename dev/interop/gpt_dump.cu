@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
     CheckpointReader ck;
     checkpoint_check(ck.err, checkpoint_reader_open(&ck, ckpt_path));
     const CheckpointModel* cm = &ck.state.model;
+    if (cm->family != CHECKPOINT_FAMILY_GPT2) die(ckpt_path, "holds a Llama-style model; this tool dumps GPT-2 models");
     GptConfig c;
     c.num_layers = cm->num_layers; c.channels = cm->channels; c.num_heads = cm->num_heads;
     c.vocab_size = cm->vocab_size; c.padded_vocab_size = cm->padded_vocab_size; c.max_seq_len = cm->max_seq_len;

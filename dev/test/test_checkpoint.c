@@ -8,11 +8,15 @@
 // an error naming the file.
 // Integrity: the checksum catches a flipped byte anywhere (header, settings, tensors); a NaN, an inf or a
 // negative second moment written with a valid checksum is refused; a version 1 file (no checksum) is
-// still read; every refusal names the file. Faults while writing: the write fails after N bytes (the
+// still read; every refusal names the file.
+// Model families: a Llama-style header (family, NKV, F, RoPE theta, RMSNorm eps) round-trips; a GPT-2
+// header leaves those slots 0; each family refuses the other's checkpoint naming the file and the family;
+// another NKV, F, theta or eps is refused; an unknown family, stray Llama-style slots in a GPT-2 header
+// and impossible Llama-style sizes are corrupt headers. Faults while writing: the write fails after N bytes (the
 // LLMC_TEST_CKPT_FAIL_AFTER hook) at every part of the file, and the writing process is SIGKILLed, by
 // the hook and at random moments from outside: the previous checkpoint and `latest` are intact and
 // verify, and the next checkpoint is written. With ./train_gpt built: -resume of a checkpoint of other
-// sizes, or with a bad setting, is refused naming the file before CUDA starts.
+// sizes, with a bad setting, or of the Llama-style family, is refused naming the file before CUDA starts.
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -53,18 +57,33 @@ static void fake_tensors(float* t, int64_t step) {
     memcpy(&t[7], &subnormal_bits, 4);
 }
 
-// fake_tensors with value `at` index `poison` (-1: none)
-static int write_fake_poisoned(const char* path, int64_t step, int poison, float value) {
-    float t[CHECKPOINT_TENSORS * P_];
-    fake_tensors(t, step);
-    if (poison >= 0) t[poison] = value;
+// A Llama-style model's state: fake_state with the family's own sizes.
+static CheckpointState fake_llama_state(int64_t step) {
     CheckpointState s = fake_state(step);
+    s.model.family = CHECKPOINT_FAMILY_LLAMA;
+    s.model.num_kv_heads = 1;
+    s.model.ffn_hidden = 40;
+    s.model.rope_theta = 500000.0;
+    s.model.norm_eps = 1e-5;
+    return s;
+}
+
+// s and fake_tensors(s->step) with `value` at index `poison` (-1: none)
+static int write_state_poisoned(const char* path, const CheckpointState* s, int poison, float value) {
+    float t[CHECKPOINT_TENSORS * P_];
+    fake_tensors(t, s->step);
+    if (poison >= 0) t[poison] = value;
     CheckpointWriter w;
-    if (checkpoint_writer_open(&w, path, &s) != 0) { fprintf(stderr, "%s\n", w.err); return -1; }
+    if (checkpoint_writer_open(&w, path, s) != 0) { fprintf(stderr, "%s\n", w.err); return -1; }
     for (int k = 0; k < CHECKPOINT_TENSORS; k++)
         if (checkpoint_writer_append(&w, t + k * P_, P_ * sizeof(float)) != 0) { fprintf(stderr, "%s\n", w.err); return -1; }
     if (checkpoint_writer_close(&w) != 0) { fprintf(stderr, "%s\n", w.err); return -1; }
     return 0;
+}
+
+static int write_fake_poisoned(const char* path, int64_t step, int poison, float value) {
+    CheckpointState s = fake_state(step);
+    return write_state_poisoned(path, &s, poison, value);
 }
 
 static int write_fake(const char* path, int64_t step) { return write_fake_poisoned(path, step, -1, 0.0f); }
@@ -85,11 +104,13 @@ static int64_t file_size(const char* path) {
     return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
 }
 
-// Reads path back and compares everything with what write_fake(step) wrote; returns 1 when identical.
-static int read_matches(const char* path, int64_t step) {
+// Reads path back and compares everything with what write_state_poisoned(want, no poison) wrote;
+// returns 1 when identical.
+static int read_matches_state(const char* path, const CheckpointState* wanted) {
     CheckpointReader r;
     if (checkpoint_reader_open(&r, path) != 0) { fprintf(stderr, "%s\n", r.err); return 0; }
-    CheckpointState want = fake_state(step);
+    CheckpointState want = *wanted;
+    int64_t step = want.step;
     if (checkpoint_check_model(&r, &want.model) != 0) { fprintf(stderr, "%s\n", r.err); return 0; }
     if (checkpoint_reader_verify(&r) != 0) { fprintf(stderr, "%s\n", r.err); return 0; }
     float got[CHECKPOINT_TENSORS * P_], t[CHECKPOINT_TENSORS * P_];
@@ -105,6 +126,11 @@ static int read_matches(const char* path, int64_t step) {
          s->data.B == want.data.B && s->data.T == want.data.T && s->data.shuffle == want.data.shuffle &&
          strcmp(s->settings, want.settings) == 0;
     return ok;
+}
+
+static int read_matches(const char* path, int64_t step) {
+    CheckpointState want = fake_state(step);
+    return read_matches_state(path, &want);
 }
 
 // --- corrupt files -------------------------------------------------------------------------------
@@ -126,12 +152,11 @@ static void corrupt_copy(const char* dst, const char* src, int64_t offset, const
     free(buf);
 }
 
-// Opening (and checking the model of) `path` must fail with a message containing the path and `needle`.
-static void expect_rejected(const char* what, const char* path, const char* needle) {
+// Opening (and checking against `model`) `path` must fail with a message containing the path and `needle`.
+static void expect_rejected_for(const char* what, const char* path, const CheckpointModel* model, const char* needle) {
     CheckpointReader r;
-    CheckpointState want = fake_state(0);
     int rc = checkpoint_reader_open(&r, path);
-    if (rc == 0) rc = checkpoint_check_model(&r, &want.model);
+    if (rc == 0) rc = checkpoint_check_model(&r, model);
     if (rc == 0) rc = checkpoint_reader_verify(&r);
     checkpoint_reader_close(&r);
     int named = strstr(r.err, path) != NULL, said = strstr(r.err, needle) != NULL;
@@ -139,6 +164,11 @@ static void expect_rejected(const char* what, const char* path, const char* need
     EXPECT(rc != 0, "%s: %s was accepted", what, path);
     EXPECT(rc == 0 || (named && said), "%s: the message does not name %s or does not say \"%s\": %s", what, path,
            needle, r.err);
+}
+
+static void expect_rejected(const char* what, const char* path, const char* needle) {
+    CheckpointState want = fake_state(0);
+    expect_rejected_for(what, path, &want.model, needle);
 }
 
 static void test_corrupt(const char* good) {
@@ -237,6 +267,66 @@ static void test_integrity(const char* good, int64_t step) {
     EXPECT(v1_ok, "a version 1 checkpoint %s was not read", p);
     corrupt_copy(p, p, size - 4, &nan_bits, 4);
     expect_rejected("version 1 with a NaN", p, "not finite");
+}
+
+// --- model families ------------------------------------------------------------------------------
+
+static void read_header(int32_t h[CHECKPOINT_HEADER_INTS], const char* path) {
+    FILE* f = fopen_check(path, "rb");
+    fread_check(h, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f);
+    fclose(f);
+}
+
+static void test_families(void) {
+    printf("model families:\n");
+    char gpt[512], llama[512], p[512];
+    snprintf(gpt, sizeof(gpt), "%s/family_gpt2.bin", tmp_dir);
+    snprintf(llama, sizeof(llama), "%s/family_llama.bin", tmp_dir);
+    CheckpointState g = fake_state(3), l = fake_llama_state(3);
+    EXPECT(write_state_poisoned(gpt, &g, -1, 0.0f) == 0 && write_state_poisoned(llama, &l, -1, 0.0f) == 0,
+           "writing %s and %s", gpt, llama);
+    int32_t h[CHECKPOINT_HEADER_INTS];
+    read_header(h, gpt);  // slots 29.. as in every checkpoint before the family existed: 0
+    int zero = 1;
+    for (int i = CKPT_H_FAMILY; i < CHECKPOINT_HEADER_INTS; i++) zero &= h[i] == 0;
+    printf("  GPT-2 header, slots %d..%d all 0: %s\n", CKPT_H_FAMILY, CHECKPOINT_HEADER_INTS - 1, zero ? "yes" : "no");
+    EXPECT(zero, "a GPT-2 checkpoint has non-zero slots from %d on", CKPT_H_FAMILY);
+    read_header(h, llama);
+    double theta = checkpoint_get_double(h, CKPT_H_ROPE_THETA), eps = checkpoint_get_double(h, CKPT_H_NORM_EPS);
+    int slots = h[CKPT_H_FAMILY] == 1 && h[CKPT_H_KV_HEADS] == 1 && h[CKPT_H_FFN_HIDDEN] == 40 && theta == 500000.0 &&
+                eps == 1e-5 && h[CKPT_H_NORM_EPS + 2] == 0;
+    int same = read_matches_state(llama, &l);
+    printf("  Llama-style header: family %d, NKV %d, F %d, theta %g, eps %g; round trip identical: %s\n",
+           h[CKPT_H_FAMILY], h[CKPT_H_KV_HEADS], h[CKPT_H_FFN_HIDDEN], theta, eps, same ? "yes" : "no");
+    EXPECT(slots, "the Llama-style slots of %s are not as the format says", llama);
+    EXPECT(same, "the Llama-style checkpoint %s does not read back as written", llama);
+    expect_rejected_for("Llama-style into GPT-2", llama, &g.model, "holds a Llama-style model, this run builds a GPT-2");
+    expect_rejected_for("GPT-2 into Llama-style", gpt, &l.model, "holds a GPT-2 model, this run builds a Llama-style");
+    CheckpointModel other[5] = {l.model, l.model, l.model, l.model, l.model};
+    other[0].num_kv_heads = 2;
+    other[1].ffn_hidden = 48;
+    other[2].rope_theta = 10000.0;
+    other[3].norm_eps = 1e-6;
+    other[4].num_layers = 4;
+    const char* what[5] = {"another NKV", "another F", "another theta", "another eps", "another Llama depth"};
+    for (int k = 0; k < 5; k++) expect_rejected_for(what[k], llama, &other[k], k < 4 ? "another model shape" : "4 layers");
+    int32_t v = 7;
+    snprintf(p, sizeof(p), "%s/family7.bin", tmp_dir);
+    corrupt_copy(p, gpt, 4 * CKPT_H_FAMILY, &v, 4);
+    expect_rejected("unknown family", p, "model family 7");
+    v = 5;
+    snprintf(p, sizeof(p), "%s/family_stray.bin", tmp_dir);
+    corrupt_copy(p, gpt, 4 * CKPT_H_FFN_HIDDEN, &v, 4);
+    expect_rejected("GPT-2 with an FFN size", p, "only the Llama-style family uses");
+    v = 0;
+    snprintf(p, sizeof(p), "%s/family_nkv0.bin", tmp_dir);
+    corrupt_copy(p, llama, 4 * CKPT_H_KV_HEADS, &v, 4);
+    expect_rejected_for("Llama-style with NKV 0", p, &l.model, "corrupt header (Llama-style");
+    int32_t neg[2];
+    checkpoint_put_double(neg, 0, -1e-5);
+    snprintf(p, sizeof(p), "%s/family_eps.bin", tmp_dir);
+    corrupt_copy(p, llama, 4 * CKPT_H_NORM_EPS, neg, 8);
+    expect_rejected_for("Llama-style with eps < 0", p, &l.model, "corrupt header (Llama-style");
 }
 
 // --- faults while writing ------------------------------------------------------------------------
@@ -396,6 +486,13 @@ static void test_trainer(void) {
     expect_trainer_refuses("-lr fast in its settings", p, "", "-lr");
     char out_dir[600];
     snprintf(out_dir, sizeof(out_dir), "%s/trainer_out", tmp_dir);
+    CheckpointState ls = s;  // the same sizes, of the Llama-style family
+    ls.model.family = CHECKPOINT_FAMILY_LLAMA;
+    ls.model.num_kv_heads = 2; ls.model.ffn_hidden = 1024; ls.model.rope_theta = 500000.0; ls.model.norm_eps = 1e-5;
+    snprintf(ls.settings, sizeof(ls.settings), "%s", settings[0]);
+    snprintf(p, sizeof(p), "%s/trainer_llama.bin", tmp_dir);
+    EXPECT(write_state_poisoned(p, &ls, -1, 0.0f) == 0, "writing %s", p);
+    expect_trainer_refuses("a Llama-style checkpoint", p, "-train 'data/starter/starter_train_*.bin'", "Llama-style");
     EXPECT(!exists(out_dir), "the refused runs created %s", out_dir);
 }
 
@@ -493,6 +590,7 @@ int main(void) {
 
     test_corrupt(path);
     test_integrity(path, 35);
+    test_families();
     test_write_faults();
     test_trainer();
 

@@ -1,0 +1,66 @@
+// optim.cuh: a model's optimizer state as the model families share it (GPT-2, llmc/gpt.cuh; Llama-style,
+// llmc/llama.cuh): the parameters and their fp32 gradients, whole on every rank, and the fp32 master
+// weights and AdamW moments, this rank's share of them (ZeRO-1, llmc/zero.cuh). A model fills in an
+// OptimState with pointers into its own blocks; what is done with the state does not depend on the
+// layers: plan the sharding, set the parameters, take an optimizer step (llmc/global_norm.cuh,
+// llmc/adamw.cuh), and save and load it (llmc/optim_checkpoint.cuh).
+#pragma once
+#include <stdio.h>
+#include "cuda_common.cuh"
+#include "comm.cuh"
+#include "zero.cuh"
+#include "global_norm.cuh"
+#include "adamw.cuh"
+
+typedef struct {
+    size_t num_params;
+    bf16* params;          // (num_params) bf16: what the model computes with, round(master) after each update
+    float* master;         // (zero->shard_size) fp32 master weights: this rank's share (all of them with world 1)
+    float* m;              // (zero->shard_size) AdamW first moment
+    float* v;              // (zero->shard_size) AdamW second moment
+    float* grads;          // (num_params) fp32; between steps also the scratch of whole-tensor gathers
+    const ZeroPlan* zero;  // the slices of the parameters and this rank's parts of them
+    Comm* comm;            // the ranks (world 1: no backend)
+} OptimState;
+
+// The ZeRO plan of a model's slices over comm's ranks; exits with a hint when a slice does not divide
+// by the world size. C and Vp are named in the hint: every slice of both families is a multiple of one.
+static inline void optim_plan_build(ZeroPlan* z, const ZeroSlice* slices, int n, const Comm* comm, int C, int Vp) {
+    char err[256];
+    if (zero_plan_build(z, slices, n, comm->rank, comm->world, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: the model's optimizer state cannot be sharded over %d GPUs: %s\n  hint: use a number "
+                "of GPUs that divides the model's channels (%d) and its padded vocabulary (%d), e.g. 1, 2, 4 or 8\n",
+                comm->world, err, C, Vp);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// Sets the parameters from host fp32 values (num_params, in layout order): master = values (this
+// rank's share of them), bf16 params = round(values), AdamW moments cleared.
+static inline void optim_set_params(const OptimState* o, const float* values, const GpuContext* ctx) {
+    size_t n = o->num_params, shard = o->zero->shard_size;
+    float* full = zero_full_target(o->zero, o->grads, o->master);
+    cuda_check(cudaMemcpyAsync(full, values, n * sizeof(float), cudaMemcpyHostToDevice, ctx->stream));
+    adamw_copy_master(o->params, full, n, ctx->stream);
+    zero_take_shard(o->zero, o->master, full, ctx->stream);
+    cuda_check(cudaMemsetAsync(o->m, 0, shard * sizeof(float), ctx->stream));
+    cuda_check(cudaMemsetAsync(o->v, 0, shard * sizeof(float), ctx->stream));
+    if (full != o->master) cuda_check(cudaMemsetAsync(full, 0, n * sizeof(float), ctx->stream));
+    cuda_check(cudaStreamSynchronize(ctx->stream));
+}
+
+// One optimizer step: the gradient norm, clip scale and the step's flags into norm (4,) on the device
+// (llmc/global_norm.cuh; loss (1,) becomes its sum over the ranks), AdamW at step t = 1, 2, ... on this
+// rank's parts (weight decay on the slices that ask for it), then (world > 1) the updated bf16
+// parameters gathered from every rank. The gradients must have been reduced (world > 1). Collective.
+static inline void optim_update(const OptimState* o, float* norm, float* loss, float lr, float beta1, float beta2,
+                                float eps, float weight_decay, float clip, int t, int stop_request,
+                                const GpuContext* ctx) {
+    global_norm(norm, loss, o->grads, o->zero, clip, stop_request, o->comm, ctx);
+    adamw_update(o->params, o->master, o->m, o->v, o->grads, o->zero, norm + 1, norm + 2, lr, beta1, beta2, eps,
+                 weight_decay, t, ctx);
+    if (o->comm->world > 1) {
+        zero_gather_params(o->zero, o->comm, o->params, ctx->stream);
+        profile_mark(ctx->prof, "param all-gather", ctx->stream);
+    }
+}
