@@ -104,7 +104,7 @@ CPU_TESTS   := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
 ASAN_TESTS  := $(patsubst dev/test/%.c,build/asan/%,$(wildcard dev/test/test_*.c))
 GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
-INTEROP     := build/dev/gpt_dump
+INTEROP     := build/dev/gpt_dump build/dev/llama_ref_dump
 
 .PHONY: help deps deps-trainer cjson-local data data-try data-debian data-tiktoken data-starter-o200k data-starter-cl100k export_hf test dev clean clean-data test-deps
 help:
@@ -201,6 +201,9 @@ build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
 # the check against transformers (dev/interop/hf_check.py) runs this for train_gpt's side
 build/dev/gpt_dump: dev/interop/gpt_dump.cu $(LLMC) | build/dev deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON_NVCC)
+# and dev/interop/llama_check.py runs this: the Llama-style CPU reference and its export (host only)
+build/dev/llama_ref_dump: dev/interop/llama_ref_dump.c $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
+	$(CC) $(CFLAGS) -o $@ $< $(CJSON) -lm -lz
 
 # --- tests -------------------------------------------------------------------------------------
 # CPU tests: dev/test/test_<name>.c (also under the sanitizers, build/asan/), and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and
@@ -212,7 +215,7 @@ build/dev/gpt_dump: dev/interop/gpt_dump.cu $(LLMC) | build/dev deps-trainer
 GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh dev/test/test_train_dist.sh
 CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
 # cJSON: safetensors and the tiktoken encoder files
-CJSON_TESTS := test_safetensors test_gpt_hf test_tokenizer test_make_shards
+CJSON_TESTS := test_safetensors test_gpt_hf test_llama_hf test_tokenizer test_make_shards
 $(addprefix build/,$(CJSON_TESTS)) $(addprefix build/asan/,$(CJSON_TESTS)): TEST_LIBS := $(CJSON)
 # -lpthread: the control channel's monitor thread (llmc/dist_control.h); glibc 2.34+ has it in libc
 build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build deps

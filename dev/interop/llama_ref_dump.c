@@ -1,0 +1,103 @@
+// llama_ref_dump.c: the CPU reference of the Llama-style model (dev/ref/llama_ref.h, in double) on a
+// small random model, exported to Hugging Face's layout with llmc/llama_hf.h, and its logits and loss
+// on random tokens: what dev/interop/llama_check.py compares with transformers' LlamaForCausalLM, an
+// implementation this project did not write (doc/interop.md).
+//   build/dev/llama_ref_dump DIR
+// writes DIR/hf/ (config.json, model.safetensors), DIR/tokens.bin (int32, B·(T+1): inputs are the first
+// T of each row, targets the last T), DIR/logits.bin (float64, B·T·V: the real vocabulary only) and
+// DIR/loss.txt (the mean cross-entropy, %.17g).
+// The model: V = 997 padded to 1024, L = 2, C = 128, NH = 4, NKV = 2 (grouped-query), hs = 32, F = 344,
+// θ = 5e5, eps 1e-5; B = 2, T = 33. The weights are the reference's init scaled so that the layers do
+// something measurable (matrices N(0, 0.2) before scaling by the init's depth factor, norm weights
+// 1 + N(0, 0.1)), then rounded to fp32, the precision of the export, so both sides hold the same numbers.
+#define GPT_REF_DOUBLE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../../llmc/llama_hf.h"
+#include "../ref/llama_ref.h"
+
+#define B_ 2
+#define T_ 33
+
+static void write_file(const char* path, const void* data, size_t bytes) {
+    FILE* f = fopen_check(path, "wb");
+    fwrite_check(data, 1, bytes, f);
+    fclose_check(f);
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+        return 2;
+    }
+    const char* dir = argv[1];
+    if (strlen(dir) > 900) {
+        fprintf(stderr, "error: %s: a directory path of at most 900 bytes, please\n", dir);
+        return 2;
+    }
+    llama_ref_config rc;
+    memset(&rc, 0, sizeof(rc));
+    rc.max_seq_len = 64; rc.vocab_size = 997; rc.padded_vocab_size = 1024; rc.num_layers = 2;
+    rc.num_heads = 4; rc.num_kv_heads = 2; rc.channels = 128; rc.ffn_hidden = 344;
+    rc.rope_theta = 5e5; rc.rms_norm_eps = 1e-5;
+    LlamaConfig c;
+    c.vocab_size = rc.vocab_size; c.padded_vocab_size = rc.padded_vocab_size; c.max_seq_len = rc.max_seq_len;
+    c.num_layers = rc.num_layers; c.channels = rc.channels; c.num_heads = rc.num_heads;
+    c.num_kv_heads = rc.num_kv_heads; c.ffn_hidden = rc.ffn_hidden; c.rope_theta = rc.rope_theta;
+    c.norm_eps = rc.rms_norm_eps;
+
+    llama_ref_model m;
+    llama_ref_build(&m, &rc, B_, T_);
+    if (m.num_params != llama_num_params(&c)) {
+        fprintf(stderr, "error: the reference has %zu parameters, llmc/llama_config.h counts %zu\n", m.num_params,
+                llama_num_params(&c));
+        return 1;
+    }
+    llama_ref_init_params(&m, 1234);
+    size_t sizes[LLAMA_REF_NUM_TENSORS], off = 0;
+    llama_ref_tensor_sizes(sizes, &rc);
+    uint64_t rng = 99;
+    float* values = (float*)malloc_check(m.num_params * sizeof(float));
+    for (int t = 0; t < LLAMA_REF_NUM_TENSORS; t++) {
+        for (size_t j = 0; j < sizes[t]; j++) {
+            double p = m.params_memory[off + j];
+            p = llama_ref_tensor_is_norm(t) ? 1.0 + 0.1 * rand_normal(&rng) : 10.0 * p;
+            values[off + j] = (float)p;
+            m.params_memory[off + j] = (double)values[off + j];
+        }
+        off += sizes[t];
+    }
+    int tokens[B_ * (T_ + 1)], in[B_ * T_], tg[B_ * T_];
+    for (int i = 0; i < B_ * (T_ + 1); i++) tokens[i] = (int)(rand_next(&rng) % (uint64_t)rc.vocab_size);
+    for (int b = 0; b < B_; b++)
+        for (int t = 0; t < T_; t++) {
+            in[b * T_ + t] = tokens[b * (T_ + 1) + t];
+            tg[b * T_ + t] = tokens[b * (T_ + 1) + t + 1];
+        }
+    double loss = llama_ref_forward(&m, in, tg, B_, T_);
+
+    char err[GPT_HF_ERR_LEN], path[1024];
+    snprintf(path, sizeof(path), "%s/hf", dir);
+    if (llama_hf_export(path, &c, values, -1, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    snprintf(path, sizeof(path), "%s/tokens.bin", dir);
+    write_file(path, tokens, sizeof(tokens));
+    double* logits = (double*)malloc_check((size_t)B_ * T_ * rc.vocab_size * sizeof(double));
+    for (int r = 0; r < B_ * T_; r++)
+        memcpy(logits + (size_t)r * rc.vocab_size, m.acts.logits + (size_t)r * rc.padded_vocab_size,
+               (size_t)rc.vocab_size * sizeof(double));
+    snprintf(path, sizeof(path), "%s/logits.bin", dir);
+    write_file(path, logits, (size_t)B_ * T_ * rc.vocab_size * sizeof(double));
+    snprintf(path, sizeof(path), "%s/loss.txt", dir);
+    FILE* f = fopen_check(path, "w");
+    fprintf(f, "%.17g\n", loss);
+    fclose_check(f);
+    printf("llama_ref_dump: %s/hf, tokens (%d x %d), logits, loss %.9f\n", dir, B_, T_ + 1, loss);
+    free(logits);
+    free(values);
+    llama_ref_free(&m);
+    return 0;
+}
