@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include "llmc/gpt.cuh"        // GptModel, gpt_build / forward / backward / update / free, and the layers
+#include "llmc/flags.h"        // the flag table's parser
 #include "llmc/dataloader.h"   // DataLoader: (B, T) batches from shards
 #include "llmc/tokenizer.h"    // GPT-2 decoding, for samples
 #include "llmc/rand.h"         // rand_next, for sampling
@@ -67,16 +68,6 @@ typedef struct {
     int nccl_timeout;           // -nccl_timeout
 } TrainConfig;
 
-typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_STR } FlagType;
-typedef struct {
-    const char* name;
-    FlagType type;
-    void* value;
-    const char* def;    // the default, parsed like a command-line value
-    const char* group;  // usage() prints the flags grouped by this
-    const char* help;
-} Flag;
-
 // The one declaration of every flag: name, destination, default, help.
 static int train_flags(TrainConfig* c, Flag* f) {
     const Flag table[] = {
@@ -124,8 +115,6 @@ static int train_flags(TrainConfig* c, Flag* f) {
     memcpy(f, table, sizeof(table));
     return n;
 }
-#define MAX_FLAGS 64
-
 static void usage(const Flag* f, int n) {
     printf("usage: ./train_gpt [flag value]...\n");
     const char* groups[] = {"data", "model", "batch", "optimizer", "memory", "eval", "sample", "checkpoint", "run",
@@ -138,57 +127,10 @@ static void usage(const Flag* f, int n) {
     }
 }
 
-// Returns 0, or -1 with a message when `text` is not a valid value of flag f; `origin` says where the
-// value came from when not from the command line ("" there).
-static int flag_set(const Flag* f, const char* text, const char* origin) {
-    char* end = NULL;
-    if (f->type == FLAG_INT) {
-        long v = strtol(text, &end, 10);
-        if (end == text || *end != '\0' || v < -2147483647L || v > 2147483647L) {
-            fprintf(stderr, "error: flag %s expects an integer, got \"%s\"%s\n", f->name, text, origin);
-            return -1;
-        }
-        *(int*)f->value = (int)v;
-    } else if (f->type == FLAG_FLOAT) {
-        float v = strtof(text, &end);
-        if (end == text || *end != '\0' || !isfinite(v)) {
-            fprintf(stderr, "error: flag %s expects a number, got \"%s\"%s\n", f->name, text, origin);
-            return -1;
-        }
-        *(float*)f->value = v;
-    } else {
-        *(const char**)f->value = text;
-    }
-    return 0;
-}
-
 static void parse_flags(TrainConfig* c, int argc, char** argv) {
     Flag f[MAX_FLAGS];
     int n = train_flags(c, f);
-    for (int i = 0; i < n; i++)
-        if (flag_set(&f[i], f[i].def, " (its default)") != 0) exit(EXIT_FAILURE);  // a bug: caught at once
-    int given[MAX_FLAGS] = {0};  // argv index of each flag's value, 0: not given
-    for (int a = 1; a < argc; a += 2) {
-        if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) { usage(f, n); exit(EXIT_SUCCESS); }
-        int k = -1;
-        for (int i = 0; i < n; i++)
-            if (strcmp(argv[a], f[i].name) == 0) k = i;
-        if (k < 0) {
-            fprintf(stderr, "error: unknown flag \"%s\" (./train_gpt -h lists them)\n", argv[a]);
-            exit(EXIT_FAILURE);
-        }
-        if (a + 1 >= argc) {
-            fprintf(stderr, "error: flag %s needs a value (%s)\n", argv[a], f[k].help);
-            exit(EXIT_FAILURE);
-        }
-        if (given[k]) {
-            fprintf(stderr, "error: flag %s given twice (%s, then %s)\n  hint: give each flag once\n", argv[a],
-                    argv[given[k]], argv[a + 1]);
-            exit(EXIT_FAILURE);
-        }
-        given[k] = a + 1;
-        if (flag_set(&f[k], argv[a + 1], "") != 0) exit(EXIT_FAILURE);
-    }
+    if (flags_parse(f, n, argc, argv)) { usage(f, n); exit(EXIT_SUCCESS); }
 }
 
 // GPT-2's sizes by depth: channels and heads (head size 64 throughout).
@@ -269,28 +211,6 @@ static const char* const kept_flags[] = {"-depth", "-b", "-t", "-seed", "-total_
                                          "-schedule", "-final_lr_frac", "-wd", "-beta1", "-beta2", "-eps", "-clip"};
 #define KEPT_FLAGS_MUST_MATCH 4
 #define N_KEPT_FLAGS ((int)(sizeof(kept_flags) / sizeof(kept_flags[0])))
-
-// A flag's value as text, exact (floats with 9 significant digits round-trip).
-static void flag_format(char* out, size_t n, const Flag* f) {
-    if (f->type == FLAG_INT) snprintf(out, n, "%d", *(const int*)f->value);
-    else if (f->type == FLAG_FLOAT) snprintf(out, n, "%.9g", *(const float*)f->value);
-    else snprintf(out, n, "%s", *(const char* const*)f->value);
-}
-
-static const Flag* flag_find(const Flag* f, int n, const char* name) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(f[i].name, name) == 0) return &f[i];
-    return NULL;
-}
-
-// argv index of flag `name`, 0 when not given
-static int flag_index(int argc, char** argv, const char* name) {
-    for (int a = 1; a < argc; a += 2)
-        if (strcmp(argv[a], name) == 0) return a;
-    return 0;
-}
-
-static int flag_given(int argc, char** argv, const char* name) { return flag_index(argc, argv, name) != 0; }
 
 // "-depth 6 -b 32 ...": the kept flags of c, for a checkpoint.
 static void settings_text(char* out, size_t n, TrainConfig* c) {
