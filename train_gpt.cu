@@ -150,9 +150,9 @@ static int gpt2_size(int depth, int* channels, int* heads) {
     return -1;
 }
 
-#define GPT2_MAX_SEQ_LEN 1024   // GPT-2's context: the rows of its position table
+#define GPT2_MAX_SEQ_LEN 1024    // GPT-2's context: the rows of its position table
 #define GPT2_PADDED_VOCAB 50304  // 50257 padded to a multiple of 128
-#define LLAMA_MAX_SEQ_LEN 4096  // the Llama-style model's context (RoPE: no table), config.json's max_position_embeddings
+#define LLAMA_MAX_SEQ_LEN 4096   // the Llama-style context (RoPE: no table); config.json's max_position_embeddings
 
 static int is_llama(const TrainConfig* c) { return strcmp(c->model, "llama") == 0; }
 static int max_seq_len(const TrainConfig* c) { return is_llama(c) ? LLAMA_MAX_SEQ_LEN : GPT2_MAX_SEQ_LEN; }
