@@ -211,8 +211,9 @@ build/dev/llama_ref_dump: dev/interop/llama_ref_dump.c $(LLMC) $(DEV_HEADERS) | 
 # publish_shards on uint32 shards);
 # GPU tests: dev/test/test_<name>.cu (run only where a GPU exists). CPU_TESTS and GPU_TESTS are set
 # at the top.
-# dev/test/test_train_faults.sh and test_train_dist.sh train on the GPU: they run with the GPU tests
-GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh dev/test/test_train_dist.sh
+# dev/test/test_train_faults.sh, test_train_dist.sh and test_train_llama.sh train on the GPU: they run with
+# the GPU tests (test_train_llama.sh on the shards of data-starter-o200k)
+GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh dev/test/test_train_dist.sh dev/test/test_train_llama.sh
 CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
 # cJSON: safetensors and the tiktoken encoder files
 CJSON_TESTS := test_safetensors test_gpt_hf test_llama_hf test_tokenizer test_make_shards
@@ -232,7 +233,7 @@ $(TIKTOKEN): | deps
 	mkdir -p build/node && npm install --silent --no-audit --no-fund --prefix build/node tiktoken@1.0.22
 
 # builds every CUDA target too, so that a compile error in any .cu fails the test run
-test: data data-tiktoken test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV_KERNELS) $(INTEROP) build/export_hf train_gpt test_gpt
+test: data data-tiktoken data-starter-o200k test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV_KERNELS) $(INTEROP) build/export_hf train_gpt test_gpt
 	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) $(CPU_TEST_SCRIPTS) $(ASAN_TESTS) --gpu $(GPU_TESTS) ./test_gpt $(GPU_TEST_SCRIPTS)
 
 clean:

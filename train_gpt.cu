@@ -1,11 +1,14 @@
-// train_gpt.cu: pretrains a GPT-2 (d6 ... d48) from scratch on token shards, in bf16, on one GPU or on
-// many through NCCL (-gpus N, mpirun, srun or torchrun-style variables; doc/multi_gpu.md).
+// train_gpt.cu: pretrains a GPT-2 (d6 ... d48) or a Llama-style model (llama-30m ... llama-1b) from
+// scratch on token shards, in bf16, on one GPU or on many through NCCL (-gpus N, mpirun, srun or
+// torchrun-style variables; doc/multi_gpu.md).
 //   make train_gpt && ./train_gpt            (d6 on the starter shards: a few minutes, visibly learns)
+//   ./train_gpt -model llama                 (llama-30m on the starter shards in o200k_base)
 //   ./train_gpt -h                           (every flag with its default)
-// The model and its layers are in llmc/ (gpt.cuh wires them); this file is the program around it:
-// flags, the learning-rate schedule, the loop with gradient accumulation, validation, sampling, the log,
-// and checkpoints with bitwise-identical resume (Ctrl-C writes one and exits cleanly); -init starts from
-// Hugging Face GPT-2 weights and -export_hf writes the model in that layout (llmc/gpt_hf.h, doc/interop.md).
+// The models and their layers are in llmc/ (gpt.cuh and llama.cuh wire them, train_model.cuh puts both
+// behind one interface); this file is the program around them: flags, the learning-rate schedule, the
+// loop with gradient accumulation, validation, sampling, the log, and checkpoints with bitwise-identical
+// resume (Ctrl-C writes one and exits cleanly); -init starts from Hugging Face GPT-2 weights and
+// -export_hf writes the model in Hugging Face's layout (llmc/gpt_hf.h, llmc/llama_hf.h, doc/interop.md).
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -13,15 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "llmc/gpt.cuh"        // GptModel, gpt_build / forward / backward / update / free, and the layers
-#include "llmc/dataloader.h"   // DataLoader: (B, T) batches from shards
-#include "llmc/tokenizer.h"    // GPT-2 decoding, for samples
-#include "llmc/rand.h"         // rand_next, for sampling
-#include "llmc/gpt_checkpoint.cuh"  // checkpoint files (llmc/checkpoint.h) to and from the model
-#include "llmc/checkpoint_dir.h"    // the run's checkpoint directory: names, latest, -resume, keep K
-#include "llmc/gpt_hf.h"            // Hugging Face's GPT-2 layout: -init, -export_hf
-#include "llmc/dist.cuh"            // data-parallel runs: launch environment, rendezvous, NCCL (doc/multi_gpu.md)
-#include "llmc/launcher.h"          // -gpus N: one process per GPU of this machine
+#include "llmc/train_model.cuh"        // TrainModel: GPT-2 or Llama-style, build / step / checkpoint / free
+#include "llmc/flags.h"                // the flag table's parser
+#include "llmc/dataloader.h"           // DataLoader: (B, T) batches from shards
+#include "llmc/tokenizer_tiktoken.h"   // the encodings (gpt2, cl100k_base, o200k_base): ids and decoding, for samples
+#include "llmc/rand.h"                 // rand_next, for sampling
+#include "llmc/checkpoint_dir.h"       // the run's checkpoint directory: names, latest, -resume, keep K
+#include "llmc/dist.cuh"               // data-parallel runs: launch environment, rendezvous, NCCL (doc/multi_gpu.md)
+#include "llmc/launcher.h"             // -gpus N: one process per GPU of this machine
 
 // config.json says which epsilon the exported model's LayerNorms use: it must be the one we compute with
 static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/gpt_hf.h's GPT_HF_LN_EPS must equal llmc/layernorm.cuh's LN_EPS");
@@ -32,7 +34,10 @@ typedef struct {
     const char* train_pattern;  // -train
     const char* val_pattern;    // -val
     const char* vocab_path;     // -vocab
+    const char* encoding;       // -encoding
+    const char* model;          // -model
     int depth;                  // -depth
+    const char* size;           // -size
     const char* init;           // -init
     int B, T;                   // -b, -t
     int total_batch;            // -total_batch: tokens per optimizer step
@@ -67,25 +72,18 @@ typedef struct {
     int nccl_timeout;           // -nccl_timeout
 } TrainConfig;
 
-typedef enum { FLAG_INT, FLAG_FLOAT, FLAG_STR } FlagType;
-typedef struct {
-    const char* name;
-    FlagType type;
-    void* value;
-    const char* def;    // the default, parsed like a command-line value
-    const char* group;  // usage() prints the flags grouped by this
-    const char* help;
-} Flag;
-
 // The one declaration of every flag: name, destination, default, help.
 static int train_flags(TrainConfig* c, Flag* f) {
     const Flag table[] = {
-        {"-train", FLAG_STR, &c->train_pattern, "data/starter/starter_train_*.bin", "data", "train shards (glob pattern)"},
-        {"-val", FLAG_STR, &c->val_pattern, "data/starter/starter_val_*.bin", "data", "validation shards (glob pattern)"},
-        {"-vocab", FLAG_STR, &c->vocab_path, "data/gpt2/vocab.bpe", "data", "GPT-2 BPE merges, to decode samples"},
-        {"-depth", FLAG_INT, &c->depth, "6", "model", "GPT-2 size: 6 (30M), 12 (124M), 24, 36, 48 (1.5B)"},
-        {"-init", FLAG_STR, &c->init, "", "model", "start from GPT-2 weights in Hugging Face's layout: a .safetensors file or a directory with model.safetensors (sets -depth; fresh optimizer)"},
-        {"-t", FLAG_INT, &c->T, "256", "batch", "sequence length T (at most 1024)"},
+        {"-train", FLAG_STR, &c->train_pattern, "data/starter/starter_train_*.bin", "data", "train shards (glob pattern); other encodings: data/starter_o200k/ or data/starter_cl100k/starter_train_*.bin"},
+        {"-val", FLAG_STR, &c->val_pattern, "data/starter/starter_val_*.bin", "data", "validation shards (glob pattern); other encodings: as -train"},
+        {"-encoding", FLAG_STR, &c->encoding, "auto", "data", "token ids: gpt2 | cl100k_base | o200k_base (auto: gpt2 for -model gpt2, its only one; o200k_base for llama)"},
+        {"-vocab", FLAG_STR, &c->vocab_path, "data/gpt2/vocab.bpe", "data", "the encoding's file, to decode samples (tiktoken's: data/tiktoken/<encoding>.json)"},
+        {"-model", FLAG_STR, &c->model, "gpt2", "model", "gpt2 | llama (Llama-style: RMSNorm, RoPE, SwiGLU, GQA, untied head, no biases)"},
+        {"-depth", FLAG_INT, &c->depth, "6", "model", "GPT-2 size (-model gpt2): 6 (30M), 12 (124M), 24, 36, 48 (1.5B)"},
+        {"-size", FLAG_STR, &c->size, "llama-30m", "model", "Llama-style size (-model llama): " LLAMA_SIZE_NAMES},
+        {"-init", FLAG_STR, &c->init, "", "model", "start from GPT-2 weights in Hugging Face's layout: a .safetensors file or a directory with model.safetensors (sets -depth; fresh optimizer; GPT-2 only)"},
+        {"-t", FLAG_INT, &c->T, "256", "batch", "sequence length T (at most 1024 for GPT-2, 4096 for llama)"},
         {"-b", FLAG_INT, &c->B, "32", "batch", "micro-batch size B (sequences per forward)"},
         {"-total_batch", FLAG_INT, &c->total_batch, "0", "batch", "tokens per optimizer step, a multiple of B*T (0: B*T)"},
         {"-steps", FLAG_INT, &c->steps, "300", "optimizer", "optimizer steps in all (0 with -resume: evaluate and sample only)"},
@@ -99,7 +97,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-eps", FLAG_FLOAT, &c->eps, "1e-8", "optimizer", "AdamW epsilon"},
         {"-clip", FLAG_FLOAT, &c->clip, "1.0", "optimizer", "clip gradients to this global norm (0: off)"},
         {"-head", FLAG_STR, &c->head, "fused", "memory", "LM head: fused (no logits stored: the faster of blocks and chunks) | blocks | chunks | unfused"},
-        {"-recompute", FLAG_INT, &c->recompute, "0", "memory", "1: recompute GELU outputs in the backward"},
+        {"-recompute", FLAG_INT, &c->recompute, "0", "memory", "1: recompute GELU outputs in the backward (GPT-2)"},
         {"-head_scratch", FLAG_INT, &c->head_scratch, "64", "memory", "MiB of scratch of the fused head (more: faster)"},
         {"-val_every", FLAG_INT, &c->val_every, "50", "eval", "validation loss every N steps (0: only at the end)"},
         {"-val_batches", FLAG_INT, &c->val_batches, "20", "eval", "batches per validation (-1: the whole split)"},
@@ -124,8 +122,6 @@ static int train_flags(TrainConfig* c, Flag* f) {
     memcpy(f, table, sizeof(table));
     return n;
 }
-#define MAX_FLAGS 64
-
 static void usage(const Flag* f, int n) {
     printf("usage: ./train_gpt [flag value]...\n");
     const char* groups[] = {"data", "model", "batch", "optimizer", "memory", "eval", "sample", "checkpoint", "run",
@@ -138,58 +134,13 @@ static void usage(const Flag* f, int n) {
     }
 }
 
-// Returns 0, or -1 with a message when `text` is not a valid value of flag f; `origin` says where the
-// value came from when not from the command line ("" there).
-static int flag_set(const Flag* f, const char* text, const char* origin) {
-    char* end = NULL;
-    if (f->type == FLAG_INT) {
-        long v = strtol(text, &end, 10);
-        if (end == text || *end != '\0' || v < -2147483647L || v > 2147483647L) {
-            fprintf(stderr, "error: flag %s expects an integer, got \"%s\"%s\n", f->name, text, origin);
-            return -1;
-        }
-        *(int*)f->value = (int)v;
-    } else if (f->type == FLAG_FLOAT) {
-        float v = strtof(text, &end);
-        if (end == text || *end != '\0' || !isfinite(v)) {
-            fprintf(stderr, "error: flag %s expects a number, got \"%s\"%s\n", f->name, text, origin);
-            return -1;
-        }
-        *(float*)f->value = v;
-    } else {
-        *(const char**)f->value = text;
-    }
-    return 0;
-}
-
 static void parse_flags(TrainConfig* c, int argc, char** argv) {
     Flag f[MAX_FLAGS];
     int n = train_flags(c, f);
-    for (int i = 0; i < n; i++)
-        if (flag_set(&f[i], f[i].def, " (its default)") != 0) exit(EXIT_FAILURE);  // a bug: caught at once
-    int given[MAX_FLAGS] = {0};  // argv index of each flag's value, 0: not given
-    for (int a = 1; a < argc; a += 2) {
-        if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) { usage(f, n); exit(EXIT_SUCCESS); }
-        int k = -1;
-        for (int i = 0; i < n; i++)
-            if (strcmp(argv[a], f[i].name) == 0) k = i;
-        if (k < 0) {
-            fprintf(stderr, "error: unknown flag \"%s\" (./train_gpt -h lists them)\n", argv[a]);
-            exit(EXIT_FAILURE);
-        }
-        if (a + 1 >= argc) {
-            fprintf(stderr, "error: flag %s needs a value (%s)\n", argv[a], f[k].help);
-            exit(EXIT_FAILURE);
-        }
-        if (given[k]) {
-            fprintf(stderr, "error: flag %s given twice (%s, then %s)\n  hint: give each flag once\n", argv[a],
-                    argv[given[k]], argv[a + 1]);
-            exit(EXIT_FAILURE);
-        }
-        given[k] = a + 1;
-        if (flag_set(&f[k], argv[a + 1], "") != 0) exit(EXIT_FAILURE);
-    }
+    if (flags_parse(f, n, argc, argv)) { usage(f, n); exit(EXIT_SUCCESS); }
 }
+
+// --- the model family ----------------------------------------------------------------------------
 
 // GPT-2's sizes by depth: channels and heads (head size 64 throughout).
 static int gpt2_size(int depth, int* channels, int* heads) {
@@ -199,18 +150,66 @@ static int gpt2_size(int depth, int* channels, int* heads) {
     return -1;
 }
 
-#define MAX_SEQ_LEN 1024
-#define VOCAB 50257
-#define PADDED_VOCAB 50304
+#define GPT2_MAX_SEQ_LEN 1024    // GPT-2's context: the rows of its position table
+#define GPT2_PADDED_VOCAB 50304  // 50257 padded to a multiple of 128
+#define LLAMA_MAX_SEQ_LEN 4096   // the Llama-style context (RoPE: no table); config.json's max_position_embeddings
+
+static int is_llama(const TrainConfig* c) { return strcmp(c->model, "llama") == 0; }
+static int max_seq_len(const TrainConfig* c) { return is_llama(c) ? LLAMA_MAX_SEQ_LEN : GPT2_MAX_SEQ_LEN; }
+
+// The starter shards of each encoding (make data, make data-starter-cl100k, make data-starter-o200k):
+// the defaults of -train and -val.
+static const char* const STARTER_SHARDS[][3] = {
+    {"gpt2", "data/starter/starter_train_*.bin", "data/starter/starter_val_*.bin"},
+    {"cl100k_base", "data/starter_cl100k/starter_train_*.bin", "data/starter_cl100k/starter_val_*.bin"},
+    {"o200k_base", "data/starter_o200k/starter_train_*.bin", "data/starter_o200k/starter_val_*.bin"},
+};
+
+// Checks the flags that depend on the model family and resolves -encoding auto; -train, -val and -vocab
+// left out follow the encoding. Flags told apart from their defaults by argv: a checkpoint's settings
+// never hold one of another family (settings_resume). Returns as validate.
+#define BAD(flag, ...) do { snprintf(msg, n, __VA_ARGS__); return flag; } while (0)
+static const char* resolve_model(TrainConfig* c, int argc, char** argv, char* msg, size_t n) {
+    int llama = is_llama(c);
+    LlamaConfig lc;
+    if (!llama && strcmp(c->model, "gpt2") != 0) BAD("-model", "-model %s: choose gpt2 or llama", c->model);
+    if (strcmp(c->encoding, "auto") == 0) c->encoding = llama ? "o200k_base" : "gpt2";
+    const TokenizerEncoding* enc = tokenizer_find_encoding(c->encoding);
+    if (!enc) BAD("-encoding", "-encoding %s: choose %s (or auto)", c->encoding, TOKENIZER_ENCODING_NAMES);
+    if (!llama && strcmp(c->encoding, "gpt2") != 0)
+        BAD("-encoding", "-encoding %s: GPT-2's vocabulary is gpt2's; train -model llama on %s shards, or leave "
+            "-encoding out", c->encoding, c->encoding);
+    if (!llama && flag_given(argc, argv, "-size"))
+        BAD("-size", "-size %s: a Llama-style size; GPT-2's size is -depth (6, 12, 24, 36, 48), or pass -model llama",
+            c->size);
+    if (llama && flag_given(argc, argv, "-depth"))
+        BAD("-depth", "-depth %d: a GPT-2 size; the Llama-style model's is -size (%s), or leave -model out for GPT-2",
+            c->depth, LLAMA_SIZE_NAMES);
+    if (llama && llama_config_named(&lc, c->size, enc->vocab_size, LLAMA_MAX_SEQ_LEN) != 0)
+        BAD("-size", "-size %s: the Llama-style sizes are %s", c->size, LLAMA_SIZE_NAMES);
+    if (llama && c->init[0])
+        BAD("-init", "-init %s: imports GPT-2 weights (-model gpt2); a Llama-style run starts from its own init, so "
+            "leave -init out", c->init);
+    if (llama && c->recompute != 0)
+        BAD("-recompute", "-recompute %d: recomputes GPT-2's GELU; the Llama-style model has nothing to recompute, "
+            "leave it out", c->recompute);
+    for (int i = 0; i < (int)(sizeof(STARTER_SHARDS) / sizeof(STARTER_SHARDS[0])); i++) {
+        if (strcmp(STARTER_SHARDS[i][0], c->encoding) != 0) continue;
+        if (!flag_given(argc, argv, "-train")) c->train_pattern = STARTER_SHARDS[i][1];
+        if (!flag_given(argc, argv, "-val")) c->val_pattern = STARTER_SHARDS[i][2];
+    }
+    if (!flag_given(argc, argv, "-vocab")) c->vocab_path = enc->path;
+    return NULL;
+}
 
 // Checks the flags one at a time. On the first bad value returns its flag and fills msg with
-// "<flag> <value>: what is allowed"; NULL when all are valid.
+// "<flag> <value>: what is allowed"; NULL when all are valid. The model's flags are resolved already.
 static const char* validate(const TrainConfig* c, char* msg, size_t n) {
-#define BAD(flag, ...) do { snprintf(msg, n, __VA_ARGS__); return flag; } while (0)
     int ch, nh;
-    if (gpt2_size(c->depth, &ch, &nh) != 0) BAD("-depth", "-depth %d: GPT-2 sizes are 6, 12, 24, 36, 48", c->depth);
-    if (c->T < 1 || c->T > MAX_SEQ_LEN)
-        BAD("-t", "-t %d: the sequence length must be in [1, %d] (the model's context)", c->T, MAX_SEQ_LEN);
+    if (!is_llama(c) && gpt2_size(c->depth, &ch, &nh) != 0)
+        BAD("-depth", "-depth %d: GPT-2 sizes are 6, 12, 24, 36, 48", c->depth);
+    if (c->T < 1 || c->T > max_seq_len(c))
+        BAD("-t", "-t %d: the sequence length must be in [1, %d] (the model's context)", c->T, max_seq_len(c));
     if (c->B < 1) BAD("-b", "-b %d: the batch size must be at least 1", c->B);
     if ((long long)c->B * c->T > (1LL << 24))
         BAD("-b", "-b %d -t %d: B*T = %lld tokens per micro-batch is more than 16M", c->B, c->T, (long long)c->B * c->T);
@@ -245,7 +244,8 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
     if (c->sample_tokens < 0) BAD("-sample_tokens", "-sample_tokens %d: must be 0 (none) or more", c->sample_tokens);
     if (c->sample_every < 0) BAD("-sample_every", "-sample_every %d: must be 0 (only at the end) or more", c->sample_every);
     if (c->temperature < 0.0f) BAD("-temperature", "-temperature %g: must be 0 (greedy) or more", c->temperature);
-    if (c->top_k < 0 || c->top_k > VOCAB) BAD("-top_k", "-top_k %d: must be in [0, %d]", c->top_k, VOCAB);
+    int V = tokenizer_find_encoding(c->encoding)->vocab_size;
+    if (c->top_k < 0 || c->top_k > V) BAD("-top_k", "-top_k %d: must be in [0, %d] (the vocabulary)", c->top_k, V);
     if (!c->out_dir[0]) BAD("-out", "-out \"\": an output directory is needed");
     if (c->ckpt_every < 0) BAD("-ckpt_every", "-ckpt_every %d: must be 0 (only at the end) or more", c->ckpt_every);
     if (c->keep < 0) BAD("-keep", "-keep %d: must be 0 (write none) or more", c->keep);
@@ -255,53 +255,40 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
         BAD("-nccl_init", "-nccl_init %s: choose tcp or file:PATH (a path every rank can read)", c->nccl_init);
     if (c->nccl_timeout < 1) BAD("-nccl_timeout", "-nccl_timeout %d: seconds, 1 or more", c->nccl_timeout);
     return NULL;
-#undef BAD
 }
+#undef BAD
 
 // --- settings kept in checkpoints -----------------------------------------------------------------
 
 // The flags a checkpoint records. On -resume each one left off the command line is taken from the
-// checkpoint, so `./train_gpt -resume latest` continues the run as it was started. The first four
+// checkpoint, so `./train_gpt -resume latest` continues the run as it was started. The first seven
 // decide the model and the data stream: given with another value they are an error. The others may be
 // changed (a longer -steps, another -lr ...), with a note that the run then differs from an
-// uninterrupted one.
-static const char* const kept_flags[] = {"-depth", "-b", "-t", "-seed", "-total_batch", "-steps", "-lr", "-warmup",
-                                         "-schedule", "-final_lr_frac", "-wd", "-beta1", "-beta2", "-eps", "-clip"};
-#define KEPT_FLAGS_MUST_MATCH 4
+// uninterrupted one. Each family records its own: -depth for GPT-2 (whose settings are what they were
+// before the Llama-style family existed, so its checkpoints are too), -model, -size and -encoding for llama.
+static const char* const kept_flags[] = {"-model", "-depth", "-size", "-encoding", "-b", "-t", "-seed", "-total_batch",
+                                         "-steps", "-lr", "-warmup", "-schedule", "-final_lr_frac", "-wd", "-beta1",
+                                         "-beta2", "-eps", "-clip"};
+#define KEPT_FLAGS_MUST_MATCH 7
 #define N_KEPT_FLAGS ((int)(sizeof(kept_flags) / sizeof(kept_flags[0])))
 
-// A flag's value as text, exact (floats with 9 significant digits round-trip).
-static void flag_format(char* out, size_t n, const Flag* f) {
-    if (f->type == FLAG_INT) snprintf(out, n, "%d", *(const int*)f->value);
-    else if (f->type == FLAG_FLOAT) snprintf(out, n, "%.9g", *(const float*)f->value);
-    else snprintf(out, n, "%s", *(const char* const*)f->value);
+static int kept_flag_applies(const TrainConfig* c, const char* name) {
+    if (strcmp(name, "-depth") == 0) return !is_llama(c);
+    if (strcmp(name, "-model") == 0 || strcmp(name, "-size") == 0 || strcmp(name, "-encoding") == 0) return is_llama(c);
+    return 1;
 }
 
-static const Flag* flag_find(const Flag* f, int n, const char* name) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(f[i].name, name) == 0) return &f[i];
-    return NULL;
-}
-
-// argv index of flag `name`, 0 when not given
-static int flag_index(int argc, char** argv, const char* name) {
-    for (int a = 1; a < argc; a += 2)
-        if (strcmp(argv[a], name) == 0) return a;
-    return 0;
-}
-
-static int flag_given(int argc, char** argv, const char* name) { return flag_index(argc, argv, name) != 0; }
-
-// "-depth 6 -b 32 ...": the kept flags of c, for a checkpoint.
+// "-depth 6 -b 32 ...": the kept flags of c that apply to its family, for a checkpoint.
 static void settings_text(char* out, size_t n, TrainConfig* c) {
     Flag f[MAX_FLAGS];
     int nf = train_flags(c, f);
     size_t len = 0;
     out[0] = '\0';
     for (int i = 0; i < N_KEPT_FLAGS && len < n; i++) {
+        if (!kept_flag_applies(c, kept_flags[i])) continue;
         char v[64];
         flag_format(v, sizeof(v), flag_find(f, nf, kept_flags[i]));
-        len += (size_t)snprintf(out + len, n - len, "%s%s %s", i ? " " : "", kept_flags[i], v);
+        len += (size_t)snprintf(out + len, n - len, "%s%s %s", len ? " " : "", kept_flags[i], v);
     }
 }
 
@@ -316,9 +303,11 @@ static void settings_resume(TrainConfig* c, char* text, const char* path, int ar
         const Flag* fl = flag_find(f, nf, name);
         int k = 0;
         while (k < N_KEPT_FLAGS && strcmp(kept_flags[k], name) != 0) k++;
-        if (!fl || !value || k == N_KEPT_FLAGS) {
-            fprintf(stderr, "error: checkpoint %s records an unknown setting \"%s\": written by another version of "
-                    "train_gpt; start without -resume\n", path, name);
+        if (!fl || !value || k == N_KEPT_FLAGS || !kept_flag_applies(c, name)) {
+            fprintf(stderr, "error: checkpoint %s records %s setting \"%s\"%s: written by another version of "
+                    "train_gpt; start without -resume\n", path, fl && k < N_KEPT_FLAGS ? "the" : "an unknown", name,
+                    fl && k < N_KEPT_FLAGS ? (is_llama(c) ? ", which a Llama-style model does not have"
+                                                          : ", which a GPT-2 model does not have") : "");
             exit(EXIT_FAILURE);
         }
         if (!flag_given(argc, argv, name)) {
@@ -342,11 +331,24 @@ static void settings_resume(TrainConfig* c, char* text, const char* path, int ar
     }
 }
 
-// Exits on the first bad flag value; one taken from the checkpoint's settings (ckpt_path, NULL when not
-// resuming) is said to come from there.
-static void validate_or_exit(const TrainConfig* c, const char* ckpt_path, int argc, char** argv) {
-    char msg[512];
-    const char* flag = validate(c, msg, sizeof(msg));
+// -resume: the checkpoint's header says its family. -model left out is taken from it (a GPT-2
+// checkpoint's settings do not name the family); given, it must be the checkpoint's, else the run stops
+// here, before the data and the GPU, naming the file and both families.
+static void model_from_checkpoint(TrainConfig* c, const CheckpointReader* r, const char* path, int argc, char** argv) {
+    int family = r->state.model.family;
+    const char* name = family == CHECKPOINT_FAMILY_LLAMA ? "llama" : "gpt2";
+    if (!flag_given(argc, argv, "-model")) c->model = name;
+    if (strcmp(c->model, name) == 0) return;
+    fprintf(stderr, "error: -model %s: the checkpoint %s holds a %s model (-model %s), another model family\n  hint: "
+            "leave -model out (it is taken from the checkpoint), or start without -resume\n", c->model, path,
+            checkpoint_family_name(family), name);
+    exit(EXIT_FAILURE);
+}
+
+// Exits when `flag` is not NULL: the first bad flag that resolve_model or validate found, msg its
+// message. A value taken from the checkpoint's settings (ckpt_path, NULL when not resuming) is said to
+// come from there.
+static void exit_if_bad(const char* flag, const char* msg, const char* ckpt_path, int argc, char** argv) {
     if (!flag) return;
     fprintf(stderr, "error: %s\n", msg);
     int kept = 0;
@@ -435,27 +437,27 @@ static void catch_stop_signals(void) {
 // evaluates its share (the loader deals batch i to rank i mod world) and the sums are gathered, so the
 // mean is over the same batches at any number of GPUs. Returns 0, or -1 when a shard is bad (the reason
 // in val->err).
-static int evaluate(GptModel* m, DataLoader* val, int batches, float* out, const GpuContext* ctx) {
+static int evaluate(TrainModel* m, DataLoader* val, int batches, float* out, const GpuContext* ctx) {
     dataloader_reset(val);
     int rank = m->comm->rank, world = m->comm->world, mine = 0;
     double sum = 0.0;
     for (int i = rank; i < batches; i += world, mine++) {
         if (dataloader_next_batch(val) != 0) return -1;
-        gpt_forward(m, val->inputs, val->cfg.B, val->cfg.T, ctx);
-        gpt_eval_loss(m, val->targets, ctx);
+        train_model_forward(m, val->inputs, val->cfg.B, val->cfg.T, ctx);
+        train_model_eval_loss(m, val->targets, ctx);
         float loss;
-        cuda_check(cudaMemcpyAsync(&loss, m->head.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
+        cuda_check(cudaMemcpyAsync(&loss, m->head->loss, sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
         cuda_check(cudaStreamSynchronize(ctx->stream));
         sum += loss;
     }
-    fused_lce_check(&m->head, ctx);
+    fused_lce_check(m->head, ctx);
     if (world == 1) {
         *out = (float)(sum / batches);
         return 0;
     }
     float part[2] = {(float)sum, (float)mine};
     float* all = (float*)malloc_check(2 * (size_t)world * sizeof(float));
-    comm_gather_host(m->comm, part, 2, all, m->acts.scratch, ctx->stream);  // scratch: free between steps
+    comm_gather_host(m->comm, part, 2, all, m->scratch, ctx->stream);  // scratch: free between steps
     double total = 0.0, count = 0.0;
     for (int r = 0; r < world; r++) { total += all[2 * r]; count += all[2 * r + 1]; }
     free(all);
@@ -494,23 +496,23 @@ static int sample_token(const float* logits, int V, float temperature, int top_k
     return best;  // u within rounding of the total
 }
 
-// Samples n tokens after <|endoftext|> (no KV cache: one forward of the whole prefix per token, B = 1)
-// and prints them decoded. The RNG state is the caller's, kept in checkpoints: a resumed run samples
-// the same text as the uninterrupted one.
-static void sample(GptModel* m, const Tokenizer* tok, int n, float temperature, int top_k, uint64_t* rng, int step,
+// Samples n tokens after the encoding's <|endoftext|> (no KV cache: one forward of the whole prefix per
+// token, B = 1) and prints them decoded with its tokenizer. The RNG state is the caller's, kept in
+// checkpoints: a resumed run samples the same text as the uninterrupted one.
+static void sample(TrainModel* m, const Tokenizer* tok, int n, float temperature, int top_k, uint64_t* rng, int step,
                    const GpuContext* ctx) {
-    int V = m->config.vocab_size, maxT = m->max_T;
+    int V = m->vocab_size, maxT = m->max_T;
     int* ids = (int*)malloc_check((size_t)maxT * sizeof(int));
     float* logits = (float*)malloc_check((size_t)V * sizeof(float));
     float* sorted = (float*)malloc_check((size_t)V * sizeof(float));
     int len = 1;
-    ids[0] = TOKENIZER_GPT2_EOT;
+    ids[0] = tok->eot_id;
     printf("sample (step %d): ", step);
     for (int i = 0; i < n && !stop_signal; i++) {  // Ctrl-C ends a sample early
         int window = len < maxT ? len : maxT;  // past T tokens the context slides
-        gpt_forward(m, ids + len - window, 1, window, ctx);
-        gpt_logits_row(m, window - 1, ctx);
-        cuda_check(cudaMemcpyAsync(logits, m->acts.logits_row, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
+        train_model_forward(m, ids + len - window, 1, window, ctx);
+        train_model_logits_row(m, window - 1, ctx);
+        cuda_check(cudaMemcpyAsync(logits, m->logits_row, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
         cuda_check(cudaStreamSynchronize(ctx->stream));
         int next = sample_token(logits, V, temperature, top_k, sorted, rng);
         size_t blen;
@@ -563,7 +565,7 @@ static FILE* log_open(const char* dir, int resume_step, int argc, char** argv) {
 
 // The checkpoint after `step` steps: the file, then the `latest` marker, then older ones pruned. Every
 // rank calls it (the state is gathered from their shards); rank 0 writes.
-static void save_checkpoint(GptModel* m, const TrainConfig* c, int step, uint64_t sample_rng,
+static void save_checkpoint(TrainModel* m, const TrainConfig* c, int step, uint64_t sample_rng,
                             DataLoaderPosition data, const char* settings, FILE* log_file, const GpuContext* ctx) {
     CheckpointState s;
     memset(&s, 0, sizeof(s));
@@ -574,7 +576,7 @@ static void save_checkpoint(GptModel* m, const TrainConfig* c, int step, uint64_
     char path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN];
     checkpoint_path(path, sizeof(path), c->out_dir, step);
     double t0 = now_seconds();
-    checkpoint_check(err, gpt_save_checkpoint(m, path, &s, err, sizeof(err), ctx));  // every rank: it gathers
+    checkpoint_check(err, train_model_save_checkpoint(m, path, &s, err, sizeof(err), ctx));  // every rank: it gathers
     if (m->comm->rank != 0) return;
     checkpoint_check(err, checkpoint_mark_latest(c->out_dir, path, err, sizeof(err)));
     checkpoint_check(err, checkpoint_prune(c->out_dir, c->keep, step, err, sizeof(err)));
@@ -587,7 +589,7 @@ static void save_checkpoint(GptModel* m, const TrainConfig* c, int step, uint64_
 // `what` and `hint`. every_rank: all ranks met the fault together (too many bad steps: they share the
 // flags), so they can gather the state; a fault of one rank (its data) ends a multi-GPU run without a
 // checkpoint: that rank exits, and the control channel stops the others (llmc/dist_control.h).
-static void stop_with_checkpoint(GptModel* m, const TrainConfig* c, int step, int start_step, uint64_t sample_rng,
+static void stop_with_checkpoint(TrainModel* m, const TrainConfig* c, int step, int start_step, uint64_t sample_rng,
                                  DataLoaderPosition data, const char* settings, FILE* log_file, const char* what,
                                  const char* hint, int every_rank, const GpuContext* ctx) {
     fprintf(log_file, "step %d stopped fault\n", step);
@@ -636,33 +638,29 @@ static void init_open(GptHfReader* r, TrainConfig* c, int argc, char** argv) {
 }
 
 // The -init weights into the model: master and bf16 parameters; AdamW's moments zero (a fresh start).
-static void init_load(GptModel* m, GptHfReader* r, const TrainConfig* c, const GpuContext* ctx) {
+static void init_load(TrainModel* m, GptHfReader* r, const TrainConfig* c, const GpuContext* ctx) {
     float* values = (float*)malloc_check(m->num_params * sizeof(float));
-    if (gpt_hf_load(r, &m->config, values) != 0) {
+    if (gpt_hf_load(r, &m->gpt.config, values) != 0) {  // -init is GPT-2's (resolve_model)
         fprintf(stderr, "error: -init %s: %s\n", c->init, r->err);
         exit(EXIT_FAILURE);
     }
-    gpt_set_params(m, values, ctx);
+    train_model_set_params(m, values, ctx);
     free(values);
 }
 
-// The model's fp32 master weights to dir, through the export tool's code (build/export_hf). Every rank
-// calls it (the weights are gathered from their shards); rank 0 writes.
-static void export_hf(GptModel* m, const char* dir, const char* vocab_path, const GpuContext* ctx) {
-    const float* full = zero_gather_full(&m->zero, m->comm, m->grads_memory, m->master_memory, ctx->stream);
-    comm_sync(m->comm, ctx->stream);
-    if (m->comm->rank != 0) return;
-    float* values = (float*)malloc_check(m->num_params * sizeof(float));
-    cuda_check(cudaMemcpy(values, full, m->num_params * sizeof(float), cudaMemcpyDeviceToHost));
+// The model's fp32 master weights to dir, through the export tool's code (GPT-2: build/export_hf).
+// Every rank calls it (the weights are gathered from their shards); rank 0 writes.
+static void export_hf(TrainModel* m, const char* dir, const char* vocab_path, int eot, const GpuContext* ctx) {
     char err[GPT_HF_ERR_LEN];
     double t0 = now_seconds();
-    if (gpt_hf_export(dir, &m->config, values, vocab_path, err, sizeof(err)) != 0) {
+    if (train_model_export_hf(m, dir, vocab_path, eot, err, sizeof(err), ctx) != 0) {
         fprintf(stderr, "error: -export_hf %s: %s\n", dir, err);
         exit(EXIT_FAILURE);
     }
-    free(values);
-    printf("exported to %s/ for Hugging Face transformers (fp32 master weights, %.1f MiB, %.1f s)\n", dir,
-           mib(m->num_params * sizeof(float)), now_seconds() - t0);
+    if (m->comm->rank == 0)
+        printf("exported to %s/ for Hugging Face transformers (%s, fp32 master weights, %.1f MiB, %.1f s)\n", dir,
+               m->family == CHECKPOINT_FAMILY_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
+               mib(m->num_params * sizeof(float)), now_seconds() - t0);
 }
 
 // --- main ----------------------------------------------------------------------------------------
@@ -682,14 +680,18 @@ int main(int argc, char** argv) {
     if (resumed) {
         checkpoint_check(err, checkpoint_resolve(ckpt_path, sizeof(ckpt_path), cfg.resume, cfg.out_dir, err, sizeof(err)));
         checkpoint_check(ckpt.err, checkpoint_reader_open(&ckpt, ckpt_path));
+        model_from_checkpoint(&cfg, &ckpt, ckpt_path, argc, argv);
         memcpy(saved_settings, ckpt.state.settings, sizeof(saved_settings));
         settings_resume(&cfg, saved_settings, ckpt_path, argc, argv);
     }
+    char msg[512];
+    exit_if_bad(resolve_model(&cfg, argc, argv, msg, sizeof(msg)), msg, resumed ? ckpt_path : NULL, argc, argv);
+    const TokenizerEncoding* encoding = tokenizer_find_encoding(cfg.encoding);
     // -init: the file's header first, so that a bad file fails before the GPU is touched and the depth can
     // come from its tensors
     GptHfReader init;
     if (cfg.init[0]) init_open(&init, &cfg, argc, argv);
-    validate_or_exit(&cfg, resumed ? ckpt_path : NULL, argc, argv);
+    exit_if_bad(validate(&cfg, msg, sizeof(msg)), msg, resumed ? ckpt_path : NULL, argc, argv);
     int start_step = resumed ? (int)ckpt.state.step : 0;
     int train_steps = cfg.steps == 0 ? 0 : cfg.steps - start_step;  // 0: evaluate and sample only
     if (train_steps < 0) {
@@ -731,17 +733,26 @@ int main(int argc, char** argv) {
 
     // data first: a bad pattern or too little data fails before the GPU is touched. Shards of either
     // layout load (uint16 ids, or uint32 ids as make_shards --encoding cl100k_base/o200k_base writes);
-    // every id is checked against GPT-2's vocabulary when a shard is loaded, so a shard of another
-    // encoding is refused at its first load (at init for the first shard of the stream), naming the
-    // file and `--encoding gpt2`.
+    // every id is checked against the encoding's vocabulary when a shard is loaded, so a shard of a larger
+    // encoding is refused at its first load (at init for the first shard of the stream), naming the file.
+    // uint16 shards hold GPT-2's ids (llm.c's layout): refused for the tiktoken encodings.
     DataLoader train, val;
     DataLoaderConfig dc;
     memset(&dc, 0, sizeof(dc));
     dc.pattern = cfg.train_pattern; dc.B = cfg.B; dc.T = cfg.T; dc.shuffle = 1; dc.seed = (uint64_t)cfg.seed;
-    dc.vocab_size = VOCAB; dc.rank = rank; dc.world_size = world;
+    dc.vocab_size = encoding->vocab_size; dc.rank = rank; dc.world_size = world;
     dataloader_check(&train, dataloader_init(&train, &dc));
     dc.pattern = cfg.val_pattern; dc.shuffle = 0;
     dataloader_check(&val, dataloader_init(&val, &dc));
+    for (int s = 0; s < 2 && strcmp(cfg.encoding, "gpt2") != 0; s++) {
+        const DataLoader* d = s == 0 ? &train : &val;
+        if (d->token_bytes != 2) continue;
+        fprintf(stderr, "error: %s %s: uint16 shards, GPT-2's layout (gpt2 ids), but -encoding is %s\n  hint: make the "
+                "shards with build/make_shards --encoding %s (the starter corpus: make data-starter-%s), or pass "
+                "-encoding gpt2\n", s == 0 ? "-train" : "-val", d->cfg.pattern, cfg.encoding, cfg.encoding,
+                strcmp(cfg.encoding, "o200k_base") == 0 ? "o200k" : "cl100k");
+        exit(EXIT_FAILURE);
+    }
     int64_t val_avail = val.total_windows / cfg.B;  // batches of the split, over all ranks together
     int val_batches = cfg.val_batches < 0 ? (int)val_avail : cfg.val_batches;
     if (val_avail < 1 || val_batches > val_avail) {
@@ -751,13 +762,21 @@ int main(int argc, char** argv) {
         exit(EXIT_FAILURE);
     }
     Tokenizer tok;
-    if (cfg.sample_tokens > 0) tokenizer_init(&tok, cfg.vocab_path);
-    GptConfig mc;
-    mc.max_seq_len = MAX_SEQ_LEN; mc.vocab_size = VOCAB; mc.padded_vocab_size = PADDED_VOCAB;
-    mc.num_layers = cfg.depth;
-    gpt2_size(cfg.depth, &mc.channels, &mc.num_heads);
+    if (cfg.sample_tokens > 0) tokenizer_init_encoding(&tok, cfg.encoding, cfg.vocab_path);
+    TrainModelConfig mc;
+    memset(&mc, 0, sizeof(mc));
+    if (is_llama(&cfg)) {
+        mc.family = CHECKPOINT_FAMILY_LLAMA;
+        llama_config_named(&mc.llama, cfg.size, encoding->vocab_size, LLAMA_MAX_SEQ_LEN);  // a known size: resolve_model
+    } else {
+        mc.family = CHECKPOINT_FAMILY_GPT2;
+        GptConfig* g = &mc.gpt;
+        g->max_seq_len = GPT2_MAX_SEQ_LEN; g->vocab_size = encoding->vocab_size; g->padded_vocab_size = GPT2_PADDED_VOCAB;
+        g->num_layers = cfg.depth;
+        gpt2_size(cfg.depth, &g->channels, &g->num_heads);
+    }
     if (resumed) {  // the checkpoint's sizes, checksum and values, before the GPU is touched
-        CheckpointModel want = gpt_checkpoint_model_of(&mc);
+        CheckpointModel want = train_model_checkpoint_of(&mc);
         checkpoint_check(ckpt.err, checkpoint_check_model(&ckpt, &want));
         checkpoint_check(ckpt.err, checkpoint_reader_verify(&ckpt));
         if (ckpt.version < CHECKPOINT_VERSION)
@@ -774,21 +793,21 @@ int main(int argc, char** argv) {
     const char* peak_source = "";
     double peak = gpu_peak_bf16_flops(device, &peak_source);
 
-    GptModel model;
+    TrainModel model;
     FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS
                   : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS : FLCE_PATH_UNFUSED;
-    gpt_build_dist(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20, dist_comm(&dist));
+    train_model_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20, dist_comm(&dist));
     // the sampler's own stream, advanced by every sample and kept in checkpoints
     uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);
     if (resumed) {
-        checkpoint_check(ckpt.err, gpt_load_checkpoint(&model, &ckpt, &ctx));
+        checkpoint_check(ckpt.err, train_model_load_checkpoint(&model, &ckpt, &ctx));
         checkpoint_reader_close(&ckpt);
         sample_rng = ckpt.state.rng;
         if (train_steps > 0) dataloader_check(&train, dataloader_restore(&train, &ckpt.state.data));
     } else if (cfg.init[0]) {
         init_load(&model, &init, &cfg, &ctx);
     } else {
-        gpt_init_params(&model, (uint64_t)cfg.seed, &ctx);
+        train_model_init_params(&model, (uint64_t)cfg.seed, &ctx);
     }
     // nothing is written before here: every check has passed and the GPU has started
     // rank 0 alone writes: the others log to /dev/null
@@ -797,28 +816,42 @@ int main(int argc, char** argv) {
     FILE* log_file = train_steps == 0 ? NULL : rank == 0 ? log_open(cfg.out_dir, resumed ? start_step : -1, argc, argv)
                    : fopen_check("/dev/null", "w");
 
-    // FLOPs per token: 6 per parameter (forward + backward) plus attention's 6·L·C·T (llm.c's count)
-    double flops_per_token = 6.0 * model.num_params + 6.0 * mc.num_layers * mc.channels * cfg.T;
+    // FLOPs per token: 6 per parameter (forward + backward) plus attention's 6·L·C·T (llm.c's count;
+    // the Llama-style model's untied embedding, a lookup, is left out: train_model_flops_per_token)
+    double flops_per_token = train_model_flops_per_token(&model, cfg.T);
 
     const char* rule = "+----------------------+--------------------------------------------------+\n";
     printf("%s", rule);
     table_row("train shards", "%s (%lld tokens, uint%d ids)", cfg.train_pattern, (long long)train.total_windows * cfg.T,
               8 * train.token_bytes);
     table_row("val shards", "%s", cfg.val_pattern);
-    table_row("model", "d%d: %d layers, %d channels, %d heads", cfg.depth, mc.num_layers, mc.channels, mc.num_heads);
-    table_row("vocab", "%d (padded to %d)", mc.vocab_size, mc.padded_vocab_size);
-    table_row("parameters", "%zu", model.num_params);
+    const LlamaConfig* lc = &mc.llama;
+    if (is_llama(&cfg)) {
+        table_row("model", "Llama-style %s: %d layers, %d channels, FFN %d", cfg.size, lc->num_layers, lc->channels,
+                  lc->ffn_hidden);
+        table_row("attention", "%d heads on %d key/value heads of %d, RoPE theta %g", lc->num_heads, lc->num_kv_heads,
+                  lc->channels / lc->num_heads, lc->rope_theta);
+        table_row("vocab", "%d (padded to %d), embedding and LM head untied", lc->vocab_size, lc->padded_vocab_size);
+        table_row("parameters", "%zu; %zu without the two tables", model.num_params,
+                  model.num_params - model.embed_params - model.head_params);
+    } else {
+        table_row("model", "GPT-2 d%d: %d layers, %d channels, %d heads", cfg.depth, mc.gpt.num_layers, mc.gpt.channels,
+                  mc.gpt.num_heads);
+        table_row("vocab", "%d (padded to %d)", mc.gpt.vocab_size, mc.gpt.padded_vocab_size);
+        table_row("parameters", "%zu", model.num_params);
+    }
+    table_row("encoding", "%s, <|endoftext|> %d (%s)", cfg.encoding, encoding->eot_id, cfg.vocab_path);
     table_row("batch", "B %d x T %d, %d tokens per step", cfg.B, cfg.T, total_batch);
     table_row("grad accumulation", "%d micro-steps", accum);
     table_row("steps", "%d", cfg.steps);
     table_row("lr schedule", "peak %g, warmup %d, %s to %g x peak", cfg.lr, cfg.warmup, cfg.schedule, cfg.final_lr_frac);
     table_row("AdamW", "beta1 %g, beta2 %g, eps %g, wd %g", cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
     table_row("grad clip", "%g", cfg.clip);
-    if (model.head.cfg.path == FLCE_PATH_BLOCKS)
-        table_row("LM head", "fused, blocks of %d rows x %d vocab columns (-head_scratch %d MiB)", model.head.blk.nb,
-                  model.head.blk.vb, cfg.head_scratch);
-    else if (model.head.cfg.path == FLCE_PATH_CHUNKS)
-        table_row("LM head", "fused, chunks of %d rows (-head_scratch %d MiB)", model.head.chunks.rows, cfg.head_scratch);
+    if (model.head->cfg.path == FLCE_PATH_BLOCKS)
+        table_row("LM head", "fused, blocks of %d rows x %d vocab columns (-head_scratch %d MiB)", model.head->blk.nb,
+                  model.head->blk.vb, cfg.head_scratch);
+    else if (model.head->cfg.path == FLCE_PATH_CHUNKS)
+        table_row("LM head", "fused, chunks of %d rows (-head_scratch %d MiB)", model.head->chunks.rows, cfg.head_scratch);
     else
         table_row("LM head", "unfused (bf16 logits of all %d rows)", cfg.B * cfg.T);
     table_row("recompute", "%s", cfg.recompute ? "GELU" : "none");
@@ -842,13 +875,13 @@ int main(int argc, char** argv) {
     if (peak > 0) table_row("peak bf16", "%.1f TFLOP/s (%s) per GPU, the MFU's base", peak / 1e12, peak_source);
     else table_row("peak bf16", "unknown for this architecture: no MFU");
     printf("%s", rule);
-    size_t n = model.num_params, shard = model.zero.shard_size;
+    size_t n = model.num_params, shard = model.zero->shard_size;
     char zero_note[96] = "";
     if (world > 1) snprintf(zero_note, sizeof(zero_note), " (ZeRO-1: 1/%d of %.1f MiB)", world, mib(3 * n * sizeof(float)));
     printf("memory per GPU: parameters %.1f MiB | gradients %.1f MiB | optimizer (master, m, v) %.1f MiB%s | "
            "activations %.1f MiB | head scratch %.1f MiB\n", mib(n * sizeof(bf16)), mib(n * sizeof(float)),
            mib(3 * shard * sizeof(float)), zero_note, mib(model.acts_bytes),
-           mib(model.head.scratch_bytes + 2 * (size_t)model.head.cfg.max_n * sizeof(float)));
+           mib(model.head->scratch_bytes + 2 * (size_t)model.head->cfg.max_n * sizeof(float)));
 
     static Profile prof;  // big (an event per mark): not on the stack
     profile_build(&prof, cfg.profile);
@@ -865,7 +898,7 @@ int main(int argc, char** argv) {
     for (int step = start_step; step < end && !stopped; step++) {
         double t0 = now_seconds();
         if (step > start_step) profile_start(&prof, ctx.stream);  // the first step includes warmup
-        gpt_zero_grad(&model, &ctx);
+        train_model_zero_grad(&model, &ctx);
         DataLoaderPosition step_data = dataloader_save(&train);  // where this step's batches start
         for (int k = 0; k < accum; k++) {
             if (dataloader_next_batch(&train) != 0) {  // a bad shard: keep what was done, name the file
@@ -873,22 +906,21 @@ int main(int argc, char** argv) {
                 stop_with_checkpoint(&model, &cfg, step, start_step, sample_rng, step_data, settings, log_file, what,
                                      hint, 0, &ctx);
             }
-            gpt_forward(&model, train.inputs, cfg.B, cfg.T, &ctx);
+            train_model_forward(&model, train.inputs, cfg.B, cfg.T, &ctx);
             float dloss = 1.0f / (accum * world);  // the mean over every micro-batch of every rank
-            if (k == accum - 1) gpt_backward_reduce(&model, train.targets, dloss, &ctx);  // + the ranks' sum
-            else gpt_backward(&model, train.targets, dloss, &ctx);
+            train_model_backward(&model, train.targets, dloss, k == accum - 1, &ctx);  // the last: + the ranks' sum
         }
         if (step + 1 >= nan_from && step + 1 <= nan_to)
-            cuda_check(cudaMemsetAsync(model.grads_memory, 0xff, sizeof(float), ctx.stream));  // 0xffffffff: NaN
+            cuda_check(cudaMemsetAsync(model.grads, 0xff, sizeof(float), ctx.stream));  // 0xffffffff: NaN
         float lr = lr_at(&cfg, step);
-        gpt_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, stop_signal != 0, &ctx);
+        train_model_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, stop_signal != 0, &ctx);
         float loss, norm[4];  // norm: ‖g‖, clip scale, skipped, stop (llmc/global_norm.cuh)
-        cuda_check(cudaMemcpyAsync(&loss, model.acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
-        cuda_check(cudaMemcpyAsync(norm, model.acts.norm, sizeof(norm), cudaMemcpyDeviceToHost, ctx.stream));
+        cuda_check(cudaMemcpyAsync(&loss, model.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+        cuda_check(cudaMemcpyAsync(norm, model.norm, sizeof(norm), cudaMemcpyDeviceToHost, ctx.stream));
         comm_sync(model.comm, ctx.stream);
         profile_step_end(&prof);
-        if (cfg.profile && step > start_step) reduce_ms += gpt_reduce_ms(&model);
-        fused_lce_check(&model.head, &ctx);
+        if (cfg.profile && step > start_step) reduce_ms += train_model_reduce_ms(&model);
+        fused_lce_check(model.head, &ctx);
         double dt = now_seconds() - t0;
         if (step > start_step) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
         double tps = tokens_per_step / dt;
@@ -958,13 +990,13 @@ int main(int argc, char** argv) {
         if (cfg.init[0]) printf("val loss %.4f (the weights of -init %s; %.9g)\n", vl, cfg.init, vl);
         else printf("val loss %.4f (checkpoint at step %d)\n", vl, start_step);
     }
-    if (cfg.export_hf[0]) export_hf(&model, cfg.export_hf, cfg.vocab_path, &ctx);
+    if (cfg.export_hf[0]) export_hf(&model, cfg.export_hf, cfg.vocab_path, encoding->eot_id, &ctx);
     if (cfg.sample_tokens > 0) {
         if (!stopped && rank == 0) sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, end, &ctx);
         tokenizer_free(&tok);
     }
     if (log_file) fclose_check(log_file);
-    gpt_free(&model);
+    train_model_free(&model);
     dist_leave(&dist);
     gpu_context_free(&ctx);
     dataloader_free(&val);

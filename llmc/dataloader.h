@@ -134,7 +134,9 @@ static inline int dataloader_find_shards(DataLoader* dl) {
     dl->globbed = 1;
     if (rc == GLOB_NOMATCH || (rc == 0 && dl->glob.gl_pathc == 0)) {
         snprintf(dl->err, sizeof(dl->err), "no shard file matches the pattern %s; `make data` makes the starter "
-                 "shards in data/starter/ (or point the pattern at your own .bin shards)", dl->pattern);
+                 "shards in data/starter/, `make data-starter-o200k` and `make data-starter-cl100k` those of the "
+                 "tiktoken encodings in data/starter_o200k/ and data/starter_cl100k/ (or point the pattern at your "
+                 "own .bin shards)", dl->pattern);
         return -1;
     }
     if (rc != 0) {

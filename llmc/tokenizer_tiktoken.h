@@ -99,6 +99,8 @@ static inline int tokenizer_load_tiktoken(Tokenizer* t, const char* name, const 
     int n_special = -1, id = 0, n_tokens = 0;
     const char* why = NULL;
     cJSON* root = NULL;
+    // before the first goto: C++ (nvcc builds train_gpt.cu) forbids jumping over an initialisation
+    const cJSON *pat = NULL, *special = NULL, *ranks_j = NULL;
     unsigned char tok[1024];
     unsigned char* s = tokenizer_read_file(path, &n, err, errlen);
     if (!s) {
@@ -111,9 +113,9 @@ static inline int tokenizer_load_tiktoken(Tokenizer* t, const char* name, const 
         why = "not a JSON object (truncated, or not a tiktoken encoder file)";
         goto fail;
     }
-    const cJSON* pat = cJSON_GetObjectItemCaseSensitive(root, "pat_str");
-    const cJSON* special = cJSON_GetObjectItemCaseSensitive(root, "special_tokens");
-    const cJSON* ranks_j = cJSON_GetObjectItemCaseSensitive(root, "bpe_ranks");
+    pat = cJSON_GetObjectItemCaseSensitive(root, "pat_str");
+    special = cJSON_GetObjectItemCaseSensitive(root, "special_tokens");
+    ranks_j = cJSON_GetObjectItemCaseSensitive(root, "bpe_ranks");
     if (!cJSON_IsString(pat) || !cJSON_IsObject(special) || !cJSON_IsString(ranks_j)) {
         why = "no \"pat_str\", \"special_tokens\" or \"bpe_ranks\" member: not a tiktoken encoder file";
         goto fail;

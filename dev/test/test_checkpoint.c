@@ -16,7 +16,8 @@
 // LLMC_TEST_CKPT_FAIL_AFTER hook) at every part of the file, and the writing process is SIGKILLed, by
 // the hook and at random moments from outside: the previous checkpoint and `latest` are intact and
 // verify, and the next checkpoint is written. With ./train_gpt built: -resume of a checkpoint of other
-// sizes, with a bad setting, or of the Llama-style family, is refused naming the file before CUDA starts.
+// sizes, with a bad setting, of the other family than -model says (both ways), or whose settings hold a
+// flag of the other family, is refused naming the file before CUDA starts.
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -489,10 +490,17 @@ static void test_trainer(void) {
     CheckpointState ls = s;  // the same sizes, of the Llama-style family
     ls.model.family = CHECKPOINT_FAMILY_LLAMA;
     ls.model.num_kv_heads = 2; ls.model.ffn_hidden = 1024; ls.model.rope_theta = 500000.0; ls.model.norm_eps = 1e-5;
-    snprintf(ls.settings, sizeof(ls.settings), "%s", settings[0]);
+    snprintf(ls.settings, sizeof(ls.settings), "%s", "-model llama -size llama-30m -encoding o200k_base -b 4 -t 64");
     snprintf(p, sizeof(p), "%s/trainer_llama.bin", tmp_dir);
     EXPECT(write_state_poisoned(p, &ls, -1, 0.0f) == 0, "writing %s", p);
-    expect_trainer_refuses("a Llama-style checkpoint", p, "-train 'data/starter/starter_train_*.bin'", "Llama-style");
+    expect_trainer_refuses("Llama-style, -model gpt2", p, "-model gpt2", "holds a Llama-style model");
+    snprintf(p, sizeof(p), "%s/trainer_params.bin", tmp_dir);  // GPT-2's family
+    expect_trainer_refuses("GPT-2, -model llama", p, "-model llama", "holds a GPT-2 model");
+    // a setting of the other family in a checkpoint's settings: -depth is GPT-2's
+    snprintf(ls.settings, sizeof(ls.settings), "%s", settings[0]);
+    snprintf(p, sizeof(p), "%s/trainer_llama_depth.bin", tmp_dir);
+    EXPECT(write_state_poisoned(p, &ls, -1, 0.0f) == 0, "writing %s", p);
+    expect_trainer_refuses("Llama-style with -depth", p, "", "which a Llama-style model does not have");
     EXPECT(!exists(out_dir), "the refused runs created %s", out_dir);
 }
 

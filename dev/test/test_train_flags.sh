@@ -3,7 +3,10 @@
 # the GPU is touched). Each bad command must exit 1 with an error naming the flag or file (one flag per
 # message; a repeated flag is an error); -h must list every flag of the table in train_gpt.cu; a refused
 # run creates nothing on disk; a bad launch environment or a rendezvous that does not complete is refused
-# naming the variable or the wait. Prints `test_train_flags: N passed, M failed`.
+# naming the variable or the wait; the model family's flags (-model, -size, -encoding) are checked
+# against each other, the defaults of the data follow the encoding, and -resume refuses a checkpoint of
+# the other family, or of another -size or -encoding, naming the file. Prints `test_train_flags: N
+# passed, M failed`.
 set -u
 cd "$(dirname "$0")/../.."
 bin=./train_gpt
@@ -27,6 +30,12 @@ if [ "$rc" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo
 for flag in $(grep -oE '^\s*\{"-[a-z_]+"' train_gpt.cu | grep -oE '\-[a-z_]+'); do
     if printf '%s' "$help" | grep -qE -- "^\s*$flag\s"; then passed=$((passed + 1))
     else failed=$((failed + 1)); echo "FAIL -h does not list $flag"; fi
+done
+
+# the model family's flags show their defaults
+for line in "-model .*(default gpt2)" "-size .*llama-1b.*(default llama-30m)" "-encoding .*o200k_base.*(default auto)"; do
+    if printf '%s' "$help" | grep -qE -- "^\s*$line"; then passed=$((passed + 1))
+    else failed=$((failed + 1)); echo "FAIL -h has no line matching \"$line\""; fi
 done
 
 expect_error "unknown flag" 'unknown flag "-nope"' -nope 1
@@ -56,12 +65,28 @@ expect_error "repeated flag" "flag -b given twice (4, then 8)" -b 4 -b 8
 # a directory matched as a shard is reported as one
 expect_error "directory as a shard" "data/starter: a directory, not a shard file" -train data/starter
 
+# the model family: each flag of the other family is refused, naming it and what to do
+expect_error "bad model" "-model bert: choose gpt2 or llama" -model bert
+expect_error "-size with gpt2" "-size llama-125m: a Llama-style size; GPT-2's size is -depth" -size llama-125m
+expect_error "-depth with llama" "-depth 12: a GPT-2 size; the Llama-style model's is -size (llama-30m," -model llama -depth 12
+expect_error "unknown size" "-size llama-2b: the Llama-style sizes are llama-30m, llama-125m, llama-350m, llama-1b" \
+    -model llama -size llama-2b
+expect_error "gpt2 with another encoding" "-encoding o200k_base: GPT-2's vocabulary is gpt2's" -encoding o200k_base
+expect_error "unknown encoding" "-encoding p50k: choose gpt2, cl100k_base, o200k_base" -model llama -encoding p50k
+expect_error "-init with llama" "-init w.safetensors: imports GPT-2 weights (-model gpt2)" -model llama -init w.safetensors
+expect_error "-recompute with llama" "-recompute 1: recomputes GPT-2's GELU" -model llama -recompute 1
+expect_error "llama's context" "-t 4097: the sequence length must be in [1, 4096]" -model llama -t 4097
+expect_error "GPT-2's context" "-t 1025: the sequence length must be in [1, 1024]" -t 1025
+expect_error "top-k of o200k_base" "-top_k 200020: must be in [0, 200019]" -model llama -top_k 200020
+expect_error "top-k of gpt2" "-top_k 50258: must be in [0, 50257]" -top_k 50258
+
 # one scratch directory for the cases below that write files
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 # nothing is created on disk before validation passes
-for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" "-resume $tmp/none.bin"; do
+for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" "-resume $tmp/none.bin" \
+            "-model llama -depth 12" "-model llama -size llama-2b"; do
     rm -rf "$tmp/out"
     # shellcheck disable=SC2086  # the words of $args are separate flags
     "$bin" $args -out "$tmp/out" >/dev/null 2>&1
@@ -89,6 +114,71 @@ expect_error "uint32 shard, id 50257 (file)" "$tmp/big.bin: token 999 (byte offs
 expect_error "uint32 shard, id 50257 (encoding)" "encoding does not match the model" \
     -train "$tmp/small.bin" -val "$tmp/big.bin" -b 4 -t 64
 expect_error "uint32 shard, id 50257 (hint)" "--encoding gpt2" -train "$tmp/big.bin" -b 4 -t 64
+# -model llama reads them against o200k_base's 200019 ids: 50257 loads, 200019 is refused; uint16 shards
+# (GPT-2's layout) are refused for a tiktoken encoding, naming the flag
+u32_shard "$tmp/o200k_big.bin" 1000 200019
+{ printf %b "$(le32 20240520)$(le32 1)$(le32 1000)"; head -c $((253 * 4 + 2 * 1000)) /dev/zero; } > "$tmp/u16.bin"
+expect_error "llama on uint32 shards, ids < 200019" "the val split $tmp/big.bin holds 3 batches" \
+    -model llama -train "$tmp/big.bin" -val "$tmp/big.bin" -b 4 -t 64 -val_batches 100000
+expect_error "llama, id 200019" "$tmp/o200k_big.bin: token 999 (byte offset 5020) has id 200019" \
+    -model llama -train "$tmp/o200k_big.bin" -val "$tmp/big.bin" -b 4 -t 64
+expect_error "llama on uint16 shards (train)" "-train $tmp/u16.bin: uint16 shards, GPT-2's layout (gpt2 ids), but -encoding is o200k_base" \
+    -model llama -train "$tmp/u16.bin" -val "$tmp/big.bin" -b 4 -t 64
+expect_error "llama on uint16 shards (val)" "-val $tmp/u16.bin: uint16 shards" -model llama -train "$tmp/big.bin" -val "$tmp/u16.bin" -b 4 -t 64
+expect_error "llama on uint16 shards (hint)" "make data-starter-o200k" -model llama -train "$tmp/u16.bin" -b 4 -t 64
+expect_error "llama with -encoding gpt2 reads uint16 shards" "the val split $tmp/u16.bin holds 3 batches" \
+    -model llama -encoding gpt2 -train "$tmp/u16.bin" -val "$tmp/u16.bin" -b 4 -t 64 -val_batches 100000
+# the default shards follow the encoding (seen from a directory without data/)
+abs_bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+for case in "data/starter/starter_train_*.bin|" "data/starter_o200k/starter_train_*.bin|-model llama" \
+            "data/starter_cl100k/starter_train_*.bin|-model llama -encoding cl100k_base"; do
+    want=${case%%|*}
+    # shellcheck disable=SC2086  # the words are separate flags
+    err=$(cd "$tmp" && "$abs_bin" ${case#*|} 2>&1 >/dev/null); rc=$?
+    if [ "$rc" = 1 ] && printf '%s' "$err" | grep -qF -- "no shard file matches the pattern $want"; then passed=$((passed + 1))
+    else failed=$((failed + 1)); echo "FAIL default shards of \"${case#*|}\": rc $rc, stderr: $err"; fi
+done
+
+# -resume of a checkpoint of either family: its header is read before anything else. fake_ckpt FILE
+# FAMILY SETTINGS: a checkpoint of 1 parameter (header, settings, three floats), which passes the reader's
+# checks of the header and the file size; family 0 GPT-2 (d6's sizes), 1 Llama-style (llama-30m's).
+# The checksum slot is 0: it is checked later, after the family and the settings.
+fake_ckpt() {
+    local n=${#3} sizes
+    if [ "$2" = 0 ]; then sizes="6 384 6 50257 50304 1024"; else sizes="10 512 8 200019 200064 4096"; fi
+    {
+        printf %b "$(le32 20251202)$(le32 2)"
+        for v in $sizes; do printf %b "$(le32 "$v")"; done
+        printf %b "$(le32 1)$(le32 0)"; head -c $((16 * 4)) /dev/zero  # parameters 1; step, rng, data position 0
+        printf %b "$(le32 "$n")$(le32 3)$(le32 0)"                       # settings bytes, tensors, checksum
+        if [ "$2" = 0 ]; then head -c $((227 * 4)) /dev/zero
+        else  # family 1, NKV 2, F 1536, RoPE theta 500000.0 and eps 1e-5 as float64
+            printf %b "$(le32 1)$(le32 2)$(le32 1536)$(le32 0)$(le32 0x411E8480)$(le32 0x88E368F1)$(le32 0x3EE4F8B5)"
+            head -c $((220 * 4)) /dev/zero
+        fi
+        printf '%s' "$3"; head -c $(((n + 3) / 4 * 4 - n + 12)) /dev/zero
+    } > "$1"
+}
+fake_ckpt "$tmp/gpt2.bin" 0 "-depth 6 -b 4 -t 64 -seed 42"
+fake_ckpt "$tmp/llama.bin" 1 "-model llama -size llama-30m -encoding o200k_base -b 4 -t 64 -seed 42"
+fake_ckpt "$tmp/gpt2_size.bin" 0 "-depth 6 -size llama-30m -b 4 -t 64 -seed 42"
+if [ "$(stat -c %s "$tmp/llama.bin")" = $((1024 + 72 + 12)) ]; then passed=$((passed + 1))
+else failed=$((failed + 1)); echo "FAIL the test's fake checkpoint has $(stat -c %s "$tmp/llama.bin") bytes"; fi
+expect_error "GPT-2 checkpoint resumed as llama" \
+    "-model llama: the checkpoint $tmp/gpt2.bin holds a GPT-2 model (-model gpt2), another model family" \
+    -resume "$tmp/gpt2.bin" -model llama -out "$tmp/out"
+expect_error "Llama-style checkpoint resumed as gpt2" \
+    "-model gpt2: the checkpoint $tmp/llama.bin holds a Llama-style model (-model llama)" -resume "$tmp/llama.bin" -model gpt2
+expect_error "Llama-style checkpoint, another -encoding" \
+    "-encoding cl100k_base: the checkpoint $tmp/llama.bin was written with -encoding o200k_base, which must match" \
+    -resume "$tmp/llama.bin" -encoding cl100k_base
+expect_error "Llama-style checkpoint, another -size" "-size llama-125m: the checkpoint $tmp/llama.bin was written with -size llama-30m" \
+    -resume "$tmp/llama.bin" -size llama-125m
+expect_error "Llama-style checkpoint, -depth" "-depth 6: a GPT-2 size" -resume "$tmp/llama.bin" -depth 6
+expect_error "GPT-2 checkpoint, -size" "-size llama-30m: a Llama-style size" -resume "$tmp/gpt2.bin" -size llama-30m
+expect_error "GPT-2 checkpoint whose settings hold -size" \
+    "checkpoint $tmp/gpt2_size.bin records the setting \"-size\", which a GPT-2 model does not have" -resume "$tmp/gpt2_size.bin"
+if [ -e "$tmp/out" ]; then failed=$((failed + 1)); echo "FAIL a refused -resume created $tmp/out"; else passed=$((passed + 1)); fi
 
 # -init: its file is read before the GPU is touched. A safetensors file of GPT-2 names but no layers
 # and 16 channels: not a GPT-2 size.
