@@ -19,7 +19,7 @@
 // gives the forward, the backward and any later fused attention kernel bitwise the same cos and sin.
 // A table for maxT serves every T <= maxT (row t does not depend on maxT).
 //
-// Not fused yet: the issue's goal is RoPE inside the QKV GEMM's epilogue or the attention kernel's
+// Not fused yet: the goal is RoPE inside the QKV GEMM's epilogue or the attention kernel's
 // loads; this pass is the reference implementation on the GPU.
 // Napkin math at B·T = 65536, NH = 32, NKV = 8, hs = 64 (bf16): q and k are 2560 of the 3584 channels of
 // a row: reads and writes 335 MB each, ~0.15 ms at ~4.5 TB/s; 6 FLOPs a pair: memory-bound.
