@@ -38,6 +38,7 @@ typedef struct {
     const char* model;          // -model
     int depth;                  // -depth
     const char* size;           // -size
+    float rope_theta;           // -rope_theta
     const char* init;           // -init
     int B, T;                   // -b, -t
     int total_batch;            // -total_batch: tokens per optimizer step
@@ -82,6 +83,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-model", FLAG_STR, &c->model, "gpt2", "model", "gpt2 | llama (Llama-style: RMSNorm, RoPE, SwiGLU, GQA, untied head, no biases)"},
         {"-depth", FLAG_INT, &c->depth, "6", "model", "GPT-2 size (-model gpt2): 6 (30M), 12 (124M), 24, 36, 48 (1.5B)"},
         {"-size", FLAG_STR, &c->size, "llama-30m", "model", "Llama-style size (-model llama): " LLAMA_SIZE_NAMES},
+        {"-rope_theta", FLAG_FLOAT, &c->rope_theta, "500000", "model", "RoPE's base θ (-model llama; Llama 2 used 1e4, Llama 3 5e5)"},
         {"-init", FLAG_STR, &c->init, "", "model", "start from GPT-2 weights in Hugging Face's layout: a .safetensors file or a directory with model.safetensors (sets -depth; fresh optimizer; GPT-2 only)"},
         {"-t", FLAG_INT, &c->T, "256", "batch", "sequence length T (at most 1024 for GPT-2, 4096 for llama)"},
         {"-b", FLAG_INT, &c->B, "32", "batch", "micro-batch size B (sequences per forward)"},
@@ -182,6 +184,11 @@ static const char* resolve_model(TrainConfig* c, int argc, char** argv, char* ms
     if (!llama && flag_given(argc, argv, "-size"))
         BAD("-size", "-size %s: a Llama-style size; GPT-2's size is -depth (6, 12, 24, 36, 48), or pass -model llama",
             c->size);
+    if (!llama && flag_given(argc, argv, "-rope_theta"))
+        BAD("-rope_theta", "-rope_theta %g: the Llama-style model's rotary base; GPT-2 has learned positions, so leave "
+            "it out or pass -model llama", c->rope_theta);
+    if (llama && !(c->rope_theta >= 1.0f))
+        BAD("-rope_theta", "-rope_theta %g: RoPE's base must be 1 or more (1e4 and 5e5 are the usual)", c->rope_theta);
     if (llama && flag_given(argc, argv, "-depth"))
         BAD("-depth", "-depth %d: a GPT-2 size; the Llama-style model's is -size (%s), or leave -model out for GPT-2",
             c->depth, LLAMA_SIZE_NAMES);
@@ -265,16 +272,19 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
 // decide the model and the data stream: given with another value they are an error. The others may be
 // changed (a longer -steps, another -lr ...), with a note that the run then differs from an
 // uninterrupted one. Each family records its own: -depth for GPT-2 (whose settings are what they were
-// before the Llama-style family existed, so its checkpoints are too), -model, -size and -encoding for llama.
-static const char* const kept_flags[] = {"-model", "-depth", "-size", "-encoding", "-b", "-t", "-seed", "-total_batch",
-                                         "-steps", "-lr", "-warmup", "-schedule", "-final_lr_frac", "-wd", "-beta1",
-                                         "-beta2", "-eps", "-clip"};
-#define KEPT_FLAGS_MUST_MATCH 7
+// before the Llama-style family existed, so its checkpoints are too), -model, -size, -encoding and
+// -rope_theta for llama.
+static const char* const kept_flags[] = {"-model", "-depth", "-size", "-encoding", "-rope_theta", "-b", "-t", "-seed",
+                                         "-total_batch", "-steps", "-lr", "-warmup", "-schedule", "-final_lr_frac",
+                                         "-wd", "-beta1", "-beta2", "-eps", "-clip"};
+#define KEPT_FLAGS_MUST_MATCH 8
 #define N_KEPT_FLAGS ((int)(sizeof(kept_flags) / sizeof(kept_flags[0])))
 
 static int kept_flag_applies(const TrainConfig* c, const char* name) {
     if (strcmp(name, "-depth") == 0) return !is_llama(c);
-    if (strcmp(name, "-model") == 0 || strcmp(name, "-size") == 0 || strcmp(name, "-encoding") == 0) return is_llama(c);
+    if (strcmp(name, "-model") == 0 || strcmp(name, "-size") == 0 || strcmp(name, "-encoding") == 0 ||
+        strcmp(name, "-rope_theta") == 0)
+        return is_llama(c);
     return 1;
 }
 
@@ -768,6 +778,7 @@ int main(int argc, char** argv) {
     if (is_llama(&cfg)) {
         mc.family = CHECKPOINT_FAMILY_LLAMA;
         llama_config_named(&mc.llama, cfg.size, encoding->vocab_size, LLAMA_MAX_SEQ_LEN);  // a known size: resolve_model
+        mc.llama.rope_theta = cfg.rope_theta;
     } else {
         mc.family = CHECKPOINT_FAMILY_GPT2;
         GptConfig* g = &mc.gpt;

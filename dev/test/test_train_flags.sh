@@ -228,5 +228,8 @@ expect_env_error "rank 1 alone (file)" "rank 1 waited 2 s" OMPI_COMM_WORLD_RANK=
 if [ $((SECONDS - t0)) -le 30 ]; then passed=$((passed + 1))
 else failed=$((failed + 1)); echo "FAIL the three 2 s rendezvous timeouts took $((SECONDS - t0)) s"; fi
 
+expect_error "-rope_theta with GPT-2" "-rope_theta 10000: the Llama-style model's rotary base" -rope_theta 10000
+expect_error "-rope_theta 0" "-rope_theta 0: RoPE's base must be 1 or more" -model llama -rope_theta 0
+
 echo "test_train_flags: $passed passed, $failed failed"
 [ "$failed" = 0 ]

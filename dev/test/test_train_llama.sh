@@ -81,8 +81,9 @@ fi
 sample_of() { sed -n '/^sample (step 20): /,$p' "$1" 2>/dev/null; }
 check "resumed: the sample at step 20 is the uninterrupted run's" same "$(sample_of "$tmp/full.txt")" "$(sample_of "$tmp/half2.txt")"
 check "resumed: the checkpoint of step 20 is byte-identical" cmp -s "$tmp/full/ckpt_00000020.bin" "$tmp/half/ckpt_00000020.bin"
-check "the checkpoint's settings name the model, size and encoding" \
-    grep -qaF -- "-model llama -size llama-30m -encoding o200k_base -b 8 -t 256" <(head -c 2048 "$tmp/half/ckpt_00000020.bin" 2>/dev/null)
+check "the checkpoint's settings name the model, size, encoding and RoPE base" \
+    grep -qaF -- "-model llama -size llama-30m -encoding o200k_base -rope_theta 500000 -b 8 -t 256" \
+    <(head -c 2048 "$tmp/half/ckpt_00000020.bin" 2>/dev/null)
 if [ "$failed" != 0 ]; then for f in "$tmp"/*.txt; do echo "--- $f"; tail -n 25 "$f"; done; fi
 
 echo "test_train_llama: $passed passed, $failed failed"
