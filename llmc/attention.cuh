@@ -9,9 +9,14 @@
 // (attention_simple.cuh: T <= 1024). Both save only lse (B, NH, T) fp32 for the backward; neither ever
 // holds the (B, NH, T, T) scores. Both are deterministic (no atomics): the backward sums a kv head's
 // gradient over its query heads in a fixed order.
+// rope: RoPE's cos/sin table (llmc/rope.cuh) for Llama-style models, or NULL (GPT-2). The forward then
+// rotates q and k in place (qkv afterwards holds them rotated, as the backward needs), and the
+// backward's dq and dk are with respect to the unrotated q and k. With the flash kernels RoPE is mostly
+// fused (llmc/rope.cuh says how); with the simple ones it is a pass over q and k on each side.
 #pragma once
 #include "cuda_common.cuh"
 #include "attention_simple.cuh"
+#include "rope.cuh"
 #include "flash_attention.cuh"
 #include "flash_attention_backward.cuh"
 
@@ -19,21 +24,30 @@
 
 static inline int attention_uses_flash(int C, int NH) { return C / NH == 64 || C / NH == 128; }
 
-// out (B, T, C) bf16, lse (B, NH, T) fp32 from qkv (B, T, C + 2·NKV·C/NH) bf16.
-static inline void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
-                                     const GpuContext* ctx) {
-    if (attention_uses_flash(C, NH)) flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV, ctx->stream);
-    else attention_simple_forward(out, lse, qkv, B, T, C, NH, NKV, ctx->stream);
+// out (B, T, C) bf16, lse (B, NH, T) fp32 from qkv (B, T, C + 2·NKV·C/NH) bf16; with rope, q and k are
+// first rotated in place.
+static inline void attention_forward(bf16* out, float* lse, bf16* qkv, const float* rope, int B, int T, int C,
+                                     int NH, int NKV, const GpuContext* ctx) {
+    if (attention_uses_flash(C, NH)) {
+        flash_attention_forward(out, lse, qkv, rope, B, T, C, NH, NKV, ctx->stream);
+    } else {
+        if (rope) rope_forward(qkv, rope, B, T, NH, NKV, C / NH, ctx);
+        attention_simple_forward(out, lse, qkv, B, T, C, NH, NKV, ctx->stream);
+    }
     profile_mark(ctx->prof, "attention forward", ctx->stream);
 }
 
 // dqkv (B, T, C + 2·NKV·C/NH) bf16 assigned (qkv's layout), from dout (B, T, C) bf16 and the forward's
-// out, qkv and lse; D_scratch (B, NH, T) fp32.
+// out, qkv (as the forward left it), rope and lse; D_scratch (B, NH, T) fp32. With rope, dq and dk are
+// with respect to the unrotated q and k (what the QKV GEMM wrote).
 static inline void attention_backward(bf16* dqkv, float* D_scratch, const bf16* dout, const bf16* out,
-                                      const bf16* qkv, const float* lse, int B, int T, int C, int NH, int NKV,
-                                      const GpuContext* ctx) {
-    if (attention_uses_flash(C, NH))
-        flash_attention_backward(dqkv, D_scratch, dout, out, qkv, lse, B, T, C, NH, NKV, ctx->stream);
-    else attention_simple_backward(dqkv, D_scratch, dout, qkv, lse, B, T, C, NH, NKV, ctx->stream);
+                                      const bf16* qkv, const float* rope, const float* lse, int B, int T, int C,
+                                      int NH, int NKV, const GpuContext* ctx) {
+    if (attention_uses_flash(C, NH)) {
+        flash_attention_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, B, T, C, NH, NKV, ctx->stream);
+    } else {
+        attention_simple_backward(dqkv, D_scratch, dout, qkv, lse, B, T, C, NH, NKV, ctx->stream);
+        if (rope) rope_backward(dqkv, rope, B, T, NH, NKV, C / NH, ctx);
+    }
     profile_mark(ctx->prof, "attention backward", ctx->stream);
 }

@@ -35,9 +35,20 @@
 // GQA changes no FLOP count (it is per query head) and shrinks K/V by NH/NKV: in the forward and dq the
 // blocks of a group's query heads are adjacent in the grid (blockIdx.x = b·NH + h), so they share kv
 // tiles in L2; dkdv has B·NKV·T/64 blocks, each NH/NKV times the work (B=4 NKV=8 T=4096: 2,048 blocks).
+// RoPE (Llama-style models; a cos/sin table from llmc/rope.cuh, NULL for none: GPT-2): the forward first
+// rotates the k heads in place (rope_keys_forward, a pass over NKV heads), then each block loads its
+// query tile by pairs (channels i and i + hs/2 by the same thread), rotates it in shared memory once
+// that thread's copies have landed (no extra barrier), and writes it back rotated: qkv then holds the
+// rotated q and k, as a separate pass would have left it. The backward reads them as they are; dq and
+// dk, gradients with respect to the rotated q and k, are rotated back in registers before they are
+// written (a thread holds both channels of each of its pairs: accumulator columns c and c + hs/2). The
+// forward gives the unfused pass's bits exactly (the same rotation, llmc/rope.cuh's rope_rotate8, on
+// the same inputs); dq and dk skip one bf16 rounding that the unfused pass adds. llmc/rope.cuh says why
+// the keys are rotated by a pass and not in the kernel.
 // Limits: hs ∈ {64, 128}, T ≥ 1 (any value; masked), NKV ≥ 1 dividing NH.
 #pragma once
 #include "cuda_common.cuh"
+#include "rope.cuh"
 #include "sm80_mma.cuh"
 
 #define FA_THREADS 128  // 4 warps x 16 rows
@@ -58,7 +69,9 @@ template <int HS> struct FaCfg {
 typedef struct {
     bf16* out;         // (B, T, NH·hs)
     float* lse;        // (B, NH, T) natural-log logsumexp of the scaled scores
-    const bf16* qkv;   // (B, T, (NH + 2·NKV)·hs): NH q heads, NKV k heads, NKV v heads
+    bf16* qkv;         // (B, T, (NH + 2·NKV)·hs): NH q heads, NKV k heads, NKV v heads (with RoPE, the q
+                       // heads are written back rotated; the k heads come rotated)
+    const float* rope; // (>= T, hs/2, 2) RoPE's cos and sin (llmc/rope.cuh), or NULL: no RoPE
     int B, T, NH, NKV;
 } FlashFwdArgs;
 
@@ -91,6 +104,59 @@ __device__ __forceinline__ void fa_load_tile(bf16* s, const bf16* g, size_t stri
     for (int c = threadIdx.x; c < R * CH; c += FA_THREADS) {
         int r = c / CH, col = (c % CH) * 8, row = row0 + r;
         cp_async16(s + r * FaCfg<HS>::LD + col, g + (size_t)(row < T ? row : 0) * stride + col, row < T);
+    }
+}
+
+// RoPE's query-tile load: as fa_load_tile, but slot c of the tile's R·HS/16 takes row c / (HS/16) and both
+// halves of pair group g = c % (HS/16): the 16-byte chunks at 8g and at HS/2 + 8g. fa_rope_tile walks the
+// same slots, so each thread rotates exactly what it copied, after its own cp_async_wait: no barrier in
+// between.
+template <int R, int HS>
+__device__ __forceinline__ void fa_load_tile_pairs(bf16* s, const bf16* g, size_t stride, int row0, int T) {
+    constexpr int PG = HS / 16;
+    for (int c = threadIdx.x; c < R * PG; c += FA_THREADS) {
+        int r = c / PG, col = (c % PG) * 8, row = row0 + r;
+        const bf16* src = g + (size_t)(row < T ? row : 0) * stride + col;
+        bf16* dst = s + r * FaCfg<HS>::LD + col;
+        cp_async16(dst, src, row < T);
+        cp_async16(dst + HS / 2, src + HS / 2, row < T);
+    }
+}
+
+// Rotates rows row0.. of a tile loaded by fa_load_tile_pairs (this thread's slots) at their positions,
+// in shared memory and back to g (the rows it was loaded from); rows ≥ T stay zeros.
+template <int R, int HS>
+__device__ __forceinline__ void fa_rope_tile(bf16* s, bf16* g, size_t stride, const float* cos_sin, int row0, int T) {
+    constexpr int PG = HS / 16;
+    for (int c = threadIdx.x; c < R * PG; c += FA_THREADS) {
+        int r = c / PG, col = (c % PG) * 8, row = row0 + r;
+        if (row >= T) continue;
+        bf16* p = s + r * FaCfg<HS>::LD + col;
+        Bf16x8 x1 = load128(p), x2 = load128(p + HS / 2);
+        rope_rotate8(&x1, &x2, cos_sin + ((size_t)row * (HS / 2) + col) * 2, 0);
+        store128(p, x1);
+        store128(p + HS / 2, x2);
+        bf16* q = g + (size_t)row * stride + col;
+        store128(q, x1);
+        store128(q + HS / 2, x2);
+    }
+}
+
+// A warp's 16 x HS accumulator of dq or dk (rows row0 + 0..15) rotated back by minus its rows' angles.
+// The thread holding column c = 8·nd + 2·(lane & 3) + e (nd < HS/16) holds its partner c + HS/2 in
+// acc[nd + HS/16]; the (cos, sin) of pairs c and c + 1 are one float4.
+template <int HS>
+__device__ __forceinline__ void fa_rope_acc_back(float (*acc)[4], const float* cos_sin, int row0, int T, int lane) {
+    #pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        int row = row0 + (lane >> 2) + hh * 8;
+        if (row >= T) continue;
+        #pragma unroll
+        for (int nd = 0; nd < HS / 16; nd++) {
+            float4 v = *(const float4*)(cos_sin + ((size_t)row * (HS / 2) + nd * 8 + (lane & 3) * 2) * 2);
+            rope_rotate(&acc[nd][hh * 2], &acc[nd + HS / 16][hh * 2], v.x, -v.y);
+            rope_rotate(&acc[nd][hh * 2 + 1], &acc[nd + HS / 16][hh * 2 + 1], v.z, -v.w);
+        }
     }
 }
 
@@ -148,8 +214,8 @@ __device__ __forceinline__ void fa_store_rows(bf16* dst, size_t stride, const fl
 }
 
 // Block per (b·NH + h, query tile), reading kv head h / (NH/NKV); the heaviest (last) query tiles are
-// launched first.
-template <int HS>
+// launched first. ROPE: q and k rotated as they arrive (a.rope the table).
+template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFwdArgs a) {
     constexpr int LD = FaCfg<HS>::LD;
     extern __shared__ __align__(16) unsigned char fa_smem[];
@@ -163,7 +229,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFw
     int nkv = ceil_div(min(q0 + FA_BQ, T), FA_BKV);
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
 
-    fa_load_tile<FA_BQ, HS>(sQ, g.q, g.ld, q0, T);
+    if (ROPE) fa_load_tile_pairs<FA_BQ, HS>(sQ, g.q, g.ld, q0, T);
+    else fa_load_tile<FA_BQ, HS>(sQ, g.q, g.ld, q0, T);
     cp_async_commit();
     fa_load_tile<FA_BKV, HS>(sK, g.k, g.ld, 0, T);
     fa_load_tile<FA_BKV, HS>(sV, g.v, g.ld, 0, T);
@@ -181,6 +248,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFw
         }
         cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning "tile j is here"
         cp_async_wait<1>();
+        if (ROPE && j == 0)  // this thread's copies of the query tile are here
+            fa_rope_tile<FA_BQ, HS>(sQ, (bf16*)g.q, g.ld, a.rope, q0, T);
         __syncthreads();
         const bf16* tK = sK + (j & 1) * FA_BKV * LD;
         const bf16* tV = sV + (j & 1) * FA_BKV * LD;
@@ -250,19 +319,30 @@ static inline int flash_attention_head_size(int T, int C, int NH, int NKV) {
     return hs;
 }
 
-template <int HS>
+template <int HS, bool ROPE>
 static inline void flash_forward_launch(const FlashFwdArgs& a, cudaStream_t stream) {
     size_t smem = FaCfg<HS>::fwd_smem;
-    cuda_check(cudaFuncSetAttribute(flash_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    flash_forward_kernel<HS><<<dim3(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, smem, stream>>>(a);
+    auto kernel = flash_forward_kernel<HS, ROPE>;
+    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kernel<<<dim3(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, smem, stream>>>(a);
     cuda_check_launch();
 }
 
+static inline void flash_check_rope(const float* rope) {
+    if ((uintptr_t)rope % 16 != 0)
+        check_fail("flash attention: the RoPE table must be 16-byte aligned", "carve it at a multiple of 16 bytes");
+}
+
 // out (B, T, C) bf16 and lse (B, NH, T) fp32 from qkv (B, T, C + 2·NKV·C/NH) bf16 (GPT-2: NKV = NH,
-// qkv (B, T, 3C)).
-static inline void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                                           int NKV, cudaStream_t stream) {
-    FlashFwdArgs a = {out, lse, qkv, B, T, NH, NKV};
-    if (flash_attention_head_size(T, C, NH, NKV) == 64) flash_forward_launch<64>(a, stream);
-    else flash_forward_launch<128>(a, stream);
+// qkv (B, T, 3C)). rope: RoPE's (>= T, hs/2, 2) cos/sin table from rope_table_fill, or NULL; with it,
+// q and k are rotated in place (qkv afterwards holds them rotated, for the backward); without it qkv is
+// only read.
+static inline void flash_attention_forward(bf16* out, float* lse, bf16* qkv, const float* rope, int B, int T, int C,
+                                           int NH, int NKV, cudaStream_t stream) {
+    FlashFwdArgs a = {out, lse, qkv, rope, B, T, NH, NKV};
+    int hs = flash_attention_head_size(T, C, NH, NKV);
+    flash_check_rope(rope);
+    if (rope) rope_keys_forward(qkv, rope, B, T, NH, NKV, hs, stream);
+    if (hs == 64) rope ? flash_forward_launch<64, true>(a, stream) : flash_forward_launch<64, false>(a, stream);
+    else rope ? flash_forward_launch<128, true>(a, stream) : flash_forward_launch<128, false>(a, stream);
 }

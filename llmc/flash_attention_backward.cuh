@@ -5,6 +5,7 @@
 //         at or below the diagonal; writes dK, dV (sums over the group, in registers, a fixed order)
 //   dq:   block per (b, h, 64 queries) over the key tiles up to the diagonal; writes dQ
 // Both big kernels recompute P = exp(S − lse) from the saved lse; nothing (B, NH, T, T) exists.
+// With RoPE (qkv holds the rotated q and k the forward left) they rotate dq and dk back before writing.
 #pragma once
 #include "flash_attention.cuh"
 
@@ -15,6 +16,7 @@ typedef struct {
     const bf16* out;   // (B, T, NH·hs) the forward's output
     const bf16* qkv;   // (B, T, (NH + 2·NKV)·hs)
     const float* lse;  // (B, NH, T) from the forward
+    const float* rope; // (>= T, hs/2, 2) RoPE's cos and sin, or NULL: as the forward had it
     int B, T, NH, NKV;
 } FlashBwdArgs;
 
@@ -59,7 +61,7 @@ __device__ __forceinline__ void fa_dkdv_load(bf16* sQ, bf16* sO, float* sL, floa
 // Block per (b·NKV + j, key tile); key tile 0 (the most query tiles) first. Steps through the query
 // heads h = j·G .. j·G + G − 1 (G = NH/NKV) in order and, for each, its query tiles from the diagonal
 // down; the double buffer runs on across the change of head. Writes dK and dV of kv head j.
-template <int HS>
+template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const FlashBwdArgs a) {
     constexpr int LD = FaCfg<HS>::LD, BQ = FaCfg<HS>::BQ_DKV;
     extern __shared__ __align__(16) unsigned char fa_smem[];
@@ -124,6 +126,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const F
         i = i + 1 == nq ? i0 : i + 1;
     }
     cp_async_wait<0>();
+    if (ROPE) fa_rope_acc_back<HS>(dk, a.rope, k0 + warp * 16, T, lane);
     bf16* dst = a.dqkv + (g.k - a.qkv);  // dqkv has qkv's layout
     fa_store_rows<HS>(dst, g.ld, dk, rsqrtf((float)HS), k0 + warp * 16, T, lane);
     fa_store_rows<HS>(dst + a.NKV * HS, g.ld, dv, 1.0f, k0 + warp * 16, T, lane);
@@ -131,7 +134,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const F
 
 // Block per (b·NH + h, query tile), reading kv head h / (NH/NKV); the heaviest (last) query tiles
 // first. Writes dQ.
-template <int HS>
+template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const FlashBwdArgs a) {
     constexpr int LD = FaCfg<HS>::LD;
     extern __shared__ __align__(16) unsigned char fa_smem[];
@@ -195,31 +198,38 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const Fla
         fa_gemm_pv<HS, FA_BKV>(dq, dp, tK, lane);
     }
     cp_async_wait<0>();
+    if (ROPE) fa_rope_acc_back<HS>(dq, a.rope, q0 + warp * 16, T, lane);
     fa_store_rows<HS>(a.dqkv + (g.q - a.qkv), g.ld, dq, rsqrtf((float)HS), q0 + warp * 16, T, lane);
 }
 
 // --- launchers -------------------------------------------------------------------------------
 
-template <int HS>
+template <int HS, bool ROPE>
 static inline void flash_backward_launch(const FlashBwdArgs& a, cudaStream_t stream) {
     size_t rows = (size_t)a.B * a.T * a.NH, threads = rows * (HS / 8);
     flash_backward_dot_kernel<HS><<<(unsigned)((threads + 255) / 256), 256, 0, stream>>>(a);
     cuda_check_launch();
     size_t s1 = FaCfg<HS>::dkdv_smem, s2 = FaCfg<HS>::dq_smem;
-    cuda_check(cudaFuncSetAttribute(flash_backward_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
-    cuda_check(cudaFuncSetAttribute(flash_backward_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
-    flash_backward_dkdv_kernel<HS><<<dim3(a.B * a.NKV, ceil_div(a.T, FA_BKV)), FA_THREADS, s1, stream>>>(a);
+    auto dkdv = flash_backward_dkdv_kernel<HS, ROPE>;
+    auto dq = flash_backward_dq_kernel<HS, ROPE>;
+    cuda_check(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
+    cuda_check(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
+    dkdv<<<dim3(a.B * a.NKV, ceil_div(a.T, FA_BKV)), FA_THREADS, s1, stream>>>(a);
     cuda_check_launch();
-    flash_backward_dq_kernel<HS><<<dim3(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, s2, stream>>>(a);
+    dq<<<dim3(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, s2, stream>>>(a);
     cuda_check_launch();
 }
 
 // dqkv (B, T, C + 2·NKV·C/NH) bf16 assigned (every element written; qkv's layout), from dout (B, T, C)
-// bf16 and the forward's out (B, T, C), qkv and lse; D_scratch (B, NH, T) fp32. Deterministic: no atomics.
+// bf16 and the forward's out (B, T, C), qkv (with rope: as the forward left it, q and k rotated), rope and
+// lse; D_scratch (B, NH, T) fp32. With rope, dq and dk are gradients with respect to q and k before RoPE.
+// Deterministic: no atomics.
 static inline void flash_attention_backward(bf16* dqkv, float* D_scratch, const bf16* dout, const bf16* out,
-                                            const bf16* qkv, const float* lse, int B, int T, int C, int NH,
-                                            int NKV, cudaStream_t stream) {
-    FlashBwdArgs a = {dqkv, D_scratch, dout, out, qkv, lse, B, T, NH, NKV};
-    if (flash_attention_head_size(T, C, NH, NKV) == 64) flash_backward_launch<64>(a, stream);
-    else flash_backward_launch<128>(a, stream);
+                                            const bf16* qkv, const float* rope, const float* lse, int B, int T,
+                                            int C, int NH, int NKV, cudaStream_t stream) {
+    FlashBwdArgs a = {dqkv, D_scratch, dout, out, qkv, lse, rope, B, T, NH, NKV};
+    int hs = flash_attention_head_size(T, C, NH, NKV);
+    flash_check_rope(rope);
+    if (hs == 64) rope ? flash_backward_launch<64, true>(a, stream) : flash_backward_launch<64, false>(a, stream);
+    else rope ? flash_backward_launch<128, true>(a, stream) : flash_backward_launch<128, false>(a, stream);
 }

@@ -182,7 +182,7 @@ static inline void gpt_forward(GptModel* m, const int* inputs, int B, int T, con
         bf16* gelu = a.fch_gelu + (m->recompute ? 0 : 4 * l * lc);
         bf16* res3 = a.residual3 + l * lc;
         linear_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C, ctx);
-        attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, B, T, C, NH, NH, ctx);  // GPT-2: NKV = NH
+        attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, NULL, B, T, C, NH, NH, ctx);  // GPT-2: NKV = NH
         linear_forward(res2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C, ctx);
         residual_layernorm_forward(res2, ln2, a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, res2, resid,
                                    p.ln2w + l * C, p.ln2b + l * C, BT, C, ctx);
@@ -277,8 +277,8 @@ static inline void gpt_backward_impl(GptModel* m, const int* targets, float dlos
         // now dL/d(residual2): the attention half
         linear_backward(a.datty, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.scratch, a.dresidual,
                         a.atty + l * lc, p.attprojw + (size_t)l * C * C, BT, C, C, NULL, ctx);
-        attention_backward(a.dqkv, a.att_D, a.datty, a.atty + l * lc, a.qkv + 3 * l * lc, a.att_lse + l * maxBT * NH,
-                           B, T, C, NH, NH, ctx);
+        attention_backward(a.dqkv, a.att_D, a.datty, a.atty + l * lc, a.qkv + 3 * l * lc, NULL,
+                           a.att_lse + l * maxBT * NH, B, T, C, NH, NH, ctx);
         linear_backward(a.dln, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, a.scratch, a.dqkv, a.ln1 + l * lc,
                         p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, NULL, ctx);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.scratch, a.dln, resid,

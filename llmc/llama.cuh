@@ -1,10 +1,12 @@
 // llama.cuh: the Llama-style model on the GPU: build, init, forward, backward, update (what it is in
 // memory: llama_layout.cuh). It wires the layers of llmc/ together; the kernels live in their own files.
-//   x = embed[inputs]; per layer  q, k, v = wqkv · rmsnorm(x); q, k = rope(q, k)
-//                                 x += wo · attention(q, k, v)                (grouped-query, causal)
+//   x = embed[inputs]; per layer  q, k, v = wqkv · rmsnorm(x)
+//                                 x += wo · attention(rope(q), rope(k), v)    (grouped-query, causal)
 //                                 gate, up = w_gateup · rmsnorm(x);  x += w_down · (silu(gate) · up)
 //   loss = CE(rmsnorm(x) · lm_headᵀ, targets) through the fused head (llmc/fused_lce.cuh), untied.
-// No biases, no position table (positions enter through RoPE, llmc/rope.cuh). The same math as the CPU
+// No biases, no position table (positions enter through RoPE, llmc/rope.cuh, applied by the attention
+// layer: q rotated inside the flash kernels, which leave qkv holding the rotated q and k, as the CPU
+// reference's does; its backward in their dq and dk epilogues). The same math as the CPU
 // reference dev/ref/llama_ref.h, with its parameter layout (llama_config.h).
 // Precision: bf16 parameters and activations; fp32 master weights, gradients, AdamW moments, RMSNorm
 // statistics, attention softmax and every reduction; the residual-stream gradient is bf16 (as GPT-2's).
@@ -171,7 +173,7 @@ static inline void llama_forward(LlamaModel* m, const int* inputs, int B, int T,
     if (B <= 0 || T <= 0 || B * T > m->max_B * m->max_T || T > m->max_T)
         check_fail("llama_forward: batch larger than what llama_build allocated", "build with the largest B and T");
     int L = c->num_layers, C = c->channels, NH = c->num_heads, NKV = c->num_kv_heads, F = c->ffn_hidden;
-    int hs = C / NH, QKV = llama_qkv_dim(c), BT = B * T;
+    int QKV = llama_qkv_dim(c), BT = B * T;
     float eps = (float)c->norm_eps;
     size_t maxBT = (size_t)m->max_B * m->max_T, lc = maxBT * C;
     m->B = B;
@@ -191,8 +193,7 @@ static inline void llama_forward(LlamaModel* m, const int* inputs, int B, int T,
         bf16* swiglu = a.swiglu + l * maxBT * F;
         bf16* res3 = a.residual3 + l * lc;
         linear_forward(qkv, a.attn_norm + l * lc, p.wqkv + (size_t)l * QKV * C, NULL, BT, C, QKV, ctx);
-        rope_forward(qkv, a.rope, B, T, NH, NKV, hs, ctx);
-        attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, B, T, C, NH, NKV, ctx);
+        attention_forward(atty, a.att_lse + l * maxBT * NH, qkv, a.rope, B, T, C, NH, NKV, ctx);  // rotates q, k
         linear_forward(res2, atty, p.wo + (size_t)l * C * C, NULL, BT, C, C, ctx);
         residual_rmsnorm_forward(res2, ffn_norm, a.ffn_rstd + l * maxBT, res2, resid, p.ffn_norm + l * C, BT, C, eps, ctx);
         linear_forward(gateup, ffn_norm, p.w_gateup + (size_t)l * 2 * F * C, NULL, BT, C, 2 * F, ctx);
@@ -251,7 +252,7 @@ static inline void llama_backward_impl(LlamaModel* m, const int* targets, float 
                                        const GpuContext* ctx) {
     const LlamaConfig* c = &m->config;
     int L = c->num_layers, C = c->channels, NH = c->num_heads, NKV = c->num_kv_heads, F = c->ffn_hidden;
-    int hs = C / NH, QKV = llama_qkv_dim(c), B = m->B, T = m->T, BT = B * T;
+    int QKV = llama_qkv_dim(c), B = m->B, T = m->T, BT = B * T;
     size_t maxBT = (size_t)m->max_B * m->max_T, lc = maxBT * C;
     cudaStream_t st = ctx->stream;
     // the host's half of the embedding's backward, while the GPU runs the head
@@ -280,11 +281,11 @@ static inline void llama_backward_impl(LlamaModel* m, const int* targets, float 
                         p.w_gateup + (size_t)l * 2 * F * C, BT, C, 2 * F, NULL, ctx);
         rmsnorm_backward(a.dresidual, g.ffn_norm + l * C, a.scratch, a.dnorm, a.residual2 + l * lc,
                          a.ffn_rstd + l * maxBT, p.ffn_norm + l * C, BT, C, ctx);
-        // now dL/d(residual2): the attention half; dqkv is first with respect to the rotated q and k
+        // now dL/d(residual2): the attention half (RoPE's backward included)
         linear_backward(a.datty, g.wo + (size_t)l * C * C, NULL, NULL, a.dresidual, atty, p.wo + (size_t)l * C * C,
                         BT, C, C, NULL, ctx);
-        attention_backward(a.dqkv, a.att_D, a.datty, atty, qkv, a.att_lse + l * maxBT * NH, B, T, C, NH, NKV, ctx);
-        rope_backward(a.dqkv, a.rope, B, T, NH, NKV, hs, ctx);
+        attention_backward(a.dqkv, a.att_D, a.datty, atty, qkv, a.rope, a.att_lse + l * maxBT * NH, B, T, C, NH, NKV,
+                           ctx);
         linear_backward(a.dnorm, g.wqkv + (size_t)l * QKV * C, NULL, NULL, a.dqkv, a.attn_norm + l * lc,
                         p.wqkv + (size_t)l * QKV * C, BT, C, QKV, NULL, ctx);
         rmsnorm_backward(a.dresidual, g.attn_norm + l * C, a.scratch, a.dnorm, resid, a.attn_rstd + l * maxBT,

@@ -12,6 +12,11 @@
 //     GEMMs and a row softmax (this file; NKV == NH only)
 //   2 simple exact: warp per row, no T x T matrix, scalar FMAs (llmc/attention.cuh; T ≤ ~1400)
 //   3 flash: mma.sync tiles, online softmax, deterministic 3-kernel backward (llmc/flash_attention*.cuh)
+//   4 flash + RoPE passes: RoPE (θ = 5e5) as passes over memory, in place on q and k before the forward
+//     and on dq and dk after the backward (llmc/rope.cuh's rope_forward/rope_backward), around variant 3
+//   5 flash, RoPE fused: the same math as the model runs it: a pass over the k heads, q rotated inside the
+//     forward kernel, dq and dk rotated back in the backward kernels' epilogues; 4 against 5 is what
+//     fusing saves (both rotate the timing loop's qkv a little further each repetition: no cost changes)
 // Columns: F = 4·B·NH·T²·hs/2 (causal, the forward's two GEMMs); TF/s counts fwd F, bwd 2.5F,
 // fwd+bwd 3.5F (useful work: the naive variant does twice that); scratch = device memory beyond
 // qkv, out, dout and dqkv (lse and D included). A shape NH=32/8 has 32 query heads on 8 kv heads.
@@ -107,7 +112,7 @@ static void naive_bmm(TC* c, View vc, const TA* a, View va, const TB* b, View vb
     cuda_check_launch();
 }
 
-static void naive_forward(void* self, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+static void naive_forward(void* self, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
                           cudaStream_t st) {
     if (NKV != NH) check_fail("naive attention: NKV != NH", "variant 1 runs multi-head attention only");
     Naive* n = (Naive*)self;
@@ -137,9 +142,9 @@ static void naive_backward(void* self, bf16* dqkv, float* D, const bf16* dout, c
     naive_bmm(dqkv + 2 * C, vq, n->att, vattT, dout, vdo, T, (int)hs, T, B * NH, NH, 1.0f, st);  // dV = Pᵀ·dO
 }
 
-// --- variants 2 and 3: the llmc/ kernels -------------------------------------------------------
+// --- variants 2 to 5: the llmc/ kernels -------------------------------------------------------
 
-static void simple_forward(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+static void simple_forward(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
                            cudaStream_t st) {
     attention_simple_forward(out, lse, qkv, B, T, C, NH, NKV, st);
 }
@@ -147,20 +152,65 @@ static void simple_backward(void*, bf16* dqkv, float* D, const bf16* dout, const
                             int B, int T, int C, int NH, int NKV, cudaStream_t st) {
     attention_simple_backward(dqkv, D, dout, qkv, lse, B, T, C, NH, NKV, st);
 }
-static void flash_forward(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+static void flash_forward(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
                           cudaStream_t st) {
-    flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV, st);
+    flash_attention_forward(out, lse, qkv, NULL, B, T, C, NH, NKV, st);
 }
 static void flash_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                            const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    flash_attention_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, st);
+    flash_attention_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
 }
 
-typedef struct { int id; const char* name; AttFwdFn fwd; AttBwdFn bwd; } Variant;
+// RoPE's table for the variants that rotate: one, grown to the largest T asked for at a head size.
+#define BENCH_ROPE_THETA 5e5
+static float* rope_table(int T, int hs, cudaStream_t st) {
+    static float* table = NULL;
+    static int table_T = 0, table_hs = 0;
+    if (table && table_T >= T && table_hs == hs) return table;
+    if (table) cuda_check(cudaFree(table));
+    cuda_check(cudaMalloc(&table, (size_t)T * hs * sizeof(float)));
+    GpuContext c;
+    memset(&c, 0, sizeof(c));
+    c.stream = st;
+    rope_table_fill(table, T, hs, BENCH_ROPE_THETA, &c);
+    table_T = T;
+    table_hs = hs;
+    return table;
+}
+static GpuContext on_stream(cudaStream_t st) {
+    GpuContext c;
+    memset(&c, 0, sizeof(c));
+    c.stream = st;
+    return c;
+}
+static void rope_pass_forward(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
+                              cudaStream_t st) {
+    GpuContext c = on_stream(st);
+    rope_forward(qkv, rope_table(T, C / NH, st), B, T, NH, NKV, C / NH, &c);
+    flash_attention_forward(out, lse, qkv, NULL, B, T, C, NH, NKV, st);
+}
+static void rope_pass_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
+                               const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st) {
+    GpuContext c = on_stream(st);
+    flash_attention_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
+    rope_backward(dqkv, rope_table(T, C / NH, st), B, T, NH, NKV, C / NH, &c);
+}
+static void rope_fused_forward(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
+                               cudaStream_t st) {
+    flash_attention_forward(out, lse, qkv, rope_table(T, C / NH, st), B, T, C, NH, NKV, st);
+}
+static void rope_fused_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
+                                const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st) {
+    flash_attention_backward(dqkv, D, dout, out, qkv, rope_table(T, C / NH, st), lse, B, T, C, NH, NKV, st);
+}
+
+typedef struct { int id; const char* name; AttFwdFn fwd; AttBwdFn bwd; double theta; } Variant;
 static const Variant VARIANTS[] = {
-    {1, "naive (B,NH,T,T) fp32 scores", naive_forward, naive_backward},
-    {2, "simple exact (llmc/attention)", simple_forward, simple_backward},
-    {3, "flash mma.sync (llmc/flash_attn)", flash_forward, flash_backward},
+    {1, "naive (B,NH,T,T) fp32 scores", naive_forward, naive_backward, 0},
+    {2, "simple exact (llmc/attention)", simple_forward, simple_backward, 0},
+    {3, "flash mma.sync (llmc/flash_attn)", flash_forward, flash_backward, 0},
+    {4, "flash + RoPE passes (llmc/rope)", rope_pass_forward, rope_pass_backward, BENCH_ROPE_THETA},
+    {5, "flash, RoPE fused", rope_fused_forward, rope_fused_backward, BENCH_ROPE_THETA},
 };
 #define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
@@ -169,7 +219,7 @@ static int variant_supports(int id, int T, int NH, int NKV, int hs) {
     if (NKV < 1 || NH % NKV != 0) return 0;
     if (id == 1) return NKV == NH;
     if (id == 2) return hs % 8 == 0 && hs <= 256 && (size_t)ATT_WARPS * (2 * hs + 2 * T) * sizeof(float) <= 48 * 1024;
-    if (id == 3) return hs == 64 || hs == 128;
+    if (id >= 3) return hs == 64 || hs == 128;
     return 1;
 }
 static size_t variant_scratch(int id, int B, int T, int NH) {
@@ -191,7 +241,7 @@ static int check_variant(const Variant* v, cudaStream_t st) {
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         Shape s = shapes[i];
         if (!variant_supports(v->id, s.T, s.NH, s.NKV, s.hs)) continue;
-        AttCheck r = att_check(v->fwd, v->bwd, &naive, s.B, s.T, s.NH, s.NKV, s.hs, 77 + i, st);
+        AttCheck r = att_check_rope(v->fwd, v->bwd, &naive, s.B, s.T, s.NH, s.NKV, s.hs, v->theta, 77 + i, st);
         int good = att_check_ok(&r, 1);
         printf("  B=%d T=%4d NH=%d NKV=%d hs=%3d: %s\n", s.B, s.T, s.NH, s.NKV, s.hs, good ? "ok" : "FAILED");
         att_check_print(&r, 1);
@@ -234,7 +284,7 @@ static void bench_shape(const Shape* s, int only, cudaStream_t st) {
             continue;
         }
         Naive naive = {NULL, NULL, 0};
-        int reps = v->id == 3 ? 20 : 5;
+        int reps = v->id >= 3 ? 20 : 5;
         float t_f = time_ms([&] { v->fwd(&naive, out, lse, qkv, B, T, C, NH, NKV, st); }, st, reps);
         float t_b = time_ms([&] { v->bwd(&naive, dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, st); }, st, reps);
         float t_fb = time_ms([&] {
@@ -265,9 +315,10 @@ int main(int argc, char** argv) {
         for (int vi = 0; vi < NUM_VARIANTS; vi++)
             if (!only || VARIANTS[vi].id == only) ok &= check_variant(&VARIANTS[vi], ctx.stream);
     if (bench) {
-        // the last: grouped-query attention, 32 query heads on 8 kv heads (qkv 48 heads wide, not 96)
+        // grouped-query attention: 32 query heads on 8 kv heads (qkv 48 heads wide, not 96); the last two
+        // are llama-125m's and llama-1b's attention (llmc/llama_config.h) at B·T = 65536
         const Shape shapes[] = {{64, 1024, 12, 12, 64}, {4, 4096, 16, 16, 128}, {4, 4096, 32, 32, 128},
-                                {4, 4096, 32, 8, 128}};
+                                {4, 4096, 32, 8, 128}, {64, 1024, 12, 3, 64}, {64, 1024, 16, 4, 128}};
         printf("\n%-26s | %-34s | %8s | %8s | %8s | %6s | %6s | %6s | %s\n", "shape", "variant", "fwd ms", "bwd ms",
                "f+b ms", "fwdTF", "bwdTF", "f+b TF", "scratch");
         for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) bench_shape(&shapes[i], only, ctx.stream);

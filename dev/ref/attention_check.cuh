@@ -1,7 +1,8 @@
 // attention_check.cuh: checks one causal-attention implementation (forward out and lse, backward
 // dq, dk, dv) against the CPU fp64 reference on random bf16 inputs: multi-head attention (NKV == NH,
 // GPT-2's qkv) against dev/ref/gpt_ref_layers.h, grouped-query attention (NKV < NH: qkv (B, T,
-// (NH + 2·NKV)·hs)) against dev/ref/llama_ref_layers.h. Shared by dev/cuda/attention.cu (every variant)
+// (NH + 2·NKV)·hs)) against dev/ref/llama_ref_layers.h; with RoPE (att_check_rope) the reference rotates
+// q and k first and the gradients back last, as the CPU model does. Shared by dev/cuda/attention.cu (every variant)
 // and dev/test/test_attention{,_gqa}.cu. Outputs are poisoned (0xFF bytes: bf16/fp32 NaN) before each
 // run, so unwritten elements show up as non-finite; errors are relative L2 (‖x − ref‖ / ‖ref‖) and max
 // abs with its location.
@@ -15,8 +16,9 @@
 #include "llama_ref_layers.h"
 #include "../../llmc/cuda_common.cuh"
 
-// One implementation under test: self carries any scratch it needs. C = NH·hs; qkv is (B, T, C + 2·NKV·hs).
-typedef void (*AttFwdFn)(void* self, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+// One implementation under test: self carries any scratch it needs. C = NH·hs; qkv is (B, T, C + 2·NKV·hs),
+// which a forward with RoPE rotates in place (its q and k heads), as the model's does.
+typedef void (*AttFwdFn)(void* self, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
                          cudaStream_t st);
 typedef void (*AttBwdFn)(void* self, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                          const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st);
@@ -129,8 +131,10 @@ static AttRun att_run(AttFwdFn fwd, AttBwdFn bwd, void* self, const bf16* h_qkv,
 
 // Runs fwd (and bwd when given) on random inputs of the shape, twice for the backward (bitwise
 // repeatability), and compares everything with the fp64 reference. NKV == NH: GPT-2's qkv (B, T, 3C).
-static AttCheck att_check(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, int T, int NH, int NKV, int hs,
-                          uint64_t seed, cudaStream_t st) {
+// theta > 0: the implementation applies RoPE with that base to q and k (qkv holds them unrotated, dq and
+// dk are with respect to the unrotated values); 0: no RoPE.
+static AttCheck att_check_rope(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, int T, int NH, int NKV, int hs,
+                               double theta, uint64_t seed, cudaStream_t st) {
     int C = NH * hs, G = NH / NKV;
     size_t W = (size_t)(NH + 2 * NKV) * hs, nqkv = (size_t)B * T * W, nout = (size_t)B * T * C;
     size_t nrow = (size_t)B * NH * T;
@@ -141,6 +145,14 @@ static AttCheck att_check(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, int T, 
     double* r_dout = (double*)malloc_check(nout * sizeof(double));
     for (size_t i = 0; i < nqkv; i++) r_qkv[i] = __bfloat162float(h_qkv[i]);
     for (size_t i = 0; i < nout; i++) r_dout[i] = __bfloat162float(h_dout[i]);
+    if (theta > 0) {
+        // the rotated q and k (q heads, then k heads), rounded to bf16: the layer keeps them so (the
+        // backward reads them back), and without this rounding the reference would differ from any bf16
+        // implementation by ~2^-9 of each score (lse off by ~5e-3, past its tolerance) whatever its kernels
+        llama_ref_rope_forward(r_qkv, r_qkv, B, T, NH + NKV, hs, (int)W, theta);
+        for (size_t i = 0; i < nqkv; i++)
+            if (i % W < (size_t)(NH + NKV) * hs) r_qkv[i] = __bfloat162float(__double2bfloat16(r_qkv[i]));
+    }
     // reference: out and the probabilities, lse recomputed in fp64, dqkv (the reference accumulates)
     double* r_att = (double*)malloc_check((size_t)B * NH * T * T * sizeof(double));
     double* r_out = (double*)malloc_check(nout * sizeof(double));
@@ -153,6 +165,7 @@ static AttCheck att_check(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, int T, 
         llama_ref_attention_forward(r_out, r_att, r_qkv, B, T, NH, NKV, hs);
         llama_ref_attention_backward(r_dqkv, r_dout, r_qkv, r_att, B, T, NH, NKV, hs);
     }
+    if (theta > 0) llama_ref_rope_backward(r_dqkv, r_dqkv, B, T, NH + NKV, hs, (int)W, theta);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
@@ -187,6 +200,11 @@ static AttCheck att_check(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, int T, 
     att_run_free(&g);
     free(h_qkv); free(h_dout); free(r_qkv); free(r_dout); free(r_att); free(r_out); free(r_lse); free(r_dqkv);
     return r;
+}
+
+static AttCheck att_check(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, int T, int NH, int NKV, int hs,
+                          uint64_t seed, cudaStream_t st) {
+    return att_check_rope(fwd, bwd, self, B, T, NH, NKV, hs, 0.0, seed, st);
 }
 
 // Tolerances, relative L2 against fp64 (lse: max abs). bf16 has an 8-bit significand: one rounding is

@@ -18,22 +18,22 @@
 #include "../ref/attention_check.cuh"
 #include "testing.h"
 
-static void fa_fwd(void*, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+static void fa_fwd(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
                    cudaStream_t st) {
-    flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV, st);
+    flash_attention_forward(out, lse, qkv, NULL, B, T, C, NH, NKV, st);
 }
 static void fa_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
                    int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    flash_attention_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, st);
+    flash_attention_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
 }
 // the layer's entry points (self: the GpuContext); at hs = 32 and 96 they run the simple kernels
-static void layer_fwd(void* self, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+static void layer_fwd(void* self, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
                       cudaStream_t) {
-    attention_forward(out, lse, qkv, B, T, C, NH, NKV, (const GpuContext*)self);
+    attention_forward(out, lse, qkv, NULL, B, T, C, NH, NKV, (const GpuContext*)self);
 }
 static void layer_bwd(void* self, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                       const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t) {
-    attention_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, (const GpuContext*)self);
+    attention_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, (const GpuContext*)self);
 }
 
 typedef struct { int B, T, NH, NKV, hs; } Case;
