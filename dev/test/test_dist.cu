@@ -21,6 +21,7 @@
 #include "../../llmc/gpt.cuh"
 #include "../../llmc/gpt_checkpoint.cuh"
 #include "comm_local.cuh"
+#include "gpu_testing.cuh"
 #include "testing.h"
 
 #define B_ 4
@@ -371,13 +372,7 @@ static void test_checkpoints(size_t n, const float* init) {
 }
 
 int main(void) {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
-        fprintf(stderr, "test_dist: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
-                "CUDA_VISIBLE_DEVICES\n", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
-        return 1;
-    }
+    test_require_cuda("test_dist");
     setvbuf(stdout, NULL, _IOLBF, 0);
     size_t n = num_params();
     float* init = (float*)malloc_check(n * sizeof(float));

@@ -24,6 +24,7 @@
 #include "../../llmc/llama_checkpoint.cuh"
 #include "../../llmc/checkpoint_dir.h"
 #include "../ref/llama_ref.h"
+#include "gpu_testing.cuh"
 #include "testing.h"
 
 #define B_ 4
@@ -202,13 +203,7 @@ static void test_resume(const LlamaConfig* c, float* a, float* b, const GpuConte
 }
 
 int main(void) {
-    int count = 0;
-    cudaError_t cerr = cudaGetDeviceCount(&count);
-    if (cerr != cudaSuccess || count == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
-        fprintf(stderr, "test_llama: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
-                "CUDA_VISIBLE_DEVICES\n", cerr != cudaSuccess ? cudaGetErrorString(cerr) : "no CUDA device");
-        return 1;
-    }
+    test_require_cuda("test_llama");
     setvbuf(stdout, NULL, _IOLBF, 0);
     GpuContext ctx;
     gpu_context_build(&ctx, 0);

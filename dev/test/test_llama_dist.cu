@@ -19,6 +19,7 @@
 #include "../../llmc/llama.cuh"
 #include "../../llmc/llama_checkpoint.cuh"
 #include "comm_local.cuh"
+#include "gpu_testing.cuh"
 #include "testing.h"
 
 #define B_ 4
@@ -228,13 +229,7 @@ static void test_checkpoints(size_t n) {
 }
 
 int main(void) {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
-        fprintf(stderr, "test_llama_dist: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
-                "CUDA_VISIBLE_DEVICES\n", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
-        return 1;
-    }
+    test_require_cuda("test_llama_dist");
     setvbuf(stdout, NULL, _IOLBF, 0);
     LlamaConfig c = small_config();
     size_t n = llama_num_params(&c);
