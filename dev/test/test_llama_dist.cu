@@ -42,6 +42,7 @@ static void batch(int g, int* in, int* tg) {
     }
 }
 
+// One rank's run of a job (dist_harness.cuh starts the ranks): build, init or load, the steps, save, outputs.
 static void* rank_main(void* arg) {
     RankRun* rr = (RankRun*)arg;
     const Job* j = rr->job;
