@@ -96,7 +96,7 @@ else
 endif
 # headers every target depends on: the library, and dev/'s references, checkers and experiments
 LLMC        := $(wildcard llmc/*.cuh llmc/*.h)
-DEV_HEADERS := $(wildcard dev/ref/*.h dev/ref/*.cuh dev/cuda/*.h dev/cuda/*.cuh dev/test/*.h)
+DEV_HEADERS := $(wildcard dev/ref/*.h dev/ref/*.cuh dev/cuda/*.h dev/cuda/*.cuh dev/test/*.h dev/test/*.cuh)
 
 # the targets, named here because the trainer's rule (below) picks its data prerequisite by goal
 CPU_TESTS   := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))

@@ -21,6 +21,7 @@
 #include "llmc/gpt_checkpoint.cuh"
 #include "llmc/checkpoint_dir.h"
 #include "dev/ref/gpt_ref.h"
+#include "dev/test/model_testing.cuh"
 #include "dev/test/testing.h"
 
 #define L_ 2
@@ -29,25 +30,11 @@
 #define B_ 4
 #define T_ 80  // not a multiple of the attention tile (64)
 
-static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
-
 static GptConfig small_config(void) {
     GptConfig c;
     c.max_seq_len = T_; c.vocab_size = 50257; c.padded_vocab_size = 50304;
     c.num_layers = L_; c.num_heads = NH_; c.channels = C_;
     return c;
-}
-
-static float model_loss(GptModel* m, const GpuContext* ctx) {
-    float loss;
-    cuda_check(cudaMemcpyAsync(&loss, m->acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
-    cuda_check(cudaStreamSynchronize(ctx->stream));
-    return loss;
-}
-
-static void copy_to_host(float* dst, const float* src, size_t n) {
-    cuda_check(cudaDeviceSynchronize());
-    cuda_check(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
 // One optimizer step's gradients of the batch, accumulated `times` times at dloss 1/times.
@@ -69,37 +56,17 @@ static float grads_with(const GptConfig* c, int recompute, FlcePath head, const 
     gpt_set_params(&o, params, ctx);
     grads_of(&o, in, tg, 1, ctx);
     copy_to_host(out, o.grads_memory, o.num_params);
-    float l = model_loss(&o, ctx);
+    float l = model_loss(o.acts.loss, ctx);
     gpt_free(&o);
     return l;
 }
 
-// Compares tensor by tensor: relative L2 error ‖a − b‖/‖b‖ and max |a − b| (with where and the
-// reference's max |b|). Returns the largest relative L2 error.
-static double compare_tensors(const char* what, const float* got, const float* ref, const GptModel* m, double tol) {
-    double worst = 0.0;
-    for (int i = 0; i < GPT_NUM_TENSORS; i++) {
-        const float* a = got + m->tensor_offset[i];
-        const float* b = ref + m->tensor_offset[i];
-        double d2 = 0.0, b2 = 0.0, maxd = 0.0, maxb = 0.0;
-        size_t where = 0;
-        for (size_t j = 0; j < m->tensor_size[i]; j++) {
-            double d = fabs((double)a[j] - b[j]);
-            d2 += d * d;
-            b2 += (double)b[j] * b[j];
-            if (d > maxd || d != d) { maxd = d; where = j; }
-            if (fabs(b[j]) > maxb) maxb = fabs(b[j]);
-        }
-        double rel = b2 > 0 ? sqrt(d2 / b2) : sqrt(d2);
-        if (!(rel <= worst)) worst = rel;
-        printf("  %-10s %-9s rel L2 %.2e (tol %.0e) | max |diff| %.2e at %zu (max |ref| %.2e)\n", what,
-               gpt_tensor_name(i), rel, tol, maxd, where, maxb);
-        EXPECT(rel <= tol, "%s %s: relative L2 error %.3e > %.0e", what, gpt_tensor_name(i), rel, tol);
-    }
-    return worst;
+// Every parameter tensor of the model (host copies, num_params floats) within tol (compare_tensor).
+static void compare_tensors(const char* what, const float* got, const float* ref, const GptModel* m, double tol) {
+    for (int i = 0; i < GPT_NUM_TENSORS; i++)
+        compare_tensor(what, gpt_tensor_name(i), got + m->tensor_offset[i], ref + m->tensor_offset[i],
+                       m->tensor_size[i], tol);
 }
-
-static int bitwise_equal(const float* a, const float* b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
 // Optimizer steps from+1 .. to on random batches drawn from *rng (the run's data stream); losses[s]
 // is the loss of step s+1.
@@ -112,7 +79,7 @@ static void train_steps(GptModel* m, uint64_t* rng, int from, int to, float* los
         }
         grads_of(m, in, tg, 1, ctx);
         gpt_update(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s + 1, 0, ctx);
-        losses[s] = model_loss(m, ctx);
+        losses[s] = model_loss(m->acts.loss, ctx);
     }
 }
 
@@ -171,22 +138,9 @@ static void test_resume(const GptConfig* c, const GpuContext* ctx) {
     size_t n = full.num_params;
     float* a = (float*)malloc_check(n * sizeof(float));
     float* b = (float*)malloc_check(n * sizeof(float));
-    int same_loss = memcmp(loss_full + N, loss_part + N, N * sizeof(float)) == 0;
-    const char* names[3] = {"master", "m", "v"};
     const float* fa[3] = {full.master_memory, full.m_memory, full.v_memory};
     const float* fb[3] = {fresh.master_memory, fresh.m_memory, fresh.v_memory};
-    int same[3];
-    for (int k = 0; k < 3; k++) {
-        copy_to_host(a, fa[k], n);
-        copy_to_host(b, fb[k], n);
-        same[k] = bitwise_equal(a, b, n);
-    }
-    printf("resume after step %d of %d: losses", N, 2 * N);
-    for (int s = N; s < 2 * N; s++) printf(" %.7f/%.7f", loss_full[s], loss_part[s]);
-    printf(" (uninterrupted/resumed) %s; master %s, m %s, v %s\n", same_loss ? "bitwise equal" : "DIFFERENT",
-           same[0] ? "equal" : "DIFFERENT", same[1] ? "equal" : "DIFFERENT", same[2] ? "equal" : "DIFFERENT");
-    EXPECT(same_loss, "the resumed run's losses differ from the uninterrupted run's");
-    for (int k = 0; k < 3; k++) EXPECT(same[k], "after resume the %s tensor differs from the uninterrupted run's", names[k]);
+    expect_resumed(N, loss_full, loss_part, fa, fb, n, a, b);
     free(b);
     free(a);
     gpt_free(&fresh);
@@ -238,7 +192,7 @@ int main(void) {
     // 5% relative L2 passes bf16 and catches a wrong formula (errors of order 1). The loss is a mean
     // over 230 rows of fp32 softmax math from bf16 activations: 2e-3 relative.
     grads_of(&m, in, tg, 1, &ctx);
-    float loss = model_loss(&m, &ctx);
+    float loss = model_loss(m.acts.loss, &ctx);
     double ref_loss = gpt_ref_forward(&ref, in, tg, B_, T_);
     gpt_ref_backward(&ref);
     printf("loss: gpu %.6f, reference %.6f (rel diff %.2e, tol 2e-3)\n", loss, ref_loss, fabs(loss - ref_loss) / ref_loss);
@@ -261,7 +215,7 @@ int main(void) {
     // so the result equals one pass (power-of-two scaling commutes with rounding); tolerance 1e-6 for safety
     grads_of(&m, in, tg, 2, &ctx);
     copy_to_host(host, m.grads_memory, n);
-    float acc_loss = model_loss(&m, &ctx);
+    float acc_loss = model_loss(m.acts.loss, &ctx);
     printf("gradient accumulation (2 x dloss 1/2 vs 1 x dloss 1): loss %.6f vs %.6f\n", acc_loss, loss);
     EXPECT(fabs(acc_loss - loss) <= 1e-6f * loss, "accumulated loss %.7f vs %.7f", acc_loss, loss);
     compare_tensors("accum", host, grads, &m, 1e-6);
@@ -304,7 +258,7 @@ int main(void) {
     for (int s = 1; s <= 10; s++) {
         grads_of(&m, in, tg, 1, &ctx);
         gpt_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s, 0, &ctx);
-        float gl = model_loss(&m, &ctx);
+        float gl = model_loss(m.acts.loss, &ctx);
         float gnorm;
         cuda_check(cudaMemcpy(&gnorm, m.acts.norm, sizeof(float), cudaMemcpyDeviceToHost));
         double rl = gpt_ref_forward(&ref, in, tg, B_, T_);

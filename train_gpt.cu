@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "llmc/train_model.cuh"        // TrainModel: GPT-2 or Llama-style, build / step / checkpoint / free
 #include "llmc/flags.h"                // the flag table's parser
 #include "llmc/dataloader.h"           // DataLoader: (B, T) batches from shards
@@ -24,6 +23,7 @@
 #include "llmc/checkpoint_dir.h"       // the run's checkpoint directory: names, latest, -resume, keep K
 #include "llmc/dist.cuh"               // data-parallel runs: launch environment, rendezvous, NCCL (doc/multi_gpu.md)
 #include "llmc/launcher.h"             // -gpus N: one process per GPU of this machine
+#include "llmc/dist_socket.h"          // dist_now: the monotonic clock of the timings
 
 // config.json says which epsilon the exported model's LayerNorms use: it must be the one we compute with
 static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/gpt_hf.h's GPT_HF_LN_EPS must equal llmc/layernorm.cuh's LN_EPS");
@@ -406,12 +406,6 @@ static double gpu_peak_bf16_flops(int device, const char** source) {
     return per_clock * prop.multiProcessorCount * (double)khz * 1e3;
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static double mib(size_t bytes) { return bytes / 1048576.0; }
 
 // One row of the config table: the value is formatted, then padded to the column.
@@ -585,12 +579,12 @@ static void save_checkpoint(TrainModel* m, const TrainConfig* c, int step, uint6
     snprintf(s.settings, sizeof(s.settings), "%s", settings);
     char path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN];
     checkpoint_path(path, sizeof(path), c->out_dir, step);
-    double t0 = now_seconds();
+    double t0 = dist_now();
     checkpoint_check(err, train_model_save_checkpoint(m, path, &s, err, sizeof(err), ctx));  // every rank: it gathers
     if (m->comm->rank != 0) return;
     checkpoint_check(err, checkpoint_mark_latest(c->out_dir, path, err, sizeof(err)));
     checkpoint_check(err, checkpoint_prune(c->out_dir, c->keep, step, err, sizeof(err)));
-    printf("checkpoint %s (%.1f MiB, %.1f s)\n", path, mib(3 * m->num_params * sizeof(float)), now_seconds() - t0);
+    printf("checkpoint %s (%.1f MiB, %.1f s)\n", path, mib(3 * m->num_params * sizeof(float)), dist_now() - t0);
     fprintf(log_file, "step %d checkpoint %s\n", step, path);
 }
 
@@ -662,7 +656,7 @@ static void init_load(TrainModel* m, GptHfReader* r, const TrainConfig* c, const
 // Every rank calls it (the weights are gathered from their shards); rank 0 writes.
 static void export_hf(TrainModel* m, const char* dir, const char* vocab_path, int eot, const GpuContext* ctx) {
     char err[GPT_HF_ERR_LEN];
-    double t0 = now_seconds();
+    double t0 = dist_now();
     if (train_model_export_hf(m, dir, vocab_path, eot, err, sizeof(err), ctx) != 0) {
         fprintf(stderr, "error: -export_hf %s: %s\n", dir, err);
         exit(EXIT_FAILURE);
@@ -670,7 +664,7 @@ static void export_hf(TrainModel* m, const char* dir, const char* vocab_path, in
     if (m->comm->rank == 0)
         printf("exported to %s/ for Hugging Face transformers (%s, fp32 master weights, %.1f MiB, %.1f s)\n", dir,
                m->family == CHECKPOINT_FAMILY_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
-               mib(m->num_params * sizeof(float)), now_seconds() - t0);
+               mib(m->num_params * sizeof(float)), dist_now() - t0);
 }
 
 // --- main ----------------------------------------------------------------------------------------
@@ -907,7 +901,7 @@ int main(int argc, char** argv) {
              cfg.out_dir);
     catch_stop_signals();
     for (int step = start_step; step < end && !stopped; step++) {
-        double t0 = now_seconds();
+        double t0 = dist_now();
         if (step > start_step) profile_start(&prof, ctx.stream);  // the first step includes warmup
         train_model_zero_grad(&model, &ctx);
         DataLoaderPosition step_data = dataloader_save(&train);  // where this step's batches start
@@ -932,7 +926,7 @@ int main(int argc, char** argv) {
         profile_step_end(&prof);
         if (cfg.profile && step > start_step) reduce_ms += train_model_reduce_ms(&model);
         fused_lce_check(model.head, &ctx);
-        double dt = now_seconds() - t0;
+        double dt = dist_now() - t0;
         if (step > start_step) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
         double tps = tokens_per_step / dt;
         printf("step %5d/%d | loss %.4f | norm %6.3f | lr %.2e | %7.1f ms | %8.0f tok/s", step + 1, cfg.steps, loss,

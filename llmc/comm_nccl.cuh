@@ -9,20 +9,14 @@
 #pragma once
 #ifdef LLMC_NCCL
 #include <nccl.h>
-#include <time.h>
 #include <unistd.h>
 #include "comm.cuh"
+#include "dist_socket.h"  // dist_now
 
 typedef struct {
     ncclComm_t comm;
     double timeout_s;  // the longest a collective may make no progress
 } CommNccl;
-
-static inline double comm_nccl_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 // The run cannot go on: abort the communicator (no NCCL kernel waits on peers any longer) and exit 1 with
 // the message. The other ranks learn of it through the control channel (llmc/dist_control.h).
@@ -35,9 +29,9 @@ static inline void comm_nccl_fail(CommNccl* n, const char* what, ncclResult_t r)
 
 // After a call on the non-blocking communicator: wait while it is still in progress.
 static inline void comm_nccl_wait(CommNccl* n, ncclResult_t r, const char* what) {
-    double t0 = comm_nccl_now();
+    double t0 = dist_now();
     while (r == ncclInProgress) {
-        if (comm_nccl_now() - t0 > n->timeout_s) comm_nccl_fail(n, what, ncclInProgress);
+        if (dist_now() - t0 > n->timeout_s) comm_nccl_fail(n, what, ncclInProgress);
         usleep(50);
         if (ncclCommGetAsyncError(n->comm, &r) != ncclSuccess) break;
     }
@@ -70,7 +64,7 @@ static void comm_nccl_group_end(Comm* c) {
 // timeout_s, aborts the run.
 static void comm_nccl_sync(Comm* c, cudaStream_t stream) {
     CommNccl* n = (CommNccl*)c->impl;
-    double t0 = comm_nccl_now();
+    double t0 = dist_now();
     for (;;) {
         cudaError_t q = cudaStreamQuery(stream);
         if (q == cudaSuccess) return;
@@ -78,7 +72,7 @@ static void comm_nccl_sync(Comm* c, cudaStream_t stream) {
         ncclResult_t r;
         if (ncclCommGetAsyncError(n->comm, &r) != ncclSuccess || (r != ncclSuccess && r != ncclInProgress))
             comm_nccl_fail(n, "a collective failed", r);
-        if (comm_nccl_now() - t0 > n->timeout_s) {
+        if (dist_now() - t0 > n->timeout_s) {
             char what[160];
             snprintf(what, sizeof(what), "no progress in %.0f s (-nccl_timeout): a rank stopped answering", n->timeout_s);
             comm_nccl_fail(n, what, ncclInProgress);

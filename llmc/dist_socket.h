@@ -44,7 +44,8 @@ static inline void dist_copy_str(char* dst, size_t cap, const char* src) {
     dst[n] = '\0';
 }
 
-// Seconds on the monotonic clock.
+// Seconds on the monotonic clock: the deadlines here, the NCCL waits' timeouts (llmc/comm_nccl.cuh) and
+// train_gpt's timings.
 static inline double dist_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

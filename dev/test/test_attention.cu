@@ -7,6 +7,7 @@
 // absolute) are justified in attention_check.cuh.
 #include "../../llmc/flash_attention_backward.cuh"
 #include "../ref/attention_check.cuh"
+#include "gpu_testing.cuh"
 #include "testing.h"
 
 static void fa_fwd(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
@@ -19,13 +20,7 @@ static void fa_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* ou
 }
 
 int main(void) {
-    int ndev = 0;
-    cudaError_t err = cudaGetDeviceCount(&ndev);
-    if (err != cudaSuccess || ndev == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
-        fprintf(stderr, "test_attention: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
-                "CUDA_VISIBLE_DEVICES\n", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
-        return 1;
-    }
+    test_require_cuda("test_attention");
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     typedef struct { int B, T, NH, hs; } Case;

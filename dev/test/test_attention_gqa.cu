@@ -16,6 +16,7 @@
 // A failed check prints the case and the error; the last line is `test_attention_gqa: N passed, M failed`.
 #include "../../llmc/attention.cuh"
 #include "../ref/attention_check.cuh"
+#include "gpu_testing.cuh"
 #include "testing.h"
 
 static void fa_fwd(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
@@ -109,13 +110,7 @@ static void check_repeated_kv(Case c, uint64_t seed, cudaStream_t st) {
 }
 
 int main(void) {
-    int ndev = 0;
-    cudaError_t err = cudaGetDeviceCount(&ndev);
-    if (err != cudaSuccess || ndev == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
-        fprintf(stderr, "test_attention_gqa: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
-                "CUDA_VISIBLE_DEVICES\n", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
-        return 1;
-    }
+    test_require_cuda("test_attention_gqa");
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     const int Ts[] = {1, 63, 64, 65, 200};

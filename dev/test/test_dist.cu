@@ -1,6 +1,6 @@
 // test_dist.cu: data-parallel training (ZeRO-1, llmc/zero.cuh) with N ranks as threads of one process
-// on one GPU, through the communicator's test double (dev/test/comm_local.cuh). Small GPT: L=2, C=128,
-// NH=2, V=50257 padded to 50304, B=4, T=64 per rank.
+// on one GPU, through the communicator's test double (dev/test/comm_local.cuh; the jobs and their ranks:
+// dev/test/dist_harness.cuh). Small GPT: L=2, C=128, NH=2, V=50257 padded to 50304, B=4, T=64 per rank.
 //   ./build/test_dist        (needs a GPU; ~1 minute)
 // Checks, each printed with its numbers:
 //   1. N ranks with a micro-batch each equal 1 rank accumulating the same N micro-batches (and N=2 with
@@ -9,10 +9,9 @@
 //      master, m, v and the bf16 parameters after two steps, at N=2 and N=4
 //   3. checkpoints hold the whole state: one written at N=2 and loaded at N=1 is written back
 //      byte-identical, and the reverse; a run resumed at the same N is bitwise the uninterrupted one;
-//      resumed at the other N it continues within the tolerance of check 1
+//      resumed at the other N it continues within the tolerance of check 1 (dist_harness.cuh states it)
 // The batches of a step: global batch g = (step · A + k) · N + rank for micro-step k of A, as the data
 // loader deals them (llmc/dataloader.h), so every configuration of the same N·A sees the same data.
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +19,12 @@
 #include <unistd.h>
 #include "../../llmc/gpt.cuh"
 #include "../../llmc/gpt_checkpoint.cuh"
-#include "comm_local.cuh"
+#include "dist_harness.cuh"
+#include "gpu_testing.cuh"
 #include "testing.h"
 
 #define B_ 4
 #define T_ 64
-#define MAX_STEPS 8
 
 static GptConfig small_config(void) {
     GptConfig c;
@@ -43,26 +42,7 @@ static void batch(int g, int* in, int* tg) {
     }
 }
 
-// One run of a data-parallel job: `world` ranks, `accum` micro-steps each; from a fresh init (seed) or a
-// checkpoint (load); steps from .. to; then optionally a checkpoint (save). Rank 0 returns the losses
-// and the whole master, m and v.
-typedef struct {
-    int world, accum;
-    uint64_t seed;
-    const char* load;    // NULL: init from seed
-    int from, to;
-    const char* save;    // NULL: none
-    float* losses;       // (MAX_STEPS) loss of step s at [s]
-    float *master, *m, *v;  // (num_params) each, or NULL
-} Job;
-
-typedef struct {
-    const Job* job;
-    CommLocal* group;
-    int rank;
-    int rc;              // 0, or -1 when a checkpoint failed
-} RankRun;
-
+// One rank's run of a job (dist_harness.cuh starts the ranks): build, init or load, the steps, save, outputs.
 static void* rank_main(void* arg) {
     RankRun* rr = (RankRun*)arg;
     const Job* j = rr->job;
@@ -94,10 +74,7 @@ static void* rank_main(void* arg) {
             else gpt_backward(&m, tg, dloss, &ctx);
         }
         gpt_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s + 1, 0, &ctx);
-        float loss;
-        cuda_check(cudaMemcpyAsync(&loss, m.acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
-        comm_sync(m.comm, ctx.stream);
-        if (rr->rank == 0 && j->losses) j->losses[s] = loss;
+        rank_keep_loss(rr, s, m.acts.loss, m.comm, ctx.stream);
     }
     if (j->save) {
         CheckpointState st;
@@ -109,43 +86,11 @@ static void* rank_main(void* arg) {
             rr->rc = -1;
         }
     }
-    float* outs[3] = {j->master, j->m, j->v};
-    const float* shards[3] = {m.master_memory, m.m_memory, m.v_memory};
-    for (int t = 0; t < 3; t++) {
-        if (!outs[t]) continue;
-        const float* full = zero_gather_full(&m.zero, m.comm, m.grads_memory, shards[t], ctx.stream);
-        comm_sync(m.comm, ctx.stream);
-        if (rr->rank == 0)
-            cuda_check(cudaMemcpyAsync(outs[t], full, m.num_params * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
-        comm_sync(m.comm, ctx.stream);  // read before any rank gathers the next tensor into its gradient buffer
-    }
+    rank_gather_outputs(rr, &m.zero, m.comm, m.grads_memory, m.master_memory, m.m_memory, m.v_memory, m.num_params,
+                        ctx.stream);
     gpt_free(&m);
     gpu_context_free(&ctx);
     return NULL;
-}
-
-// Runs the job on its ranks (threads when world > 1); returns 0, or -1 when a rank failed.
-static int run_job(const Job* j) {
-    RankRun rr[COMM_LOCAL_MAX];
-    pthread_t th[COMM_LOCAL_MAX];
-    CommLocal group;
-    if (j->world > 1) comm_local_build(&group, j->world);
-    int rc = 0;
-    for (int r = 0; r < j->world; r++) {
-        rr[r].job = j;
-        rr[r].group = j->world > 1 ? &group : NULL;
-        rr[r].rank = r;
-        rr[r].rc = 0;
-    }
-    if (j->world == 1) {
-        rank_main(&rr[0]);
-    } else {
-        for (int r = 0; r < j->world; r++) pthread_create(&th[r], NULL, rank_main, &rr[r]);
-        for (int r = 0; r < j->world; r++) pthread_join(th[r], NULL);
-        comm_local_free(&group);
-    }
-    for (int r = 0; r < j->world; r++) rc |= rr[r].rc;
-    return rc;
 }
 
 static size_t num_params(void) {
@@ -156,55 +101,7 @@ static size_t num_params(void) {
     return n;
 }
 
-static Job job(int world, int accum, int from, int to) {
-    Job j;
-    memset(&j, 0, sizeof(j));
-    j.world = world; j.accum = accum; j.seed = 11; j.from = from; j.to = to;
-    return j;
-}
-
-static float max_abs_diff(const float* a, const float* b, size_t n, size_t* where) {
-    float worst = 0.0f;
-    for (size_t i = 0; i < n; i++) {
-        float d = fabsf(a[i] - b[i]);
-        if (!(d <= worst)) { worst = d; *where = i; }
-    }
-    return worst;
-}
-
-// Tolerances of check 1. The runs differ only in the order in which the same fp32 gradient
-// contributions are added (the GEMMs' accumulation into the gradient against the ranks' sum in rank
-// order): ~1e-7 relative in each gradient, and the odd bf16 parameter that rounds the other way. AdamW
-// passes most of that on at the same scale, but where a gradient's contributions nearly cancel, the
-// order can flip its sign, and AdamW's step, ~lr in size whatever the gradient, flips with it: such
-// elements may differ by up to 2·lr a step. So the master weights are compared by their updates since
-// the init, ‖Δa − Δb‖ / ‖Δb‖ over the whole model: order noise moves few elements (well under 1%), a
-// lost or doubled rank changes the direction of most updates (O(1)); 0.05 sits between.
-#define LOSS_RTOL 1e-4
-#define UPDATE_RTOL 0.05
-
-static void compare_runs(const char* what, const float* la, const float* lb, int from, int to, const float* ma,
-                         const float* mb, const float* init, size_t n) {
-    double worst = 0.0, d2 = 0.0, u2 = 0.0;
-    for (int s = from; s < to; s++) worst = fmax(worst, fabs((double)la[s] - lb[s]) / fabs((double)lb[s]));
-    size_t where = 0, moved = 0;
-    float d = max_abs_diff(ma, mb, n, &where);
-    for (size_t i = 0; i < n; i++) {
-        double e = (double)ma[i] - mb[i], u = (double)mb[i] - init[i];
-        d2 += e * e;
-        u2 += u * u;
-        moved += fabs(e) > 1e-6;
-    }
-    double rel = sqrt(d2 / u2);
-    printf("%s: losses", what);
-    for (int s = from; s < to; s++) printf(" %.6f/%.6f", la[s], lb[s]);
-    printf(" (max rel diff %.1e, tol %.0e) | updates rel L2 diff %.2e (tol %.0e), max |diff| %.2e at %zu, %zu of %zu "
-           "differ by > 1e-6\n", worst, LOSS_RTOL, rel, UPDATE_RTOL, d, where, moved, n);
-    EXPECT(worst <= LOSS_RTOL, "%s: losses differ by %.2e relative", what, worst);
-    EXPECT(rel <= UPDATE_RTOL, "%s: the updates differ by %.3e (relative L2)", what, rel);
-}
-
-// The master weights of the init (seed 11), the base of the updates compared above.
+// The master weights of the init (seed 11), the base of the updates that compare_runs compares.
 static void init_master(float* out) {
     Job j = job(1, 1, 0, 0);
     j.master = out;
@@ -314,20 +211,6 @@ static void test_sharded_adamw(size_t n) {
     for (int t = 0; t < 2; t++) { free(g[t]); free(g_part[t]); }
 }
 
-static int files_equal(const char* a, const char* b) {
-    FILE* fa = fopen(a, "rb");
-    FILE* fb = fopen(b, "rb");
-    int same = fa && fb;
-    while (same) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) same = 0;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 // 3. checkpoints across world sizes
 static void test_checkpoints(size_t n, const float* init) {
     char dir[] = "/tmp/test_dist.XXXXXX";
@@ -371,13 +254,7 @@ static void test_checkpoints(size_t n, const float* init) {
 }
 
 int main(void) {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
-        fprintf(stderr, "test_dist: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
-                "CUDA_VISIBLE_DEVICES\n", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
-        return 1;
-    }
+    test_require_cuda("test_dist");
     setvbuf(stdout, NULL, _IOLBF, 0);
     size_t n = num_params();
     float* init = (float*)malloc_check(n * sizeof(float));

@@ -16,6 +16,7 @@
 #include "../ref/gpt_ref_layers.h"
 #include "../../llmc/layernorm.cuh"
 #include "../../llmc/linear.cuh"
+#include "gpu_testing.cuh"
 #include "testing.h"
 
 #define TOL_BF16 4e-3
@@ -186,13 +187,7 @@ static void test_linear_backward(int N, int IC, int OC, int gelu, float* scratch
 }
 
 int main(void) {
-    int ndev = 0;
-    cudaError_t err = cudaGetDeviceCount(&ndev);
-    if (err != cudaSuccess || ndev == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
-        fprintf(stderr, "test_layers: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
-                "CUDA_VISIBLE_DEVICES\n", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
-        return 1;
-    }
+    test_require_cuda("test_layers");
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     size_t scratch_floats = (size_t)LN_BWD_BLOCKS * 2 * LN_MAX_C;

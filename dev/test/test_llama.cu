@@ -24,13 +24,13 @@
 #include "../../llmc/llama_checkpoint.cuh"
 #include "../../llmc/checkpoint_dir.h"
 #include "../ref/llama_ref.h"
+#include "gpu_testing.cuh"
+#include "model_testing.cuh"
 #include "testing.h"
 
 #define B_ 4
 #define T_ 80
 #define V_ 200019
-
-static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 static LlamaConfig small_config(void) {
     LlamaConfig c;
@@ -39,20 +39,6 @@ static LlamaConfig small_config(void) {
     c.rope_theta = 10000.0; c.norm_eps = 1e-5;
     return c;
 }
-
-static float model_loss(LlamaModel* m, const GpuContext* ctx) {
-    float loss;
-    cuda_check(cudaMemcpyAsync(&loss, m->acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
-    cuda_check(cudaStreamSynchronize(ctx->stream));
-    return loss;
-}
-
-static void copy_to_host(float* dst, const float* src, size_t n) {
-    cuda_check(cudaDeviceSynchronize());
-    cuda_check(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost));
-}
-
-static int bitwise_equal(const float* a, const float* b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
 // One optimizer step's gradients of the batch, accumulated `times` times at dloss 1/times.
 static void grads_of(LlamaModel* m, const int* in, const int* tg, int times, const GpuContext* ctx) {
@@ -64,29 +50,11 @@ static void grads_of(LlamaModel* m, const int* in, const int* tg, int times, con
     cuda_check(cudaStreamSynchronize(ctx->stream));
 }
 
-// Compares tensor by tensor: relative L2 error ‖a − b‖/‖b‖ and max |a − b| (with where and the
-// reference's max |b|). Returns the largest relative L2 error.
-static double compare_tensors(const char* what, const float* got, const float* ref, const LlamaModel* m, double tol) {
-    double worst = 0.0;
-    for (int i = 0; i < LLAMA_NUM_TENSORS; i++) {
-        const float* a = got + m->tensor_offset[i];
-        const float* b = ref + m->tensor_offset[i];
-        double d2 = 0.0, b2 = 0.0, maxd = 0.0, maxb = 0.0;
-        size_t where = 0;
-        for (size_t j = 0; j < m->tensor_size[i]; j++) {
-            double d = fabs((double)a[j] - b[j]);
-            d2 += d * d;
-            b2 += (double)b[j] * b[j];
-            if (d > maxd || d != d) { maxd = d; where = j; }
-            if (fabs(b[j]) > maxb) maxb = fabs(b[j]);
-        }
-        double rel = b2 > 0 ? sqrt(d2 / b2) : sqrt(d2);
-        if (!(rel <= worst)) worst = rel;
-        printf("  %-6s %-24s rel L2 %.2e (tol %.0e) | max |diff| %.2e at %zu (max |ref| %.2e)\n", what,
-               llama_tensor_name(i), rel, tol, maxd, where, maxb);
-        EXPECT(rel <= tol, "%s %s: relative L2 error %.3e > %.0e", what, llama_tensor_name(i), rel, tol);
-    }
-    return worst;
+// Every parameter tensor of the model (host copies, num_params floats) within tol (compare_tensor).
+static void compare_tensors(const char* what, const float* got, const float* ref, const LlamaModel* m, double tol) {
+    for (int i = 0; i < LLAMA_NUM_TENSORS; i++)
+        compare_tensor(what, llama_tensor_name(i), got + m->tensor_offset[i], ref + m->tensor_offset[i],
+                       m->tensor_size[i], tol);
 }
 
 // The reference's gradient clipping (as gpt_ref_clip_grad_norm): returns the norm before clipping.
@@ -111,7 +79,7 @@ static void train_steps(LlamaModel* m, uint64_t* rng, int from, int to, float* l
         random_batch(rng, in, tg, 0);
         grads_of(m, in, tg, 1, ctx);
         llama_update(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s + 1, 0, ctx);
-        losses[s] = model_loss(m, ctx);
+        losses[s] = model_loss(m->acts.loss, ctx);
     }
 }
 
@@ -179,22 +147,9 @@ static void test_resume(const LlamaConfig* c, float* a, float* b, const GpuConte
     train_steps(&fresh, &rng, (int)r.state.step, 2 * N, loss_part, ctx);
 
     size_t n = full.num_params;
-    int same_loss = memcmp(loss_full + N, loss_part + N, N * sizeof(float)) == 0;
-    const char* names[3] = {"master", "m", "v"};
     const float* fa[3] = {full.master_memory, full.m_memory, full.v_memory};
     const float* fb[3] = {fresh.master_memory, fresh.m_memory, fresh.v_memory};
-    int same[3];
-    for (int k = 0; k < 3; k++) {
-        copy_to_host(a, fa[k], n);
-        copy_to_host(b, fb[k], n);
-        same[k] = bitwise_equal(a, b, n);
-    }
-    printf("resume after step %d of %d: losses", N, 2 * N);
-    for (int s = N; s < 2 * N; s++) printf(" %.7f/%.7f", loss_full[s], loss_part[s]);
-    printf(" (uninterrupted/resumed) %s; master %s, m %s, v %s\n", same_loss ? "bitwise equal" : "DIFFERENT",
-           same[0] ? "equal" : "DIFFERENT", same[1] ? "equal" : "DIFFERENT", same[2] ? "equal" : "DIFFERENT");
-    EXPECT(same_loss, "the resumed run's losses differ from the uninterrupted run's");
-    for (int k = 0; k < 3; k++) EXPECT(same[k], "after resume the %s tensor differs from the uninterrupted run's", names[k]);
+    expect_resumed(N, loss_full, loss_part, fa, fb, n, a, b);
     llama_free(&fresh);
     llama_free(&full);
     remove(path);
@@ -202,13 +157,7 @@ static void test_resume(const LlamaConfig* c, float* a, float* b, const GpuConte
 }
 
 int main(void) {
-    int count = 0;
-    cudaError_t cerr = cudaGetDeviceCount(&count);
-    if (cerr != cudaSuccess || count == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
-        fprintf(stderr, "test_llama: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
-                "CUDA_VISIBLE_DEVICES\n", cerr != cudaSuccess ? cudaGetErrorString(cerr) : "no CUDA device");
-        return 1;
-    }
+    test_require_cuda("test_llama");
     setvbuf(stdout, NULL, _IOLBF, 0);
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
@@ -252,7 +201,7 @@ int main(void) {
     // catches a wrong formula (errors of order 1). The loss is a mean over 284 rows of fp32 softmax math
     // from bf16 activations: 2e-3 relative.
     grads_of(&m, in, tg, 1, &ctx);
-    float loss = model_loss(&m, &ctx);
+    float loss = model_loss(m.acts.loss, &ctx);
     double ref_loss = llama_ref_forward(&ref, in, tg, B_, T_);
     llama_ref_backward(&ref);
     printf("loss: gpu %.6f, reference %.6f (rel diff %.2e, tol 2e-3)\n", loss, ref_loss, fabs(loss - ref_loss) / ref_loss);
@@ -281,7 +230,7 @@ int main(void) {
     // so the result equals one pass (power-of-two scaling commutes with rounding); tolerance 1e-6 for safety
     grads_of(&m, in, tg, 2, &ctx);
     copy_to_host(host, m.grads_memory, n);
-    float acc_loss = model_loss(&m, &ctx);
+    float acc_loss = model_loss(m.acts.loss, &ctx);
     printf("gradient accumulation (2 x dloss 1/2 vs 1 x dloss 1): loss %.6f vs %.6f\n", acc_loss, loss);
     EXPECT(fabs(acc_loss - loss) <= 1e-6f * loss, "accumulated loss %.7f vs %.7f", acc_loss, loss);
     compare_tensors("accum", host, grads, &m, 1e-6);
@@ -296,7 +245,7 @@ int main(void) {
     for (int s = 1; s <= 10; s++) {
         grads_of(&m, in, tg, 1, &ctx);
         llama_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, s, 0, &ctx);
-        float gl = model_loss(&m, &ctx), gnorm;
+        float gl = model_loss(m.acts.loss, &ctx), gnorm;
         cuda_check(cudaMemcpy(&gnorm, m.acts.norm, sizeof(float), cudaMemcpyDeviceToHost));
         double rl = llama_ref_forward(&ref, in, tg, B_, T_);
         llama_ref_backward(&ref);

@@ -41,6 +41,7 @@
 #include "../../llmc/rmsnorm.cuh"
 #include "../../llmc/swiglu.cuh"
 #include "../../llmc/rope.cuh"
+#include "gpu_testing.cuh"
 #include "testing.h"
 
 #define TOL_BF16 (1.0 / 256)
@@ -301,13 +302,7 @@ static void test_rope(int B, int T, int NH, int NKV, int hs, double theta, const
 }
 
 int main(void) {
-    int ndev = 0;
-    cudaError_t err = cudaGetDeviceCount(&ndev);
-    if (err != cudaSuccess || ndev == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
-        fprintf(stderr, "test_llama_layers: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
-                "CUDA_VISIBLE_DEVICES\n", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
-        return 1;
-    }
+    test_require_cuda("test_llama_layers");
     setvbuf(stdout, NULL, _IOLBF, 0);
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
