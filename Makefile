@@ -199,7 +199,7 @@ dev: $(DEV_KERNELS) $(INTEROP)
 build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 # the check against transformers (dev/interop/hf_check.py) runs this for train_gpt's side
-build/dev/gpt_dump: dev/interop/gpt_dump.cu $(LLMC) | build/dev deps-trainer
+build/dev/gpt_dump: dev/interop/gpt_dump.cu dev/interop/dump.h $(LLMC) | build/dev deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON_NVCC)
 # and dev/interop/llama_check.py runs this: the Llama-style CPU reference and its export (host only)
 build/dev/llama_ref_dump: dev/interop/llama_ref_dump.c $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
