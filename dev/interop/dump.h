@@ -22,13 +22,13 @@ typedef struct {
     int* targets;  // (B, T)
 } DumpTokens;
 
-static void dump_die(const char* what, const char* msg) {
+static inline void dump_die(const char* what, const char* msg) {
     fprintf(stderr, "error: %s: %s\n", what, msg);
     exit(EXIT_FAILURE);
 }
 
 // argc: CKPT TOKENS OUT_DIR are given, else the usage line and exit.
-static void dump_check_args(int argc, const char* tool) {
+static inline void dump_check_args(int argc, const char* tool) {
     if (argc == 4) return;
     fprintf(stderr, "usage: build/dev/%s CKPT TOKENS.safetensors OUT_DIR (see dev/interop/%s.cu)\n", tool, tool);
     exit(EXIT_FAILURE);
@@ -36,7 +36,7 @@ static void dump_check_args(int argc, const char* tool) {
 
 // Resolves arg as -resume does (a ckpt_<step>.bin file, a run's -out directory, or latest of out/) into
 // path (CHECKPOINT_PATH_LEN) and opens it; it must hold a model of `family`, the one the tool dumps.
-static void dump_open_checkpoint(CheckpointReader* ck, char* path, const char* arg, int family) {
+static inline void dump_open_checkpoint(CheckpointReader* ck, char* path, const char* arg, int family) {
     char err[CHECKPOINT_ERR_LEN];
     if (checkpoint_resolve(path, CHECKPOINT_PATH_LEN, arg, "out", err, sizeof(err)) != 0) dump_die("CKPT", err);
     checkpoint_check(ck->err, checkpoint_reader_open(ck, path));
@@ -51,7 +51,7 @@ static void dump_open_checkpoint(CheckpointReader* ck, char* path, const char* a
 
 // The tokens of path for a model of vocabulary `vocab` and context `max_t`; t->inputs and t->targets
 // allocated (dump_free_tokens).
-static void dump_read_tokens(DumpTokens* t, const char* path, int vocab, int max_t) {
+static inline void dump_read_tokens(DumpTokens* t, const char* path, int vocab, int max_t) {
     SafetensorsReader r;
     if (safetensors_open(&r, path) != 0) dump_die("TOKENS", r.err);
     const SafetensorsTensor* s = safetensors_find(&r, "tokens");
@@ -81,13 +81,13 @@ static void dump_read_tokens(DumpTokens* t, const char* path, int vocab, int max
     safetensors_close(&r);
 }
 
-static void dump_free_tokens(DumpTokens* t) {
+static inline void dump_free_tokens(DumpTokens* t) {
     free(t->targets);
     free(t->inputs);
 }
 
 // dir (created) / outputs.safetensors: logits (B, T, V) fp32, and the loss.
-static void dump_write_outputs(const char* dir, const float* logits, int B, int T, int V, float loss) {
+static inline void dump_write_outputs(const char* dir, const float* logits, int B, int T, int V, float loss) {
     char err[GPT_HF_ERR_LEN], path[CHECKPOINT_PATH_LEN + 32];
     if (gpt_hf_make_dir(dir, err, sizeof(err)) != 0) dump_die("OUT_DIR", err);
     SafetensorsTensor out[2];
