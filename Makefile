@@ -17,7 +17,7 @@
 #                    the missing ones, otherwise (or with DEPS_NO_INSTALL=1) it prints the command to run
 #                    and stops (data/install_deps.sh); the trainer and export_hf wait only for libcjson-dev
 #                    and zlib1g-dev (safetensors' JSON, the checkpoints' crc32)
-#   make dev         build every kernel playground in dev/cuda/, and dev/interop/gpt_dump.cu, into build/dev/
+#   make dev         build every kernel playground in dev/cuda/, and dev/interop/'s dump tools, into build/dev/
 #   make clean       remove build outputs (keeps fetched data; `make clean-data` removes that)
 # `make -j N` is safe at any N: each fetch and each package install have one target that owns them.
 
@@ -104,7 +104,7 @@ CPU_TESTS   := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
 ASAN_TESTS  := $(patsubst dev/test/%.c,build/asan/%,$(wildcard dev/test/test_*.c))
 GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
-INTEROP     := build/dev/gpt_dump build/dev/llama_ref_dump
+INTEROP     := build/dev/gpt_dump build/dev/llama_dump build/dev/llama_ref_dump
 
 .PHONY: help deps deps-trainer cjson-local data data-try data-debian data-tiktoken data-starter-o200k data-starter-cl100k export_hf test dev clean clean-data test-deps
 help:
@@ -198,8 +198,9 @@ test_gpt: test_gpt.cu $(LLMC) $(DEV_HEADERS) | deps-trainer
 dev: $(DEV_KERNELS) $(INTEROP)
 build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
-# the check against transformers (dev/interop/hf_check.py) runs this for train_gpt's side
-build/dev/gpt_dump: dev/interop/gpt_dump.cu $(LLMC) | build/dev deps-trainer
+# the check against transformers (dev/interop/hf_check.py) runs these for train_gpt's side: GPT-2, and
+# the Llama-style model
+build/dev/gpt_dump build/dev/llama_dump: build/dev/%: dev/interop/%.cu dev/interop/dump.h $(LLMC) | build/dev deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON_NVCC)
 # and dev/interop/llama_check.py runs this: the Llama-style CPU reference and its export (host only)
 build/dev/llama_ref_dump: dev/interop/llama_ref_dump.c $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
