@@ -19,6 +19,7 @@
 // A failed check prints the case and the error; the last line is `test_attention_rope: N passed, M failed`.
 #include "../../llmc/attention.cuh"
 #include "../ref/attention_check.cuh"
+#include "gpu_testing.cuh"
 #include "testing.h"
 
 typedef struct { const float* table; const GpuContext* ctx; } RopeSelf;
@@ -150,13 +151,7 @@ static void check_unfused(Case c, uint64_t seed, const GpuContext* ctx) {
 }
 
 int main(void) {
-    int ndev = 0;
-    cudaError_t err = cudaGetDeviceCount(&ndev);
-    if (err != cudaSuccess || ndev == 0) {  // dev/test/run_tests.sh decides whether a GPU test runs at all
-        fprintf(stderr, "test_attention_rope: CUDA cannot start: %s\n  hint: check nvidia-smi, the driver and "
-                "CUDA_VISIBLE_DEVICES\n", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
-        return 1;
-    }
+    test_require_cuda("test_attention_rope");
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     const int heads[][2] = {{4, 1}, {4, 2}, {4, 4}, {8, 2}};
