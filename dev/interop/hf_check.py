@@ -109,9 +109,11 @@ def load_llama(path):
     check(not cfg.tie_word_embeddings and model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr(),
           "lm_head untied (its own tensor)")
     hs = cfg.hidden_size // cfg.num_attention_heads
+    # transformers 5 keeps θ in rope_parameters, earlier versions as rope_theta
+    theta = getattr(cfg, "rope_theta", None) or (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta")
     print(f"     model: {cfg.num_hidden_layers} layers, {cfg.hidden_size} channels, {cfg.num_attention_heads} heads on "
           f"{cfg.num_key_value_heads} key/value heads of {hs}, FFN {cfg.intermediate_size}, rope_theta "
-          f"{getattr(cfg, 'rope_theta', None)}, eps {cfg.rms_norm_eps}, vocabulary {cfg.vocab_size}, "
+          f"{theta}, eps {cfg.rms_norm_eps}, vocabulary {cfg.vocab_size}, "
           f"{sum(p.numel() for p in model.parameters())} parameters")
     last = cfg.num_hidden_layers - 1
     shown = {"model.embed_tokens.weight", "model.layers.0.input_layernorm.weight", "model.layers.0.self_attn.q_proj.weight",

@@ -7,7 +7,9 @@
 //      gradients back): out, lse, dq, dk, dv at hs ∈ {64, 128}, (NH, NKV) ∈ {(4, 1), (4, 2), (4, 4),
 //      (8, 2)}, T ∈ {1, 63, 64, 65, 200}, B ∈ {1, 2}, θ ∈ {1e4, 5e5}, T = 1000 (16 tiles of positions,
 //      angles up to ~1000 rad) at θ = 1e4, and the simple kernels' path at hs = 32 and 96. Tolerances are attention_check.cuh's (relative L2
-//      1e-2, lse 1e-3 absolute); the reference rounds its rotated q and k to bf16, as the layer stores them.
+//      1e-2; lse 1e-2 absolute, reasoned there: the reference rotates in double, the GPU in fp32, and an
+//      element near a rounding midpoint rounds to the other bf16); the reference rounds its rotated q and
+//      k to bf16, as the layer stores them.
 //      A wrong position, pair or sign in any of the places that rotate gives O(1) errors.
 //   2. Against the unfused flash path (rope_forward over qkv in place, flash attention without RoPE,
 //      then rope_backward over dqkv): qkv after the forward (the rotated q and k the backward reads), out
@@ -92,8 +94,8 @@ static void check_reference(Case c, uint64_t seed, const GpuContext* ctx) {
         EXPECT(att_err_ok(*errs[k], k == 0 ? ATT_TOL_OUT : ATT_TOL_GRAD),
                "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: %s rel L2 %.2e (tol %.0e), %zu non-finite", c.theta, c.B, c.T,
                c.NH, c.NKV, c.hs, names[k], errs[k]->rel_l2, k == 0 ? ATT_TOL_OUT : ATT_TOL_GRAD, errs[k]->nonfinite);
-    EXPECT(att_err_ok(r.lse, ATT_TOL_LSE), "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: lse max abs %.2e (tol %.0e)",
-           c.theta, c.B, c.T, c.NH, c.NKV, c.hs, r.lse.max_abs, ATT_TOL_LSE);
+    EXPECT(att_err_ok(r.lse, att_tol_lse(&r)), "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: lse max abs %.2e (tol %.0e)",
+           c.theta, c.B, c.T, c.NH, c.NKV, c.hs, r.lse.max_abs, att_tol_lse(&r));
     EXPECT(r.bitwise_repeatable, "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: two backward runs differ", c.theta, c.B, c.T,
            c.NH, c.NKV, c.hs);
     cuda_check(cudaFree((void*)self.table));
