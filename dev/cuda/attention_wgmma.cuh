@@ -1,0 +1,211 @@
+// attention_wgmma.cuh: variant 6 of dev/cuda/attention.cu, a first Hopper (sm_90a) causal attention
+// forward in the manner of FlashAttention-3: the operands come into shared memory by TMA from a producer
+// warp, two consumer warpgroups multiply them with wgmma, and P stays in registers as wgmma's A operand.
+//   block: (b·NH + h, a tile of 128 queries), 384 threads: warpgroup 0 produces (one thread issues the
+//          copies: the query tile once, then key and value tiles of 128 rows into a ring of 2 stages),
+//          warpgroups 1 and 2 consume, each with 64 of the block's query rows
+//   step:  S (64 x 128, fp32, 64 registers a thread) = Q·Kᵀ by hs/16 wgmma m64n128k16 (both operands in
+//          shared memory, K-major); the online softmax as in llmc/flash_attention.cuh (base 2, scale
+//          folded in, rows owned by quads of lanes); O (64 x hs) += P·V by 8 wgmma m64n{hs}k16 with P in
+//          registers (the accumulator layout of S is the A-fragment layout) and V in shared memory read
+//          MN-major; the stage is released when both consumers' wgmmas are done
+// Not yet: the softmax of one tile overlapped with the GEMMs of the next (intra-warpgroup pipelining),
+// the two consumers taking turns, a TMA store of O. Same inputs and outputs as the forward of variant 3:
+// qkv (B, T, (NH + 2·NKV)·hs), out (B, T, NH·hs), lse (B, NH, T) in natural log.
+// Tiles: rows of 64 bf16 (128 bytes) with 128-byte swizzling, hs/64 boxes of 128 rows side by side
+// (16 KiB each), as llmc/sm90_wgmma.cuh's layout contract says. A key or query tile past the end of a
+// sequence reads the next sequence's rows (past the tensor's end: zeros); keys past T are later than
+// every query < T, so the causal mask removes them, and query rows past T are not stored.
+#pragma once
+#include "../../llmc/sm90_wgmma.cuh"
+#include "../../llmc/flash_attention.cuh"
+
+#define AW_BQ 128
+#define AW_BKV 128
+#define AW_STAGES 2
+#define AW_THREADS 384
+
+template <int HS> struct AwCfg {
+    static constexpr int BOXES = HS / 64;             // 64-column boxes of a tile
+    static constexpr int TILE = AW_BKV * 128 * BOXES;  // bytes of a 128-row tile
+    static constexpr int STAGE = 2 * TILE;             // keys, then values
+    static constexpr size_t smem = 1024 + TILE + AW_STAGES * STAGE + 8 * (1 + 2 * AW_STAGES);
+};
+
+#if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
+
+// D (64 x N per warpgroup, fp32, N/2 registers a thread) += A (64 x 16, bf16 in registers, a[4] per
+// thread: the m16n8k16 A fragment of its warp's 16 rows) · B (16 x N, bf16 in shared memory behind an
+// MN-major descriptor: imm-trans-b = 1).
+__device__ __forceinline__ void aw_wgmma_rs_n64(float d[32], const uint32_t a[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+__device__ __forceinline__ void aw_wgmma_rs_n128(float d[64], const uint32_t a[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+
+template <int HS> __device__ __forceinline__ void aw_wgmma_rs(float* d, const uint32_t a[4], uint64_t desc_b) {
+    if constexpr (HS == 64) aw_wgmma_rs_n64(d, a, desc_b);
+    else aw_wgmma_rs_n128(d, a, desc_b);
+}
+
+// descriptor of an MN-major tile with 128-byte swizzling whose 64-column boxes are lbo bytes apart
+__device__ __forceinline__ uint64_t aw_desc_mn(uint32_t smem_addr, uint32_t lbo) {
+    uint64_t d = (uint64_t)((smem_addr & 0x3FFFF) >> 4);
+    d |= (uint64_t)((lbo >> 4) & 0x3FFF) << 16;
+    d |= (uint64_t)(1024 >> 4) << 32;
+    d |= (uint64_t)1 << 62;
+    return d;
+}
+#endif
+
+template <int HS>
+__global__ void __launch_bounds__(AW_THREADS, 1)
+aw_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* lse, int T, int NH, int NKV) {
+#if defined(WG_DEVICE_CODE)
+    using Cfg = AwCfg<HS>;
+    extern __shared__ unsigned char smem_raw[];
+    uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+    uint32_t sq = base, stages = base + Cfg::TILE;
+    uint32_t qbar = stages + AW_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * AW_STAGES;
+    int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH, j = h / (NH / NKV);
+    int q0 = (gridDim.y - 1 - blockIdx.y) * AW_BQ;
+    int nkv = ceil_div(min(q0 + AW_BQ, T), AW_BKV);
+    int row0 = b * T;
+    if (threadIdx.x == 0) {
+        mbar_init(qbar, 1);
+        for (int s = 0; s < AW_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (wg == 0) {  // producer
+        regs_dec<40>();
+        if (t == 0) {
+            int qcol = h * HS, kcol = (NH + j) * HS, vcol = (NH + NKV + j) * HS;
+            mbar_arrive_expect_tx(qbar, Cfg::TILE);
+            for (int x = 0; x < Cfg::BOXES; x++) tma_load_2d(sq + x * AW_BQ * 128, &tqkv, qcol + 64 * x, row0 + q0, qbar);
+            for (int it = 0; it < nkv; it++) {
+                int s = it % AW_STAGES;
+                if (it >= AW_STAGES) mbar_wait(empty + 8 * s, (it / AW_STAGES - 1) & 1);
+                uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
+                mbar_arrive_expect_tx(full + 8 * s, Cfg::STAGE);
+                for (int x = 0; x < Cfg::BOXES; x++) {
+                    tma_load_2d(k + x * AW_BKV * 128, &tqkv, kcol + 64 * x, row0 + it * AW_BKV, full + 8 * s);
+                    tma_load_2d(v + x * AW_BKV * 128, &tqkv, vcol + 64 * x, row0 + it * AW_BKV, full + 8 * s);
+                }
+            }
+        }
+        return;
+    }
+    regs_inc<232>();
+    int c = wg - 1, lane = t % 32, warp = t / 32;
+    int rloc = c * 64 + warp * 16 + lane / 4;  // this thread's rows in the block: rloc, rloc + 8
+    float sl2 = rsqrtf((float)HS) * FA_LOG2E;
+    float o[HS / 2], sc[AW_BKV / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
+    mbar_wait(qbar, 0);
+    for (int it = 0; it < nkv; it++) {
+        int s = it % AW_STAGES;
+        mbar_wait(full + 8 * s, (it / AW_STAGES) & 1);
+        uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
+        #pragma unroll
+        for (int i = 0; i < AW_BKV / 2; i++) sc[i] = 0.0f;
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) {
+            uint64_t da = wgmma_desc(sq + (kk / 4) * AW_BQ * 128 + c * 64 * 128 + (kk % 4) * 32);
+            uint64_t db = wgmma_desc(k + (kk / 4) * AW_BKV * 128 + (kk % 4) * 32);
+            wgmma_m64n128k16<0, 0>(sc, da, db, 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+
+        int k0 = it * AW_BKV, diag = k0 + AW_BKV > q0 + c * 64;
+        #pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            int q = q0 + rloc + 8 * hh;
+            float mx = -INFINITY;
+            #pragma unroll
+            for (int i = 0; i < AW_BKV / 8; i++)
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float x = sc[4 * i + 2 * hh + e] * sl2;
+                    if (diag && k0 + 8 * i + 2 * (lane % 4) + e > q) x = -INFINITY;
+                    sc[4 * i + 2 * hh + e] = x;
+                    mx = fmaxf(mx, x);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            // finite: key 0 (first step) or the row's own key (diagonal step) is never masked
+            float mnew = fmaxf(m[hh], mx), alpha = exp2f(m[hh] - mnew);
+            m[hh] = mnew;
+            l[hh] *= alpha;
+            #pragma unroll
+            for (int nd = 0; nd < HS / 8; nd++) { o[4 * nd + 2 * hh] *= alpha; o[4 * nd + 2 * hh + 1] *= alpha; }
+            #pragma unroll
+            for (int i = 0; i < AW_BKV / 8; i++)
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float p = exp2f(sc[4 * i + 2 * hh + e] - mnew);
+                    sc[4 * i + 2 * hh + e] = p;
+                    l[hh] += p;
+                }
+        }
+        uint32_t pa[AW_BKV / 4];  // P in bf16, as the A fragments of the 8 k-steps: packed before the fence
+        #pragma unroll
+        for (int i = 0; i < AW_BKV / 4; i++) pa[i] = fa_pack(sc[2 * i], sc[2 * i + 1]);
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < AW_BKV / 16; kk++) aw_wgmma_rs<HS>(o, pa + 4 * kk, aw_desc_mn(v + kk * 2048, AW_BKV * 128));
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (t == 0) mbar_arrive(empty + 8 * s);
+    }
+
+    int C = NH * HS;
+    #pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+        l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+        int q = q0 + rloc + 8 * hh;
+        float inv = 1.0f / l[hh];
+        if (q >= T) continue;
+        if (lane % 4 == 0) lse[(size_t)bh * T + q] = (m[hh] + log2f(l[hh])) * FA_LN2;
+        bf16* p = out + (size_t)(row0 + q) * C + h * HS + 2 * (lane % 4);
+        #pragma unroll
+        for (int nd = 0; nd < HS / 8; nd++)
+            *(__nv_bfloat162*)(p + 8 * nd) = __floats2bfloat162_rn(o[4 * nd + 2 * hh] * inv, o[4 * nd + 2 * hh + 1] * inv);
+    }
+#endif
+}
+
+template <int HS>
+static void aw_forward_launch(const CUtensorMap& map, bf16* out, float* lse, int B, int T, int NH, int NKV,
+                              cudaStream_t st) {
+    size_t smem = AwCfg<HS>::smem;
+    cuda_check(cudaFuncSetAttribute(aw_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    aw_forward_kernel<HS><<<dim3(B * NH, ceil_div(T, AW_BQ)), AW_THREADS, smem, st>>>(map, out, lse, T, NH, NKV);
+    cuda_check_launch();
+}
+
+// out (B, T, C) bf16 and lse (B, NH, T) fp32 from qkv, as flash_attention_forward without RoPE; hs 64 or
+// 128, an sm_90 GPU and a build for sm_90a.
+static void aw_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+                       cudaStream_t st) {
+    int hs = flash_attention_head_size(T, C, NH, NKV), W = (NH + 2 * NKV) * hs;
+    CUtensorMap map = tma_map_bf16(qkv, B * T, W, W, 128);
+    if (hs == 64) aw_forward_launch<64>(map, out, lse, B, T, NH, NKV, st);
+    else aw_forward_launch<128>(map, out, lse, B, T, NH, NKV, st);
+}
