@@ -19,6 +19,8 @@
 //     fusing saves (both rotate the timing loop's qkv a little further each repetition: no cost changes)
 //   6 wgmma forward (sm_90a): TMA, a producer warp and two consumer warpgroups, P in registers
 //     (dev/cuda/attention_wgmma.cuh), with variant 3's backward
+//   7 variant 6's forward and a wgmma backward (sm_90a): variant 3's three kernels and order of sums,
+//     the dq and dkdv kernels on TMA and wgmma (dev/cuda/attention_wgmma.cuh)
 // Columns: F = 4·B·NH·T²·hs/2 (causal, the forward's two GEMMs); TF/s counts fwd F, bwd 2.5F,
 // fwd+bwd 3.5F (useful work: the naive variant does twice that); scratch = device memory beyond
 // qkv, out, dout and dqkv (lse and D included). A shape NH=32/8 has 32 query heads on 8 kv heads.
@@ -212,6 +214,11 @@ static void wgmma_forward(void*, bf16* out, float* lse, bf16* qkv, int B, int T,
     aw_forward(out, lse, qkv, B, T, C, NH, NKV, st);
 }
 
+static void wgmma_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
+                           const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st) {
+    aw_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, st);
+}
+
 typedef struct { int id; const char* name; AttFwdFn fwd; AttBwdFn bwd; double theta; } Variant;
 static const Variant VARIANTS[] = {
     {1, "naive (B,NH,T,T) fp32 scores", naive_forward, naive_backward, 0},
@@ -220,6 +227,7 @@ static const Variant VARIANTS[] = {
     {4, "flash + RoPE passes (llmc/rope)", rope_pass_forward, rope_pass_backward, BENCH_ROPE_THETA},
     {5, "flash, RoPE fused", rope_fused_forward, rope_fused_backward, BENCH_ROPE_THETA},
     {6, "wgmma fwd (sm_90a), flash bwd", wgmma_forward, flash_backward, 0},
+    {7, "wgmma fwd and bwd (sm_90a)", wgmma_forward, wgmma_backward, 0},
 };
 #define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 
@@ -228,7 +236,7 @@ static int variant_supports(int id, int T, int NH, int NKV, int hs) {
     if (NKV < 1 || NH % NKV != 0) return 0;
     if (id == 1) return NKV == NH;
     if (id == 2) return hs % 8 == 0 && hs <= 256 && (size_t)ATT_WARPS * (2 * hs + 2 * T) * sizeof(float) <= 48 * 1024;
-    if (id == 6) {  // the kernel exists in sm_90a builds and runs on sm_90 GPUs
+    if (id == 6 || id == 7) {  // the kernels exist in sm_90a builds and run on sm_90 GPUs
 #ifdef LLMC_SM90A
         int major = 0;
         cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));

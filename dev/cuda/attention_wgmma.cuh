@@ -12,13 +12,21 @@
 // Not yet: the softmax of one tile overlapped with the GEMMs of the next (intra-warpgroup pipelining),
 // the two consumers taking turns, a TMA store of O. Same inputs and outputs as the forward of variant 3:
 // qkv (B, T, (NH + 2·NKV)·hs), out (B, T, NH·hs), lse (B, NH, T) in natural log.
+// The backward (variant 7) has variant 3's three kernels and their order of sums (no atomics, bitwise
+// repeatable), on wgmma:
+//   dq:   block per (b·NH + h, 128 queries), two consumers of 64 queries, key and value tiles of 64
+//         rows through the ring: S = Q·Kᵀ and dP = dO·Vᵀ (m64n64k16, shared memory), dS = P ∘ (dP − D)
+//         in registers, dQ += dS·K (dS in registers, K read MN-major)
+//   dkdv: block per (b·NKV + j, 128 keys), two consumers of 64 keys, query and dO tiles of BQ rows of
+//         the group's query heads through the ring: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, then dV += Pᵀ·dO and
+//         dK += dSᵀ·Q with Pᵀ and dSᵀ in registers and dO, Q read MN-major
 // Tiles: rows of 64 bf16 (128 bytes) with 128-byte swizzling, hs/64 boxes of 128 rows side by side
 // (16 KiB each), as llmc/sm90_wgmma.cuh's layout contract says. A key or query tile past the end of a
 // sequence reads the next sequence's rows (past the tensor's end: zeros); keys past T are later than
 // every query < T, so the causal mask removes them, and query rows past T are not stored.
 #pragma once
 #include "../../llmc/sm90_wgmma.cuh"
-#include "../../llmc/flash_attention.cuh"
+#include "../../llmc/flash_attention_backward.cuh"  // and the forward's; the dot kernel D = rowsum(dO ∘ O)
 
 #define AW_BQ 128
 #define AW_BKV 128
@@ -58,6 +66,24 @@ template <int HS> __device__ __forceinline__ void aw_wgmma_rs(float* d, const ui
     if constexpr (HS == 64) aw_wgmma_rs_n64(d, a, desc_b);
     else aw_wgmma_rs_n128(d, a, desc_b);
 }
+
+// D (64 x N, fp32) += A (64 x 16) · B (N x 16)ᵀ, both bf16 in shared memory behind K-major descriptors
+__device__ __forceinline__ void aw_wgmma_ss_n64(float d[32], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+__device__ __forceinline__ void aw_wgmma_ss_n32(float d[16], uint64_t desc_a, uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
 
 // descriptor of an MN-major tile with 128-byte swizzling whose 64-column boxes are lbo bytes apart
 __device__ __forceinline__ uint64_t aw_desc_mn(uint32_t smem_addr, uint32_t lbo) {
@@ -208,4 +234,294 @@ static void aw_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int
     CUtensorMap map = tma_map_bf16(qkv, B * T, W, W, 128);
     if (hs == 64) aw_forward_launch<64>(map, out, lse, B, T, NH, NKV, st);
     else aw_forward_launch<128>(map, out, lse, B, T, NH, NKV, st);
+}
+
+// --- backward ------------------------------------------------------------------------------------
+
+#define AW_DQ_BKV 64  // dq: keys per step
+template <int HS> struct AwDqCfg {
+    static constexpr int BOXES = HS / 64;
+    static constexpr int QT = AW_BQ * 128 * BOXES;       // the query tile, and the dO tile
+    static constexpr int KT = AW_DQ_BKV * 128 * BOXES;   // a key tile, and a value tile
+    static constexpr int STAGE = 2 * KT;
+    static constexpr size_t smem = 1024 + 2 * QT + AW_STAGES * STAGE + 8 * (1 + 2 * AW_STAGES);
+};
+
+template <int SN> __device__ __forceinline__ void aw_wgmma_ss(float* d, uint64_t a, uint64_t b) {
+    if constexpr (SN == 64) aw_wgmma_ss_n64(d, a, b);
+    else aw_wgmma_ss_n32(d, a, b);
+}
+
+// tq: qkv in 128-row boxes, tk: qkv in 64-row boxes, to: dout in 128-row boxes.
+template <int HS>
+__global__ void __launch_bounds__(AW_THREADS, 1)
+aw_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+             const __grid_constant__ CUtensorMap to, bf16* dqkv, const float* lse, const float* Drow, int T, int NH,
+             int NKV) {
+#if defined(WG_DEVICE_CODE)
+    using Cfg = AwDqCfg<HS>;
+    extern __shared__ unsigned char smem_raw[];
+    uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+    uint32_t sq = base, so = base + Cfg::QT, stages = base + 2 * Cfg::QT;
+    uint32_t qbar = stages + AW_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * AW_STAGES;
+    int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    int bh = blockIdx.x, b = bh / NH, h = bh % NH, j = h / (NH / NKV);
+    int q0 = (gridDim.y - 1 - blockIdx.y) * AW_BQ;
+    int nkv = ceil_div(min(q0 + AW_BQ, T), AW_DQ_BKV);
+    int row0 = b * T;
+    if (threadIdx.x == 0) {
+        mbar_init(qbar, 1);
+        for (int s = 0; s < AW_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (wg == 0) {
+        regs_dec<40>();
+        if (t == 0) {
+            int kcol = (NH + j) * HS, vcol = (NH + NKV + j) * HS;
+            mbar_arrive_expect_tx(qbar, 2 * Cfg::QT);
+            for (int x = 0; x < Cfg::BOXES; x++) {
+                tma_load_2d(sq + x * AW_BQ * 128, &tq, h * HS + 64 * x, row0 + q0, qbar);
+                tma_load_2d(so + x * AW_BQ * 128, &to, h * HS + 64 * x, row0 + q0, qbar);
+            }
+            for (int it = 0; it < nkv; it++) {
+                int s = it % AW_STAGES;
+                if (it >= AW_STAGES) mbar_wait(empty + 8 * s, (it / AW_STAGES - 1) & 1);
+                uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::KT;
+                mbar_arrive_expect_tx(full + 8 * s, Cfg::STAGE);
+                for (int x = 0; x < Cfg::BOXES; x++) {
+                    tma_load_2d(k + x * AW_DQ_BKV * 128, &tk, kcol + 64 * x, row0 + it * AW_DQ_BKV, full + 8 * s);
+                    tma_load_2d(v + x * AW_DQ_BKV * 128, &tk, vcol + 64 * x, row0 + it * AW_DQ_BKV, full + 8 * s);
+                }
+            }
+        }
+        return;
+    }
+    regs_inc<232>();
+    int c = wg - 1, lane = t % 32, warp = t / 32;
+    int rloc = c * 64 + warp * 16 + lane / 4;
+    float sl2 = rsqrtf((float)HS) * FA_LOG2E;
+    float lrow[2], drow[2];
+    #pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        int q = q0 + rloc + 8 * hh;
+        lrow[hh] = q < T ? lse[(size_t)bh * T + q] * FA_LOG2E : INFINITY;
+        drow[hh] = q < T ? Drow[(size_t)bh * T + q] : 0.0f;
+    }
+    float dq[HS / 2], sc[AW_DQ_BKV / 2], dp[AW_DQ_BKV / 2];
+    #pragma unroll
+    for (int i = 0; i < HS / 2; i++) dq[i] = 0.0f;
+    mbar_wait(qbar, 0);
+    for (int it = 0; it < nkv; it++) {
+        int s = it % AW_STAGES;
+        mbar_wait(full + 8 * s, (it / AW_STAGES) & 1);
+        uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::KT;
+        #pragma unroll
+        for (int i = 0; i < AW_DQ_BKV / 2; i++) sc[i] = dp[i] = 0.0f;
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) {
+            uint32_t qo = (kk / 4) * AW_BQ * 128 + c * 64 * 128 + (kk % 4) * 32;
+            uint32_t ko = (kk / 4) * AW_DQ_BKV * 128 + (kk % 4) * 32;
+            aw_wgmma_ss<AW_DQ_BKV>(sc, wgmma_desc(sq + qo), wgmma_desc(k + ko));
+            aw_wgmma_ss<AW_DQ_BKV>(dp, wgmma_desc(so + qo), wgmma_desc(v + ko));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        int k0 = it * AW_DQ_BKV, diag = k0 + AW_DQ_BKV > q0 + c * 64;
+        uint32_t pa[AW_DQ_BKV / 4];
+        #pragma unroll
+        for (int i = 0; i < AW_DQ_BKV / 8; i++)
+            #pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                int q = q0 + rloc + 8 * hh;
+                float d2[2];
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int n = 4 * i + 2 * hh + e, key = k0 + 8 * i + 2 * (lane % 4) + e;
+                    float pv = exp2f(sc[n] * sl2 - lrow[hh]);
+                    if (diag && key > q) pv = 0.0f;
+                    d2[e] = pv * (dp[n] - drow[hh]);  // dS
+                }
+                pa[2 * i + hh] = fa_pack(d2[0], d2[1]);
+            }
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < AW_DQ_BKV / 16; kk++)
+            aw_wgmma_rs<HS>(dq, pa + 4 * kk, aw_desc_mn(k + kk * 2048, AW_DQ_BKV * 128));
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (t == 0) mbar_arrive(empty + 8 * s);
+    }
+    float scale = rsqrtf((float)HS);
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    #pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        int q = q0 + rloc + 8 * hh;
+        if (q >= T) continue;
+        bf16* p = dqkv + (size_t)(row0 + q) * ld + h * HS + 2 * (lane % 4);
+        #pragma unroll
+        for (int nd = 0; nd < HS / 8; nd++)
+            *(__nv_bfloat162*)(p + 8 * nd) = __floats2bfloat162_rn(dq[4 * nd + 2 * hh] * scale, dq[4 * nd + 2 * hh + 1] * scale);
+    }
+#endif
+}
+
+template <int HS> struct AwDkdvCfg {
+    static constexpr int BOXES = HS / 64;
+    static constexpr int BQ = HS == 64 ? 64 : 32;         // queries per step (registers at hs = 128)
+    static constexpr int KT = AW_BKV * 128 * BOXES;      // the key tile, and the value tile
+    static constexpr int QT = BQ * 128 * BOXES;          // a query tile, and a dO tile
+    static constexpr int STAGE = 2 * QT;
+    static constexpr size_t smem = 1024 + 2 * KT + AW_STAGES * STAGE + 8 * (1 + 2 * AW_STAGES);
+};
+
+// tk: qkv in 128-row boxes, tq: qkv in BQ-row boxes, to: dout in BQ-row boxes.
+template <int HS>
+__global__ void __launch_bounds__(AW_THREADS, 1)
+aw_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tq,
+               const __grid_constant__ CUtensorMap to, bf16* dqkv, const float* lse, const float* Drow, int T, int NH,
+               int NKV) {
+#if defined(WG_DEVICE_CODE)
+    using Cfg = AwDkdvCfg<HS>;
+    constexpr int BQ = Cfg::BQ;
+    extern __shared__ unsigned char smem_raw[];
+    uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+    uint32_t sk = base, sv = base + Cfg::KT, stages = base + 2 * Cfg::KT;
+    uint32_t kbar = stages + AW_STAGES * Cfg::STAGE, full = kbar + 8, empty = full + 8 * AW_STAGES;
+    int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    int bj = blockIdx.x, b = bj / NKV, j = bj % NKV, G = NH / NKV;
+    int k0 = blockIdx.y * AW_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ), nper = nq - i0, nsteps = G * nper;
+    int row0 = b * T;
+    if (threadIdx.x == 0) {
+        mbar_init(kbar, 1);
+        for (int s = 0; s < AW_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (wg == 0) {
+        regs_dec<40>();
+        if (t == 0) {
+            int kcol = (NH + j) * HS, vcol = (NH + NKV + j) * HS;
+            mbar_arrive_expect_tx(kbar, 2 * Cfg::KT);
+            for (int x = 0; x < Cfg::BOXES; x++) {
+                tma_load_2d(sk + x * AW_BKV * 128, &tk, kcol + 64 * x, row0 + k0, kbar);
+                tma_load_2d(sv + x * AW_BKV * 128, &tk, vcol + 64 * x, row0 + k0, kbar);
+            }
+            for (int it = 0; it < nsteps; it++) {
+                int s = it % AW_STAGES, h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
+                if (it >= AW_STAGES) mbar_wait(empty + 8 * s, (it / AW_STAGES - 1) & 1);
+                uint32_t q = stages + s * Cfg::STAGE, o = q + Cfg::QT;
+                mbar_arrive_expect_tx(full + 8 * s, Cfg::STAGE);
+                for (int x = 0; x < Cfg::BOXES; x++) {
+                    tma_load_2d(q + x * BQ * 128, &tq, h * HS + 64 * x, row0 + q0, full + 8 * s);
+                    tma_load_2d(o + x * BQ * 128, &to, h * HS + 64 * x, row0 + q0, full + 8 * s);
+                }
+            }
+        }
+        return;
+    }
+    regs_inc<232>();
+    int c = wg - 1, lane = t % 32, warp = t / 32;
+    int kloc = c * 64 + warp * 16 + lane / 4;  // this thread's keys in the block: kloc, kloc + 8
+    float sl2 = rsqrtf((float)HS) * FA_LOG2E;
+    float dk[HS / 2], dv[HS / 2], st[BQ / 2], dpt[BQ / 2];
+    #pragma unroll
+    for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
+    mbar_wait(kbar, 0);
+    for (int it = 0; it < nsteps; it++) {
+        int s = it % AW_STAGES, h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
+        size_t bh = (size_t)b * NH + h;
+        mbar_wait(full + 8 * s, (it / AW_STAGES) & 1);
+        uint32_t q = stages + s * Cfg::STAGE, o = q + Cfg::QT;
+        #pragma unroll
+        for (int i = 0; i < BQ / 2; i++) st[i] = dpt[i] = 0.0f;
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) {
+            uint32_t ko = (kk / 4) * AW_BKV * 128 + c * 64 * 128 + (kk % 4) * 32;
+            uint32_t qo = (kk / 4) * BQ * 128 + (kk % 4) * 32;
+            aw_wgmma_ss<BQ>(st, wgmma_desc(sk + ko), wgmma_desc(q + qo));
+            aw_wgmma_ss<BQ>(dpt, wgmma_desc(sv + ko), wgmma_desc(o + qo));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        int diag = q0 < k0 + c * 64 + 64;
+        uint32_t pp[BQ / 4], pd[BQ / 4];
+        #pragma unroll
+        for (int i = 0; i < BQ / 8; i++) {
+            float lq[2], dd[2];  // lse·log2e (+inf past T) and D (0 past T) of this thread's two queries
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int qq = q0 + 8 * i + 2 * (lane % 4) + e;
+                lq[e] = qq < T ? lse[bh * T + qq] * FA_LOG2E : INFINITY;
+                dd[e] = qq < T ? Drow[bh * T + qq] : 0.0f;
+            }
+            #pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                int key = k0 + kloc + 8 * hh;
+                float p2[2], d2[2];
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int n = 4 * i + 2 * hh + e, qq = q0 + 8 * i + 2 * (lane % 4) + e;
+                    float pv = exp2f(st[n] * sl2 - lq[e]);
+                    if (diag && qq < key) pv = 0.0f;
+                    p2[e] = pv;
+                    d2[e] = pv * (dpt[n] - dd[e]);  // dSᵀ
+                }
+                pp[2 * i + hh] = fa_pack(p2[0], p2[1]);
+                pd[2 * i + hh] = fa_pack(d2[0], d2[1]);
+            }
+        }
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            aw_wgmma_rs<HS>(dv, pp + 4 * kk, aw_desc_mn(o + kk * 2048, BQ * 128));
+            aw_wgmma_rs<HS>(dk, pd + 4 * kk, aw_desc_mn(q + kk * 2048, BQ * 128));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (t == 0) mbar_arrive(empty + 8 * s);
+    }
+    float scale = rsqrtf((float)HS);
+    size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    #pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        int key = k0 + kloc + 8 * hh;
+        if (key >= T) continue;
+        bf16* p = dqkv + (size_t)(row0 + key) * ld + (NH + j) * HS + 2 * (lane % 4);
+        #pragma unroll
+        for (int nd = 0; nd < HS / 8; nd++) {
+            *(__nv_bfloat162*)(p + 8 * nd) = __floats2bfloat162_rn(dk[4 * nd + 2 * hh] * scale, dk[4 * nd + 2 * hh + 1] * scale);
+            *(__nv_bfloat162*)(p + NKV * HS + 8 * nd) = __floats2bfloat162_rn(dv[4 * nd + 2 * hh], dv[4 * nd + 2 * hh + 1]);
+        }
+    }
+#endif
+}
+
+template <int HS>
+static void aw_backward_launch(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
+                               const float* lse, int B, int T, int NH, int NKV, cudaStream_t st) {
+    int W = (NH + 2 * NKV) * HS, C = NH * HS, BQ = AwDkdvCfg<HS>::BQ;
+    FlashBwdArgs a = {dqkv, D, dout, out, qkv, lse, NULL, B, T, NH, NKV};
+    size_t threads = (size_t)B * T * NH * (HS / 8);
+    flash_backward_dot_kernel<HS><<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(a);
+    cuda_check_launch();
+    CUtensorMap q128 = tma_map_bf16(qkv, B * T, W, W, 128), q64 = tma_map_bf16(qkv, B * T, W, W, 64);
+    CUtensorMap qbq = tma_map_bf16(qkv, B * T, W, W, BQ);
+    CUtensorMap o128 = tma_map_bf16(dout, B * T, C, C, 128), obq = tma_map_bf16(dout, B * T, C, C, BQ);
+    size_t s1 = AwDkdvCfg<HS>::smem, s2 = AwDqCfg<HS>::smem;
+    cuda_check(cudaFuncSetAttribute(aw_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
+    cuda_check(cudaFuncSetAttribute(aw_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
+    aw_dkdv_kernel<HS><<<dim3(B * NKV, ceil_div(T, AW_BKV)), AW_THREADS, s1, st>>>(q128, qbq, obq, dqkv, lse, D, T, NH, NKV);
+    cuda_check_launch();
+    aw_dq_kernel<HS><<<dim3(B * NH, ceil_div(T, AW_BQ)), AW_THREADS, s2, st>>>(q128, q64, o128, dqkv, lse, D, T, NH, NKV);
+    cuda_check_launch();
+}
+
+// dqkv assigned, as flash_attention_backward without RoPE (D_scratch (B, NH, T) fp32).
+static void aw_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
+                        int B, int T, int C, int NH, int NKV, cudaStream_t st) {
+    if (flash_attention_head_size(T, C, NH, NKV) == 64) aw_backward_launch<64>(dqkv, D, dout, out, qkv, lse, B, T, NH, NKV, st);
+    else aw_backward_launch<128>(dqkv, D, dout, out, qkv, lse, B, T, NH, NKV, st);
 }
