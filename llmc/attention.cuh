@@ -4,21 +4,24 @@
 //        value head j at C + (NKV + j)·hs; query head h reads kv head j = h / (NH / NKV). GPT-2 passes
 //        NKV = NH: qkv (B, T, 3C), head h's q, k, v at h·hs, C + h·hs, 2C + h·hs.
 //   out (B, T, C) bf16:  out[b, t, h·hs + d] = Σ_{t2 ≤ t} softmax_t2(q·k[t2] / √hs) · v[t2, d]
-// Picks the kernels by head size: flash attention on the tensor cores for hs = 64 and 128
-// (flash_attention.cuh, flash_attention_backward.cuh), the simple exact kernels for any other
-// (attention_simple.cuh: T <= 1024). Both save only lse (B, NH, T) fp32 for the backward; neither ever
-// holds the (B, NH, T, T) scores. Both are deterministic (no atomics): the backward sums a kv head's
-// gradient over its query heads in a fixed order.
+// Picks the kernels by head size and GPU: flash attention on the tensor cores for hs = 64 and 128, with
+// wgmma and TMA on an sm_90 GPU in an sm_90a build (flash_attention_sm90.cuh), with mma.sync elsewhere
+// (flash_attention.cuh, flash_attention_backward.cuh); the simple exact kernels for any other head size
+// (attention_simple.cuh: T <= 1024). All save only lse (B, NH, T) fp32 for the backward; none ever holds
+// the (B, NH, T, T) scores. All are deterministic (no atomics): the backward sums a kv head's gradient
+// over its query heads in a fixed order.
 // rope: RoPE's cos/sin table (llmc/rope.cuh) for Llama-style models, or NULL (GPT-2). The forward then
 // rotates q and k in place (qkv afterwards holds them rotated, as the backward needs), and the
-// backward's dq and dk are with respect to the unrotated q and k. With the flash kernels RoPE is mostly
-// fused (llmc/rope.cuh says how); with the simple ones it is a pass over q and k on each side.
+// backward's dq and dk are with respect to the unrotated q and k. With the flash kernels RoPE's backward
+// is fused, and its forward partly (llmc/rope.cuh says how); with the simple ones it is a pass over q and
+// k on each side.
 #pragma once
 #include "cuda_common.cuh"
 #include "attention_simple.cuh"
 #include "rope.cuh"
 #include "flash_attention.cuh"
 #include "flash_attention_backward.cuh"
+#include "flash_attention_sm90.cuh"
 
 // --- launchers -------------------------------------------------------------------------------
 
@@ -28,7 +31,10 @@ static inline int attention_uses_flash(int C, int NH) { return C / NH == 64 || C
 // first rotated in place.
 static inline void attention_forward(bf16* out, float* lse, bf16* qkv, const float* rope, int B, int T, int C,
                                      int NH, int NKV, const GpuContext* ctx) {
-    if (attention_uses_flash(C, NH)) {
+    if (attention_uses_flash(C, NH) && flash_sm90_available()) {
+        if (rope) rope_forward(qkv, rope, B, T, NH, NKV, C / NH, ctx);
+        flash_sm90_forward(out, lse, qkv, B, T, C, NH, NKV, ctx->stream);
+    } else if (attention_uses_flash(C, NH)) {
         flash_attention_forward(out, lse, qkv, rope, B, T, C, NH, NKV, ctx->stream);
     } else {
         if (rope) rope_forward(qkv, rope, B, T, NH, NKV, C / NH, ctx);
@@ -43,7 +49,9 @@ static inline void attention_forward(bf16* out, float* lse, bf16* qkv, const flo
 static inline void attention_backward(bf16* dqkv, float* D_scratch, const bf16* dout, const bf16* out,
                                       const bf16* qkv, const float* rope, const float* lse, int B, int T, int C,
                                       int NH, int NKV, const GpuContext* ctx) {
-    if (attention_uses_flash(C, NH)) {
+    if (attention_uses_flash(C, NH) && flash_sm90_available()) {
+        flash_sm90_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, B, T, C, NH, NKV, ctx->stream);
+    } else if (attention_uses_flash(C, NH)) {
         flash_attention_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, B, T, C, NH, NKV, ctx->stream);
     } else {
         attention_simple_backward(dqkv, D_scratch, dout, qkv, lse, B, T, C, NH, NKV, ctx->stream);

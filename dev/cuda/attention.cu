@@ -18,9 +18,9 @@
 //     forward kernel, dq and dk rotated back in the backward kernels' epilogues; 4 against 5 is what
 //     fusing saves (both rotate the timing loop's qkv a little further each repetition: no cost changes)
 //   6 wgmma forward (sm_90a): TMA, a producer warp and two consumer warpgroups, P in registers
-//     (dev/cuda/attention_wgmma.cuh), with variant 3's backward
-//   7 variant 6's forward and a wgmma backward (sm_90a): variant 3's three kernels and order of sums,
-//     the dq and dkdv kernels on TMA and wgmma (dev/cuda/attention_wgmma.cuh)
+//     (llmc/flash_attention_sm90.cuh), with variant 3's backward
+//   7 wgmma forward and backward (sm_90a): variant 3's three backward kernels and order of sums, the dq
+//     and dkdv kernels on TMA and wgmma (llmc/flash_attention_sm90.cuh): what the trainer runs on an H100/H200
 // Columns: F = 4·B·NH·T²·hs/2 (causal, the forward's two GEMMs); TF/s counts fwd F, bwd 2.5F,
 // fwd+bwd 3.5F (useful work: the naive variant does twice that); scratch = device memory beyond
 // qkv, out, dout and dqkv (lse and D included). A shape NH=32/8 has 32 query heads on 8 kv heads.
@@ -29,7 +29,6 @@
 #include <string.h>
 #include "../../llmc/attention.cuh"
 #include "../ref/attention_check.cuh"
-#include "attention_wgmma.cuh"
 #include "timing.cuh"
 
 // --- variant 1: naive ------------------------------------------------------------------------
@@ -211,12 +210,12 @@ static void rope_fused_backward(void*, bf16* dqkv, float* D, const bf16* dout, c
 
 static void wgmma_forward(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
                           cudaStream_t st) {
-    aw_forward(out, lse, qkv, B, T, C, NH, NKV, st);
+    flash_sm90_forward(out, lse, qkv, B, T, C, NH, NKV, st);
 }
 
 static void wgmma_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                            const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    aw_backward(dqkv, D, dout, out, qkv, lse, B, T, C, NH, NKV, st);
+    flash_sm90_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
 }
 
 typedef struct { int id; const char* name; AttFwdFn fwd; AttBwdFn bwd; double theta; } Variant;
@@ -236,15 +235,7 @@ static int variant_supports(int id, int T, int NH, int NKV, int hs) {
     if (NKV < 1 || NH % NKV != 0) return 0;
     if (id == 1) return NKV == NH;
     if (id == 2) return hs % 8 == 0 && hs <= 256 && (size_t)ATT_WARPS * (2 * hs + 2 * T) * sizeof(float) <= 48 * 1024;
-    if (id == 6 || id == 7) {  // the kernels exist in sm_90a builds and run on sm_90 GPUs
-#ifdef LLMC_SM90A
-        int major = 0;
-        cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-        return major == 9 && (hs == 64 || hs == 128);
-#else
-        return 0;
-#endif
-    }
+    if (id == 6 || id == 7) return flash_sm90_available() && (hs == 64 || hs == 128);
     if (id >= 3) return hs == 64 || hs == 128;
     return 1;
 }

@@ -1,6 +1,7 @@
 // test_attention_gqa.cu: GPU test of grouped-query attention (NKV key/value heads shared by NH query
-// heads; qkv (B, T, (NH + 2·NKV)·hs)) in the flash kernels (llmc/flash_attention{,_backward}.cuh) and
-// the simple ones (llmc/attention_simple.cuh, through the layer's dispatcher llmc/attention.cuh).
+// heads; qkv (B, T, (NH + 2·NKV)·hs)) in the flash kernels (llmc/flash_attention{,_backward}.cuh; on an
+// sm_90 GPU in an sm_90a build also llmc/flash_attention_sm90.cuh, check 1) and the simple ones
+// (llmc/attention_simple.cuh, through the layer's dispatcher llmc/attention.cuh).
 //   1. Against the CPU fp64 reference (dev/ref/llama_ref_layers.h; NKV == NH: gpt_ref_layers.h, through
 //      dev/ref/attention_check.cuh): forward out and lse, backward dq, dk, dv, at every combination of
 //      NH ∈ {4, 8}, NKV ∈ {1, 2, NH}, hs ∈ {64, 128}, T ∈ {1, 63, 64, 65, 200}, B ∈ {1, 2} (flash), and
@@ -26,6 +27,15 @@ static void fa_fwd(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C,
 static void fa_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
                    int B, int T, int C, int NH, int NKV, cudaStream_t st) {
     flash_attention_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
+}
+// the sm_90a kernels (llmc/flash_attention_sm90.cuh), checked where they can run
+static void sm90_fwd(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
+                     cudaStream_t st) {
+    flash_sm90_forward(out, lse, qkv, B, T, C, NH, NKV, st);
+}
+static void sm90_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
+                     int B, int T, int C, int NH, int NKV, cudaStream_t st) {
+    flash_sm90_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
 }
 // the layer's entry points (self: the GpuContext); at hs = 32 and 96 they run the simple kernels
 static void layer_fwd(void* self, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
@@ -122,6 +132,8 @@ int main(void) {
                     for (int B = 1; B <= 2; B++) {
                         Case c = {B, T, NH, NKV, hs};
                         check_reference("flash", fa_fwd, fa_bwd, NULL, c, seed += 2, ctx.stream);
+                        if (flash_sm90_available())  // its own inputs: the mma.sync checks keep theirs
+                            check_reference("sm90", sm90_fwd, sm90_bwd, NULL, c, seed + 100001, ctx.stream);
                         if (NKV < NH) check_repeated_kv(c, seed += 2, ctx.stream);
                     }
     for (int hs : {32, 96})

@@ -1,19 +1,22 @@
-// test_attention_rope.cu: GPU test of RoPE in the attention layer (llmc/attention.cuh with a cos/sin table
-// from llmc/rope.cuh). With the flash kernels it is fused: a pass rotates the k heads, the forward kernel
-// rotates each query tile as it loads it and writes it back, and the backward kernels rotate dq and dk
-// back before writing them; with the simple kernels (other head sizes) it is a pass on each side.
+// test_attention_rope.cu: GPU test of RoPE in attention (llmc/rope.cuh's table), in each family of kernels:
+//   mma.sync (llmc/flash_attention{,_backward}.cuh): fused, a pass rotates the k heads, the forward kernel
+//            rotates each query tile as it loads it and writes it back, the backward kernels rotate dq
+//            and dk back before writing them;
+//   sm90     (llmc/flash_attention_sm90.cuh, on an sm_90 GPU in an sm_90a build): a pass rotates q and k,
+//            the backward kernels rotate dq and dk back;
+//   layer    (llmc/attention.cuh at hs = 32 and 96: the simple kernels) a pass on each side.
 //   1. Against the CPU fp64 reference (dev/ref/attention_check.cuh's att_check_rope: the reference
 //      rotates q and k with dev/ref/llama_ref_layers.h's RoPE in double, runs attention, and rotates the
 //      gradients back): out, lse, dq, dk, dv at hs ∈ {64, 128}, (NH, NKV) ∈ {(4, 1), (4, 2), (4, 4),
 //      (8, 2)}, T ∈ {1, 63, 64, 65, 200}, B ∈ {1, 2}, θ ∈ {1e4, 5e5}, T = 1000 (16 tiles of positions,
-//      angles up to ~1000 rad) at θ = 1e4, and the simple kernels' path at hs = 32 and 96. Tolerances are attention_check.cuh's (relative L2
-//      1e-2; lse 1e-2 absolute, reasoned there: the reference rotates in double, the GPU in fp32, and an
-//      element near a rounding midpoint rounds to the other bf16); the reference rounds its rotated q and
-//      k to bf16, as the layer stores them.
-//      A wrong position, pair or sign in any of the places that rotate gives O(1) errors.
-//   2. Against the unfused flash path (rope_forward over qkv in place, flash attention without RoPE,
-//      then rope_backward over dqkv): qkv after the forward (the rotated q and k the backward reads), out
-//      and lse bitwise equal (the same rotation, llmc/rope.cuh's rope_rotate8, on the same values, then
+//      angles up to ~1000 rad) at θ = 1e4, for mma.sync and sm90; the layer at hs = 32 and 96 with
+//      NKV ∈ {1, 4}. Tolerances are attention_check.cuh's (relative L2 1e-2; lse 1e-2 absolute,
+//      reasoned there: the reference rotates in double, the GPU in fp32, and an element near a rounding
+//      midpoint rounds to the other bf16); the reference rounds its rotated q and k to bf16, as the layer
+//      stores them. A wrong position, pair or sign in any of the places that rotate gives O(1) errors.
+//   2. Against the unfused path of the same kernels (rope_forward over qkv in place, the kernels without
+//      RoPE, then rope_backward over dqkv): qkv after the forward (the rotated q and k the backward
+//      reads), out and lse bitwise equal (the same rotation, llmc/rope.cuh's rope_rotate8, on the same values, then
 //      the same kernel arithmetic), dv bitwise equal (it does not go through a rotation), dq and dk
 //      within relative L2 1e-2 of each other (the unfused path rounds them to bf16 once more, before
 //      rotating them back: ~1e-3 expected).
@@ -24,30 +27,53 @@
 #include "gpu_testing.cuh"
 #include "testing.h"
 
-typedef struct { const float* table; const GpuContext* ctx; } RopeSelf;
+// The kernels under test: the mma.sync flash kernels (RoPE fused as llmc/flash_attention.cuh says), the
+// sm_90a ones (llmc/flash_attention_sm90.cuh: q and k rotated by the pass, dq and dk rotated back in the
+// backward's registers), or whatever the layer picks (the simple kernels at other head sizes).
+enum { IMPL_LAYER, IMPL_MMA, IMPL_SM90 };
+static const char* IMPL_NAMES[] = {"layer", "mma.sync", "sm90"};
+typedef struct { const float* table; const GpuContext* ctx; int impl; } RopeSelf;
+
+static void impl_fwd(const RopeSelf* r, bf16* out, float* lse, bf16* qkv, const float* rope, int B, int T, int C,
+                     int NH, int NKV) {
+    if (r->impl == IMPL_MMA) {
+        flash_attention_forward(out, lse, qkv, rope, B, T, C, NH, NKV, r->ctx->stream);
+    } else if (r->impl == IMPL_SM90) {
+        if (rope) rope_forward(qkv, rope, B, T, NH, NKV, C / NH, r->ctx);
+        flash_sm90_forward(out, lse, qkv, B, T, C, NH, NKV, r->ctx->stream);
+    } else {
+        attention_forward(out, lse, qkv, rope, B, T, C, NH, NKV, r->ctx);
+    }
+}
+static void impl_bwd(const RopeSelf* r, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
+                     const float* rope, const float* lse, int B, int T, int C, int NH, int NKV) {
+    if (r->impl == IMPL_MMA) flash_attention_backward(dqkv, D, dout, out, qkv, rope, lse, B, T, C, NH, NKV, r->ctx->stream);
+    else if (r->impl == IMPL_SM90) flash_sm90_backward(dqkv, D, dout, out, qkv, rope, lse, B, T, C, NH, NKV, r->ctx->stream);
+    else attention_backward(dqkv, D, dout, out, qkv, rope, lse, B, T, C, NH, NKV, r->ctx);
+}
 
 static void fused_fwd(void* self, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
                       cudaStream_t) {
     RopeSelf* r = (RopeSelf*)self;
-    attention_forward(out, lse, qkv, r->table, B, T, C, NH, NKV, r->ctx);
+    impl_fwd(r, out, lse, qkv, r->table, B, T, C, NH, NKV);
 }
 static void fused_bwd(void* self, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                       const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t) {
     RopeSelf* r = (RopeSelf*)self;
-    attention_backward(dqkv, D, dout, out, qkv, r->table, lse, B, T, C, NH, NKV, r->ctx);
+    impl_bwd(r, dqkv, D, dout, out, qkv, r->table, lse, B, T, C, NH, NKV);
 }
 
-// The unfused path: the passes over q and k, dq and dk around attention without RoPE.
+// The unfused path: the passes over q and k, dq and dk around the same kernels without RoPE.
 static void unfused_fwd(void* self, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
                         cudaStream_t) {
     RopeSelf* r = (RopeSelf*)self;
     rope_forward(qkv, r->table, B, T, NH, NKV, C / NH, r->ctx);
-    attention_forward(out, lse, qkv, NULL, B, T, C, NH, NKV, r->ctx);
+    impl_fwd(r, out, lse, qkv, NULL, B, T, C, NH, NKV);
 }
 static void unfused_bwd(void* self, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                         const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t) {
     RopeSelf* r = (RopeSelf*)self;
-    attention_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, r->ctx);
+    impl_bwd(r, dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV);
     rope_backward(dqkv, r->table, B, T, NH, NKV, C / NH, r->ctx);
 }
 
@@ -70,7 +96,7 @@ static bf16* qkv_after_forward(AttFwdFn fwd, void* self, const bf16* h_qkv, int 
     return h;
 }
 
-typedef struct { int B, T, NH, NKV, hs; double theta; } Case;
+typedef struct { int B, T, NH, NKV, hs; double theta; int impl; } Case;
 
 static float* make_table(int T, int hs, double theta, const GpuContext* ctx) {
     float* table;
@@ -81,22 +107,22 @@ static float* make_table(int T, int hs, double theta, const GpuContext* ctx) {
 }
 
 static void check_reference(Case c, uint64_t seed, const GpuContext* ctx) {
-    RopeSelf self = {make_table(c.T, c.hs, c.theta, ctx), ctx};
+    RopeSelf self = {make_table(c.T, c.hs, c.theta, ctx), ctx, c.impl};
     AttCheck r = att_check_rope(fused_fwd, fused_bwd, &self, c.B, c.T, c.NH, c.NKV, c.hs, c.theta, seed, ctx->stream);
     int ok = att_check_ok(&r, 1);
     printf("%s rope θ=%.0e B=%d T=%4d NH=%d NKV=%d hs=%3d: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e %s\n",
-           attention_uses_flash(c.NH * c.hs, c.NH) ? "fused " : "passes", c.theta, c.B, c.T, c.NH, c.NKV, c.hs, r.out.rel_l2, r.lse.max_abs, r.dq.rel_l2, r.dk.rel_l2, r.dv.rel_l2,
+           IMPL_NAMES[c.impl], c.theta, c.B, c.T, c.NH, c.NKV, c.hs, r.out.rel_l2, r.lse.max_abs, r.dq.rel_l2, r.dk.rel_l2, r.dv.rel_l2,
            ok ? "ok" : "FAILED");
     if (!ok) att_check_print(&r, 1);
     const AttErr* errs[] = {&r.out, &r.dq, &r.dk, &r.dv};
     const char* names[] = {"out", "dq", "dk", "dv"};
     for (int k = 0; k < 4; k++)
         EXPECT(att_err_ok(*errs[k], k == 0 ? ATT_TOL_OUT : ATT_TOL_GRAD),
-               "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: %s rel L2 %.2e (tol %.0e), %zu non-finite", c.theta, c.B, c.T,
+               "%s θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: %s rel L2 %.2e (tol %.0e), %zu non-finite", IMPL_NAMES[c.impl], c.theta, c.B, c.T,
                c.NH, c.NKV, c.hs, names[k], errs[k]->rel_l2, k == 0 ? ATT_TOL_OUT : ATT_TOL_GRAD, errs[k]->nonfinite);
-    EXPECT(att_err_ok(r.lse, att_tol_lse(&r)), "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: lse max abs %.2e (tol %.0e)",
-           c.theta, c.B, c.T, c.NH, c.NKV, c.hs, r.lse.max_abs, att_tol_lse(&r));
-    EXPECT(r.bitwise_repeatable, "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: two backward runs differ", c.theta, c.B, c.T,
+    EXPECT(att_err_ok(r.lse, att_tol_lse(&r)), "%s θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: lse max abs %.2e (tol %.0e)",
+           IMPL_NAMES[c.impl], c.theta, c.B, c.T, c.NH, c.NKV, c.hs, r.lse.max_abs, att_tol_lse(&r));
+    EXPECT(r.bitwise_repeatable, "%s θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: two backward runs differ", IMPL_NAMES[c.impl], c.theta, c.B, c.T,
            c.NH, c.NKV, c.hs);
     cuda_check(cudaFree((void*)self.table));
 }
@@ -119,7 +145,7 @@ static void check_unfused(Case c, uint64_t seed, const GpuContext* ctx) {
     bf16* dout = (bf16*)malloc_check(nout * sizeof(bf16));
     att_inputs(qkv, dout, B, T, NH, NKV, hs, seed);
     float* table = make_table(T, hs, c.theta, ctx);
-    RopeSelf self = {table, ctx};
+    RopeSelf self = {table, ctx, c.impl};
     AttRun f = att_run(fused_fwd, fused_bwd, &self, qkv, dout, B, T, NH, NKV, hs, ctx->stream);
     AttRun u = att_run(unfused_fwd, unfused_bwd, &self, qkv, dout, B, T, NH, NKV, hs, ctx->stream);
     bf16* fq = qkv_after_forward(fused_fwd, &self, qkv, B, T, NH, NKV, hs, ctx->stream);
@@ -132,16 +158,16 @@ static void check_unfused(Case c, uint64_t seed, const GpuContext* ctx) {
     for (size_t r = 0; r < rows; r++)
         dv_same &= memcmp(f.dqkv + r * W + kq + kv, u.dqkv + r * W + kq + kv, kv * sizeof(bf16)) == 0;
     double dq = rel_l2_part(f.dqkv, u.dqkv, rows, W, 0, kq), dk = rel_l2_part(f.dqkv, u.dqkv, rows, W, kq, kq + kv);
-    printf("fused vs unfused θ=%.0e B=%d T=%4d NH=%d NKV=%d hs=%3d: qkv %s, out %s, lse %s, dv %s; dq %.1e, "
-           "dk %.1e\n", c.theta, B, T, NH, NKV, hs, qkv_same ? "bitwise" : "DIFFERENT", out_same ? "bitwise" : "DIFFERENT",
+    printf("%s fused vs unfused θ=%.0e B=%d T=%4d NH=%d NKV=%d hs=%3d: qkv %s, out %s, lse %s, dv %s; dq %.1e, "
+           "dk %.1e\n", IMPL_NAMES[c.impl], c.theta, B, T, NH, NKV, hs, qkv_same ? "bitwise" : "DIFFERENT", out_same ? "bitwise" : "DIFFERENT",
            lse_same ? "bitwise" : "DIFFERENT", dv_same ? "bitwise" : "DIFFERENT", dq, dk);
-    EXPECT(qkv_same, "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: qkv after the forward differs from the unfused passes'",
-           c.theta, B, T, NH, NKV, hs);
-    EXPECT(out_same, "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: out differs from the unfused path", c.theta, B, T, NH, NKV, hs);
-    EXPECT(lse_same, "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: lse differs from the unfused path", c.theta, B, T, NH, NKV, hs);
-    EXPECT(dv_same, "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: dv differs from the unfused path", c.theta, B, T, NH, NKV, hs);
+    EXPECT(qkv_same, "%s θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: qkv after the forward differs from the unfused passes'",
+           IMPL_NAMES[c.impl], c.theta, B, T, NH, NKV, hs);
+    EXPECT(out_same, "%s θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: out differs from the unfused path", IMPL_NAMES[c.impl], c.theta, B, T, NH, NKV, hs);
+    EXPECT(lse_same, "%s θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: lse differs from the unfused path", IMPL_NAMES[c.impl], c.theta, B, T, NH, NKV, hs);
+    EXPECT(dv_same, "%s θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: dv differs from the unfused path", IMPL_NAMES[c.impl], c.theta, B, T, NH, NKV, hs);
     EXPECT(isfinite(dq) && dq <= ATT_TOL_GRAD && isfinite(dk) && dk <= ATT_TOL_GRAD,
-           "θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: dq, dk rel L2 %.2e, %.2e from the unfused path (tol %.0e)", c.theta, B,
+           "%s θ=%.0e B=%d T=%d NH=%d NKV=%d hs=%d: dq, dk rel L2 %.2e, %.2e from the unfused path (tol %.0e)", IMPL_NAMES[c.impl], c.theta, B,
            T, NH, NKV, hs, dq, dk, ATT_TOL_GRAD);
     att_run_free(&f);
     att_run_free(&u);
@@ -157,25 +183,32 @@ int main(void) {
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     const int heads[][2] = {{4, 1}, {4, 2}, {4, 4}, {8, 2}};
-    uint64_t seed = 3000;
-    for (double theta : {1e4, 5e5})
-        for (int hs = 64; hs <= 128; hs *= 2)
-            for (const auto& nh : heads)
-                for (int T : {1, 63, 64, 65, 200})
-                    for (int B = 1; B <= 2; B++) {
-                        Case c = {B, T, nh[0], nh[1], hs, theta};
-                        check_reference(c, seed += 2, &ctx);
-                        check_unfused(c, seed += 2, &ctx);
-                    }
-    for (int hs = 64; hs <= 128; hs *= 2) {
-        Case c = {1, 1000, 4, 2, hs, 1e4};
-        check_reference(c, seed += 2, &ctx);
-        check_unfused(c, seed += 2, &ctx);
+    for (int impl : {IMPL_MMA, IMPL_SM90}) {
+        if (impl == IMPL_SM90 && !flash_sm90_available()) {
+            printf("sm90: not run (needs an sm_90 GPU and an sm_90a build)\n");
+            continue;
+        }
+        uint64_t seed = 3000;
+        for (double theta : {1e4, 5e5})
+            for (int hs = 64; hs <= 128; hs *= 2)
+                for (const auto& nh : heads)
+                    for (int T : {1, 63, 64, 65, 200})
+                        for (int B = 1; B <= 2; B++) {
+                            Case c = {B, T, nh[0], nh[1], hs, theta, impl};
+                            check_reference(c, seed += 2, &ctx);
+                            check_unfused(c, seed += 2, &ctx);
+                        }
+        for (int hs = 64; hs <= 128; hs *= 2) {
+            Case c = {1, 1000, 4, 2, hs, 1e4, impl};
+            check_reference(c, seed += 2, &ctx);
+            check_unfused(c, seed += 2, &ctx);
+        }
     }
-    for (int hs : {32, 96})  // the simple kernels, with the passes
+    uint64_t seed = 5000;
+    for (int hs : {32, 96})  // the simple kernels, with the passes, through the layer
         for (int NKV : {1, 4})
             for (int T : {1, 65, 200}) {
-                Case c = {2, T, 4, NKV, hs, 1e4};
+                Case c = {2, T, 4, NKV, hs, 1e4, IMPL_LAYER};
                 check_reference(c, seed += 2, &ctx);
             }
     gpu_context_free(&ctx);

@@ -1,43 +1,44 @@
-// attention_wgmma.cuh: variant 6 of dev/cuda/attention.cu, a first Hopper (sm_90a) causal attention
-// forward in the manner of FlashAttention-3: the operands come into shared memory by TMA from a producer
-// warp, two consumer warpgroups multiply them with wgmma, and P stays in registers as wgmma's A operand.
-//   block: (b·NH + h, a tile of 128 queries), 384 threads: warpgroup 0 produces (one thread issues the
-//          copies: the query tile once, then key and value tiles of 128 rows into a ring of 2 stages),
-//          warpgroups 1 and 2 consume, each with 64 of the block's query rows
-//   step:  S (64 x 128, fp32, 64 registers a thread) = Q·Kᵀ by hs/16 wgmma m64n128k16 (both operands in
-//          shared memory, K-major); the online softmax as in llmc/flash_attention.cuh (base 2, scale
-//          folded in, rows owned by quads of lanes); O (64 x hs) += P·V by 8 wgmma m64n{hs}k16 with P in
-//          registers (the accumulator layout of S is the A-fragment layout) and V in shared memory read
-//          MN-major; the stage is released when both consumers' wgmmas are done
-// Not yet: the softmax of one tile overlapped with the GEMMs of the next (intra-warpgroup pipelining),
-// the two consumers taking turns, a TMA store of O. Same inputs and outputs as the forward of variant 3:
-// qkv (B, T, (NH + 2·NKV)·hs), out (B, T, NH·hs), lse (B, NH, T) in natural log.
-// The backward (variant 7) has variant 3's three kernels and their order of sums (no atomics, bitwise
-// repeatable), on wgmma:
-//   dq:   block per (b·NH + h, 128 queries), two consumers of 64 queries, key and value tiles of 64
-//         rows through the ring: S = Q·Kᵀ and dP = dO·Vᵀ (m64n64k16, shared memory), dS = P ∘ (dP − D)
-//         in registers, dQ += dS·K (dS in registers, K read MN-major)
-//   dkdv: block per (b·NKV + j, 128 keys), two consumers of 64 keys, query and dO tiles of BQ rows of
-//         the group's query heads through the ring: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, then dV += Pᵀ·dO and
-//         dK += dSᵀ·Q with Pᵀ and dSᵀ in registers and dO, Q read MN-major
-// Tiles: rows of 64 bf16 (128 bytes) with 128-byte swizzling, hs/64 boxes of 128 rows side by side
-// (16 KiB each), as llmc/sm90_wgmma.cuh's layout contract says. A key or query tile past the end of a
-// sequence reads the next sequence's rows (past the tensor's end: zeros); keys past T are later than
-// every query < T, so the causal mask removes them, and query rows past T are not stored.
+// flash_attention_sm90.cuh: causal attention on Hopper (sm_90a) in the manner of FlashAttention-3,
+// forward and backward, exact, with grouped-query attention and RoPE as llmc/flash_attention.cuh has
+// them (the same inputs, outputs, order of sums and determinism: no atomics). The layer
+// (llmc/attention.cuh) takes these kernels on an sm_90 GPU in an sm_90a build, and the mma.sync ones
+// elsewhere (sm_80 and later).
+// Each kernel: a block of 384 threads, warpgroup 0 producing (one thread issues the TMA copies into a
+// ring of 2 stages) and warpgroups 1 and 2 consuming, each with 64 rows of the block's 128; wgmma
+// multiplies from shared memory, and the softmax's P (or dS) stays in registers as the A operand of the
+// next wgmma (the accumulator layout is the A-fragment layout).
+//   forward: block per (b·NH + h, 128 queries); the query tile once, key and value tiles of 128 rows
+//            through the ring: S (64 x 128 a consumer) = Q·Kᵀ by m64n128k16 (K-major operands); the online
+//            softmax as llmc/flash_attention.cuh's (base 2, the scale folded in, rows owned by quads of
+//            lanes); O (64 x hs) += P·V by m64n{hs}k16 with V read MN-major
+//   dq:      block per (b·NH + h, 128 queries); key and value tiles of 64 rows: S = Q·Kᵀ and dP = dO·Vᵀ
+//            (m64n64k16), dS = P ∘ (dP − D), dQ += dS·K (K read MN-major)
+//   dkdv:    block per (b·NKV + j, 128 keys); query and dO tiles of BQ rows of the group's query heads, in
+//            variant 3's order: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q (dO, Q read MN-major)
+//   D = rowsum(dO ∘ O) by llmc/flash_attention_backward.cuh's dot kernel.
+// RoPE: the layer rotates q and k by a pass before the forward (llmc/rope.cuh; the forward here does not
+// rotate its query tile as the mma.sync one does), and the backward kernels rotate dq and dk back in
+// registers before writing them, as the mma.sync ones do.
+// Tiles: rows of 64 bf16 (128 bytes) with 128-byte swizzling, hs/64 boxes side by side, as
+// llmc/sm90_wgmma.cuh's layout contract says. A key or query tile past the end of a sequence reads the
+// next sequence's rows (past the tensor's end: zeros); keys past T are later than every query < T, so the
+// causal mask removes them, and rows past T are not stored (and get lse = +inf, D = 0 in the backward).
+// Not yet: the softmax of one tile overlapped with the GEMMs of the next, the two consumers taking turns,
+// TMA stores of the outputs (dev/cuda/README.md has the measurements).
 #pragma once
-#include "../../llmc/sm90_wgmma.cuh"
-#include "../../llmc/flash_attention_backward.cuh"  // and the forward's; the dot kernel D = rowsum(dO ∘ O)
+#include "sm90_wgmma.cuh"
+#include "flash_attention_backward.cuh"  // and the forward's: the tiles' helpers, the dot kernel, RoPE's
 
-#define AW_BQ 128
-#define AW_BKV 128
-#define AW_STAGES 2
-#define AW_THREADS 384
+#define FA90_BQ 128
+#define FA90_BKV 128
+#define FA90_STAGES 2
+#define FA90_THREADS 384
 
-template <int HS> struct AwCfg {
+template <int HS> struct Fa90Cfg {
     static constexpr int BOXES = HS / 64;             // 64-column boxes of a tile
-    static constexpr int TILE = AW_BKV * 128 * BOXES;  // bytes of a 128-row tile
+    static constexpr int TILE = FA90_BKV * 128 * BOXES;  // bytes of a 128-row tile
     static constexpr int STAGE = 2 * TILE;             // keys, then values
-    static constexpr size_t smem = 1024 + TILE + AW_STAGES * STAGE + 8 * (1 + 2 * AW_STAGES);
+    static constexpr size_t smem = 1024 + TILE + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES);
 };
 
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
@@ -45,7 +46,7 @@ template <int HS> struct AwCfg {
 // D (64 x N per warpgroup, fp32, N/2 registers a thread) += A (64 x 16, bf16 in registers, a[4] per
 // thread: the m16n8k16 A fragment of its warp's 16 rows) · B (16 x N, bf16 in shared memory behind an
 // MN-major descriptor: imm-trans-b = 1).
-__device__ __forceinline__ void aw_wgmma_rs_n64(float d[32], const uint32_t a[4], uint64_t desc_b) {
+__device__ __forceinline__ void fa90_wgmma_rs_n64(float d[32], const uint32_t a[4], uint64_t desc_b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
@@ -53,7 +54,7 @@ __device__ __forceinline__ void aw_wgmma_rs_n64(float d[32], const uint32_t a[4]
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
-__device__ __forceinline__ void aw_wgmma_rs_n128(float d[64], const uint32_t a[4], uint64_t desc_b) {
+__device__ __forceinline__ void fa90_wgmma_rs_n128(float d[64], const uint32_t a[4], uint64_t desc_b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
@@ -62,13 +63,13 @@ __device__ __forceinline__ void aw_wgmma_rs_n128(float d[64], const uint32_t a[4
 }
 
 
-template <int HS> __device__ __forceinline__ void aw_wgmma_rs(float* d, const uint32_t a[4], uint64_t desc_b) {
-    if constexpr (HS == 64) aw_wgmma_rs_n64(d, a, desc_b);
-    else aw_wgmma_rs_n128(d, a, desc_b);
+template <int HS> __device__ __forceinline__ void fa90_wgmma_rs(float* d, const uint32_t a[4], uint64_t desc_b) {
+    if constexpr (HS == 64) fa90_wgmma_rs_n64(d, a, desc_b);
+    else fa90_wgmma_rs_n128(d, a, desc_b);
 }
 
 // D (64 x N, fp32) += A (64 x 16) · B (N x 16)ᵀ, both bf16 in shared memory behind K-major descriptors
-__device__ __forceinline__ void aw_wgmma_ss_n64(float d[32], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void fa90_wgmma_ss_n64(float d[32], uint64_t desc_a, uint64_t desc_b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
@@ -76,7 +77,7 @@ __device__ __forceinline__ void aw_wgmma_ss_n64(float d[32], uint64_t desc_a, ui
         : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-__device__ __forceinline__ void aw_wgmma_ss_n32(float d[16], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void fa90_wgmma_ss_n32(float d[16], uint64_t desc_a, uint64_t desc_b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
@@ -86,7 +87,7 @@ __device__ __forceinline__ void aw_wgmma_ss_n32(float d[16], uint64_t desc_a, ui
 
 
 // descriptor of an MN-major tile with 128-byte swizzling whose 64-column boxes are lbo bytes apart
-__device__ __forceinline__ uint64_t aw_desc_mn(uint32_t smem_addr, uint32_t lbo) {
+__device__ __forceinline__ uint64_t fa90_desc_mn(uint32_t smem_addr, uint32_t lbo) {
     uint64_t d = (uint64_t)((smem_addr & 0x3FFFF) >> 4);
     d |= (uint64_t)((lbo >> 4) & 0x3FFF) << 16;
     d |= (uint64_t)(1024 >> 4) << 32;
@@ -96,22 +97,22 @@ __device__ __forceinline__ uint64_t aw_desc_mn(uint32_t smem_addr, uint32_t lbo)
 #endif
 
 template <int HS>
-__global__ void __launch_bounds__(AW_THREADS, 1)
-aw_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* lse, int T, int NH, int NKV) {
+__global__ void __launch_bounds__(FA90_THREADS, 1)
+fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* lse, int T, int NH, int NKV) {
 #if defined(WG_DEVICE_CODE)
-    using Cfg = AwCfg<HS>;
+    using Cfg = Fa90Cfg<HS>;
     extern __shared__ unsigned char smem_raw[];
     uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
     uint32_t sq = base, stages = base + Cfg::TILE;
-    uint32_t qbar = stages + AW_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * AW_STAGES;
+    uint32_t qbar = stages + FA90_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * FA90_STAGES;
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, j = h / (NH / NKV);
-    int q0 = (gridDim.y - 1 - blockIdx.y) * AW_BQ;
-    int nkv = ceil_div(min(q0 + AW_BQ, T), AW_BKV);
+    int q0 = (gridDim.y - 1 - blockIdx.y) * FA90_BQ;
+    int nkv = ceil_div(min(q0 + FA90_BQ, T), FA90_BKV);
     int row0 = b * T;
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1);
-        for (int s = 0; s < AW_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
+        for (int s = 0; s < FA90_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
         mbar_fence_init();
     }
     __syncthreads();
@@ -120,15 +121,15 @@ aw_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* ls
         if (t == 0) {
             int qcol = h * HS, kcol = (NH + j) * HS, vcol = (NH + NKV + j) * HS;
             mbar_arrive_expect_tx(qbar, Cfg::TILE);
-            for (int x = 0; x < Cfg::BOXES; x++) tma_load_2d(sq + x * AW_BQ * 128, &tqkv, qcol + 64 * x, row0 + q0, qbar);
+            for (int x = 0; x < Cfg::BOXES; x++) tma_load_2d(sq + x * FA90_BQ * 128, &tqkv, qcol + 64 * x, row0 + q0, qbar);
             for (int it = 0; it < nkv; it++) {
-                int s = it % AW_STAGES;
-                if (it >= AW_STAGES) mbar_wait(empty + 8 * s, (it / AW_STAGES - 1) & 1);
+                int s = it % FA90_STAGES;
+                if (it >= FA90_STAGES) mbar_wait(empty + 8 * s, (it / FA90_STAGES - 1) & 1);
                 uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
                 mbar_arrive_expect_tx(full + 8 * s, Cfg::STAGE);
                 for (int x = 0; x < Cfg::BOXES; x++) {
-                    tma_load_2d(k + x * AW_BKV * 128, &tqkv, kcol + 64 * x, row0 + it * AW_BKV, full + 8 * s);
-                    tma_load_2d(v + x * AW_BKV * 128, &tqkv, vcol + 64 * x, row0 + it * AW_BKV, full + 8 * s);
+                    tma_load_2d(k + x * FA90_BKV * 128, &tqkv, kcol + 64 * x, row0 + it * FA90_BKV, full + 8 * s);
+                    tma_load_2d(v + x * FA90_BKV * 128, &tqkv, vcol + 64 * x, row0 + it * FA90_BKV, full + 8 * s);
                 }
             }
         }
@@ -138,33 +139,33 @@ aw_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* ls
     int c = wg - 1, lane = t % 32, warp = t / 32;
     int rloc = c * 64 + warp * 16 + lane / 4;  // this thread's rows in the block: rloc, rloc + 8
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
-    float o[HS / 2], sc[AW_BKV / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[HS / 2], sc[FA90_BKV / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     #pragma unroll
     for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
     mbar_wait(qbar, 0);
     for (int it = 0; it < nkv; it++) {
-        int s = it % AW_STAGES;
-        mbar_wait(full + 8 * s, (it / AW_STAGES) & 1);
+        int s = it % FA90_STAGES;
+        mbar_wait(full + 8 * s, (it / FA90_STAGES) & 1);
         uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
         #pragma unroll
-        for (int i = 0; i < AW_BKV / 2; i++) sc[i] = 0.0f;
+        for (int i = 0; i < FA90_BKV / 2; i++) sc[i] = 0.0f;
         wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
-            uint64_t da = wgmma_desc(sq + (kk / 4) * AW_BQ * 128 + c * 64 * 128 + (kk % 4) * 32);
-            uint64_t db = wgmma_desc(k + (kk / 4) * AW_BKV * 128 + (kk % 4) * 32);
+            uint64_t da = wgmma_desc(sq + (kk / 4) * FA90_BQ * 128 + c * 64 * 128 + (kk % 4) * 32);
+            uint64_t db = wgmma_desc(k + (kk / 4) * FA90_BKV * 128 + (kk % 4) * 32);
             wgmma_m64n128k16<0, 0>(sc, da, db, 1);
         }
         wgmma_commit();
         wgmma_wait<0>();
 
-        int k0 = it * AW_BKV, diag = k0 + AW_BKV > q0 + c * 64;
+        int k0 = it * FA90_BKV, diag = k0 + FA90_BKV > q0 + c * 64;
         #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             int q = q0 + rloc + 8 * hh;
             float mx = -INFINITY;
             #pragma unroll
-            for (int i = 0; i < AW_BKV / 8; i++)
+            for (int i = 0; i < FA90_BKV / 8; i++)
                 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     float x = sc[4 * i + 2 * hh + e] * sl2;
@@ -181,7 +182,7 @@ aw_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* ls
             #pragma unroll
             for (int nd = 0; nd < HS / 8; nd++) { o[4 * nd + 2 * hh] *= alpha; o[4 * nd + 2 * hh + 1] *= alpha; }
             #pragma unroll
-            for (int i = 0; i < AW_BKV / 8; i++)
+            for (int i = 0; i < FA90_BKV / 8; i++)
                 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     float p = exp2f(sc[4 * i + 2 * hh + e] - mnew);
@@ -189,12 +190,12 @@ aw_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* ls
                     l[hh] += p;
                 }
         }
-        uint32_t pa[AW_BKV / 4];  // P in bf16, as the A fragments of the 8 k-steps: packed before the fence
+        uint32_t pa[FA90_BKV / 4];  // P in bf16, as the A fragments of the 8 k-steps: packed before the fence
         #pragma unroll
-        for (int i = 0; i < AW_BKV / 4; i++) pa[i] = fa_pack(sc[2 * i], sc[2 * i + 1]);
+        for (int i = 0; i < FA90_BKV / 4; i++) pa[i] = fa_pack(sc[2 * i], sc[2 * i + 1]);
         wgmma_fence();
         #pragma unroll
-        for (int kk = 0; kk < AW_BKV / 16; kk++) aw_wgmma_rs<HS>(o, pa + 4 * kk, aw_desc_mn(v + kk * 2048, AW_BKV * 128));
+        for (int kk = 0; kk < FA90_BKV / 16; kk++) fa90_wgmma_rs<HS>(o, pa + 4 * kk, fa90_desc_mn(v + kk * 2048, FA90_BKV * 128));
         wgmma_commit();
         wgmma_wait<0>();
         if (t == 0) mbar_arrive(empty + 8 * s);
@@ -218,60 +219,52 @@ aw_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* ls
 }
 
 template <int HS>
-static void aw_forward_launch(const CUtensorMap& map, bf16* out, float* lse, int B, int T, int NH, int NKV,
+static void fa90_forward_launch(const CUtensorMap& map, bf16* out, float* lse, int B, int T, int NH, int NKV,
                               cudaStream_t st) {
-    size_t smem = AwCfg<HS>::smem;
-    cuda_check(cudaFuncSetAttribute(aw_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    aw_forward_kernel<HS><<<dim3(B * NH, ceil_div(T, AW_BQ)), AW_THREADS, smem, st>>>(map, out, lse, T, NH, NKV);
+    size_t smem = Fa90Cfg<HS>::smem;
+    cuda_check(cudaFuncSetAttribute(fa90_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    fa90_forward_kernel<HS><<<dim3(B * NH, ceil_div(T, FA90_BQ)), FA90_THREADS, smem, st>>>(map, out, lse, T, NH, NKV);
     cuda_check_launch();
-}
-
-// out (B, T, C) bf16 and lse (B, NH, T) fp32 from qkv, as flash_attention_forward without RoPE; hs 64 or
-// 128, an sm_90 GPU and a build for sm_90a.
-static void aw_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
-                       cudaStream_t st) {
-    int hs = flash_attention_head_size(T, C, NH, NKV), W = (NH + 2 * NKV) * hs;
-    CUtensorMap map = tma_map_bf16(qkv, B * T, W, W, 128);
-    if (hs == 64) aw_forward_launch<64>(map, out, lse, B, T, NH, NKV, st);
-    else aw_forward_launch<128>(map, out, lse, B, T, NH, NKV, st);
 }
 
 // --- backward ------------------------------------------------------------------------------------
 
-#define AW_DQ_BKV 64  // dq: keys per step
-template <int HS> struct AwDqCfg {
+#define FA90_DQ_BKV 64  // dq: keys per step
+template <int HS> struct Fa90DqCfg {
     static constexpr int BOXES = HS / 64;
-    static constexpr int QT = AW_BQ * 128 * BOXES;       // the query tile, and the dO tile
-    static constexpr int KT = AW_DQ_BKV * 128 * BOXES;   // a key tile, and a value tile
+    static constexpr int QT = FA90_BQ * 128 * BOXES;       // the query tile, and the dO tile
+    static constexpr int KT = FA90_DQ_BKV * 128 * BOXES;   // a key tile, and a value tile
     static constexpr int STAGE = 2 * KT;
-    static constexpr size_t smem = 1024 + 2 * QT + AW_STAGES * STAGE + 8 * (1 + 2 * AW_STAGES);
+    static constexpr size_t smem = 1024 + 2 * QT + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES);
 };
 
-template <int SN> __device__ __forceinline__ void aw_wgmma_ss(float* d, uint64_t a, uint64_t b) {
-    if constexpr (SN == 64) aw_wgmma_ss_n64(d, a, b);
-    else aw_wgmma_ss_n32(d, a, b);
+#if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
+template <int SN> __device__ __forceinline__ void fa90_wgmma_ss(float* d, uint64_t a, uint64_t b) {
+    if constexpr (SN == 64) fa90_wgmma_ss_n64(d, a, b);
+    else fa90_wgmma_ss_n32(d, a, b);
 }
+#endif
 
 // tq: qkv in 128-row boxes, tk: qkv in 64-row boxes, to: dout in 128-row boxes.
-template <int HS>
-__global__ void __launch_bounds__(AW_THREADS, 1)
-aw_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-             const __grid_constant__ CUtensorMap to, bf16* dqkv, const float* lse, const float* Drow, int T, int NH,
-             int NKV) {
+template <int HS, bool ROPE>
+__global__ void __launch_bounds__(FA90_THREADS, 1)
+fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+               const __grid_constant__ CUtensorMap to, bf16* dqkv, const float* lse, const float* Drow,
+               const float* rope, int T, int NH, int NKV) {
 #if defined(WG_DEVICE_CODE)
-    using Cfg = AwDqCfg<HS>;
+    using Cfg = Fa90DqCfg<HS>;
     extern __shared__ unsigned char smem_raw[];
     uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
     uint32_t sq = base, so = base + Cfg::QT, stages = base + 2 * Cfg::QT;
-    uint32_t qbar = stages + AW_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * AW_STAGES;
+    uint32_t qbar = stages + FA90_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * FA90_STAGES;
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, j = h / (NH / NKV);
-    int q0 = (gridDim.y - 1 - blockIdx.y) * AW_BQ;
-    int nkv = ceil_div(min(q0 + AW_BQ, T), AW_DQ_BKV);
+    int q0 = (gridDim.y - 1 - blockIdx.y) * FA90_BQ;
+    int nkv = ceil_div(min(q0 + FA90_BQ, T), FA90_DQ_BKV);
     int row0 = b * T;
     if (threadIdx.x == 0) {
         mbar_init(qbar, 1);
-        for (int s = 0; s < AW_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
+        for (int s = 0; s < FA90_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
         mbar_fence_init();
     }
     __syncthreads();
@@ -281,17 +274,17 @@ aw_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUt
             int kcol = (NH + j) * HS, vcol = (NH + NKV + j) * HS;
             mbar_arrive_expect_tx(qbar, 2 * Cfg::QT);
             for (int x = 0; x < Cfg::BOXES; x++) {
-                tma_load_2d(sq + x * AW_BQ * 128, &tq, h * HS + 64 * x, row0 + q0, qbar);
-                tma_load_2d(so + x * AW_BQ * 128, &to, h * HS + 64 * x, row0 + q0, qbar);
+                tma_load_2d(sq + x * FA90_BQ * 128, &tq, h * HS + 64 * x, row0 + q0, qbar);
+                tma_load_2d(so + x * FA90_BQ * 128, &to, h * HS + 64 * x, row0 + q0, qbar);
             }
             for (int it = 0; it < nkv; it++) {
-                int s = it % AW_STAGES;
-                if (it >= AW_STAGES) mbar_wait(empty + 8 * s, (it / AW_STAGES - 1) & 1);
+                int s = it % FA90_STAGES;
+                if (it >= FA90_STAGES) mbar_wait(empty + 8 * s, (it / FA90_STAGES - 1) & 1);
                 uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::KT;
                 mbar_arrive_expect_tx(full + 8 * s, Cfg::STAGE);
                 for (int x = 0; x < Cfg::BOXES; x++) {
-                    tma_load_2d(k + x * AW_DQ_BKV * 128, &tk, kcol + 64 * x, row0 + it * AW_DQ_BKV, full + 8 * s);
-                    tma_load_2d(v + x * AW_DQ_BKV * 128, &tk, vcol + 64 * x, row0 + it * AW_DQ_BKV, full + 8 * s);
+                    tma_load_2d(k + x * FA90_DQ_BKV * 128, &tk, kcol + 64 * x, row0 + it * FA90_DQ_BKV, full + 8 * s);
+                    tma_load_2d(v + x * FA90_DQ_BKV * 128, &tk, vcol + 64 * x, row0 + it * FA90_DQ_BKV, full + 8 * s);
                 }
             }
         }
@@ -308,30 +301,30 @@ aw_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUt
         lrow[hh] = q < T ? lse[(size_t)bh * T + q] * FA_LOG2E : INFINITY;
         drow[hh] = q < T ? Drow[(size_t)bh * T + q] : 0.0f;
     }
-    float dq[HS / 2], sc[AW_DQ_BKV / 2], dp[AW_DQ_BKV / 2];
+    float dq[HS / 2], sc[FA90_DQ_BKV / 2], dp[FA90_DQ_BKV / 2];
     #pragma unroll
     for (int i = 0; i < HS / 2; i++) dq[i] = 0.0f;
     mbar_wait(qbar, 0);
     for (int it = 0; it < nkv; it++) {
-        int s = it % AW_STAGES;
-        mbar_wait(full + 8 * s, (it / AW_STAGES) & 1);
+        int s = it % FA90_STAGES;
+        mbar_wait(full + 8 * s, (it / FA90_STAGES) & 1);
         uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::KT;
         #pragma unroll
-        for (int i = 0; i < AW_DQ_BKV / 2; i++) sc[i] = dp[i] = 0.0f;
+        for (int i = 0; i < FA90_DQ_BKV / 2; i++) sc[i] = dp[i] = 0.0f;
         wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
-            uint32_t qo = (kk / 4) * AW_BQ * 128 + c * 64 * 128 + (kk % 4) * 32;
-            uint32_t ko = (kk / 4) * AW_DQ_BKV * 128 + (kk % 4) * 32;
-            aw_wgmma_ss<AW_DQ_BKV>(sc, wgmma_desc(sq + qo), wgmma_desc(k + ko));
-            aw_wgmma_ss<AW_DQ_BKV>(dp, wgmma_desc(so + qo), wgmma_desc(v + ko));
+            uint32_t qo = (kk / 4) * FA90_BQ * 128 + c * 64 * 128 + (kk % 4) * 32;
+            uint32_t ko = (kk / 4) * FA90_DQ_BKV * 128 + (kk % 4) * 32;
+            fa90_wgmma_ss<FA90_DQ_BKV>(sc, wgmma_desc(sq + qo), wgmma_desc(k + ko));
+            fa90_wgmma_ss<FA90_DQ_BKV>(dp, wgmma_desc(so + qo), wgmma_desc(v + ko));
         }
         wgmma_commit();
         wgmma_wait<0>();
-        int k0 = it * AW_DQ_BKV, diag = k0 + AW_DQ_BKV > q0 + c * 64;
-        uint32_t pa[AW_DQ_BKV / 4];
+        int k0 = it * FA90_DQ_BKV, diag = k0 + FA90_DQ_BKV > q0 + c * 64;
+        uint32_t pa[FA90_DQ_BKV / 4];
         #pragma unroll
-        for (int i = 0; i < AW_DQ_BKV / 8; i++)
+        for (int i = 0; i < FA90_DQ_BKV / 8; i++)
             #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 int q = q0 + rloc + 8 * hh;
@@ -347,12 +340,13 @@ aw_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUt
             }
         wgmma_fence();
         #pragma unroll
-        for (int kk = 0; kk < AW_DQ_BKV / 16; kk++)
-            aw_wgmma_rs<HS>(dq, pa + 4 * kk, aw_desc_mn(k + kk * 2048, AW_DQ_BKV * 128));
+        for (int kk = 0; kk < FA90_DQ_BKV / 16; kk++)
+            fa90_wgmma_rs<HS>(dq, pa + 4 * kk, fa90_desc_mn(k + kk * 2048, FA90_DQ_BKV * 128));
         wgmma_commit();
         wgmma_wait<0>();
         if (t == 0) mbar_arrive(empty + 8 * s);
     }
+    if (ROPE) fa_rope_acc_back<HS>((float(*)[4])dq, rope, q0 + c * 64 + warp * 16, T, lane);
     float scale = rsqrtf((float)HS);
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     #pragma unroll
@@ -367,35 +361,35 @@ aw_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUt
 #endif
 }
 
-template <int HS> struct AwDkdvCfg {
+template <int HS> struct Fa90DkdvCfg {
     static constexpr int BOXES = HS / 64;
     static constexpr int BQ = HS == 64 ? 64 : 32;         // queries per step (registers at hs = 128)
-    static constexpr int KT = AW_BKV * 128 * BOXES;      // the key tile, and the value tile
+    static constexpr int KT = FA90_BKV * 128 * BOXES;      // the key tile, and the value tile
     static constexpr int QT = BQ * 128 * BOXES;          // a query tile, and a dO tile
     static constexpr int STAGE = 2 * QT;
-    static constexpr size_t smem = 1024 + 2 * KT + AW_STAGES * STAGE + 8 * (1 + 2 * AW_STAGES);
+    static constexpr size_t smem = 1024 + 2 * KT + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES);
 };
 
 // tk: qkv in 128-row boxes, tq: qkv in BQ-row boxes, to: dout in BQ-row boxes.
-template <int HS>
-__global__ void __launch_bounds__(AW_THREADS, 1)
-aw_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tq,
-               const __grid_constant__ CUtensorMap to, bf16* dqkv, const float* lse, const float* Drow, int T, int NH,
-               int NKV) {
+template <int HS, bool ROPE>
+__global__ void __launch_bounds__(FA90_THREADS, 1)
+fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tq,
+                 const __grid_constant__ CUtensorMap to, bf16* dqkv, const float* lse, const float* Drow,
+                 const float* rope, int T, int NH, int NKV) {
 #if defined(WG_DEVICE_CODE)
-    using Cfg = AwDkdvCfg<HS>;
+    using Cfg = Fa90DkdvCfg<HS>;
     constexpr int BQ = Cfg::BQ;
     extern __shared__ unsigned char smem_raw[];
     uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
     uint32_t sk = base, sv = base + Cfg::KT, stages = base + 2 * Cfg::KT;
-    uint32_t kbar = stages + AW_STAGES * Cfg::STAGE, full = kbar + 8, empty = full + 8 * AW_STAGES;
+    uint32_t kbar = stages + FA90_STAGES * Cfg::STAGE, full = kbar + 8, empty = full + 8 * FA90_STAGES;
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     int bj = blockIdx.x, b = bj / NKV, j = bj % NKV, G = NH / NKV;
-    int k0 = blockIdx.y * AW_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ), nper = nq - i0, nsteps = G * nper;
+    int k0 = blockIdx.y * FA90_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ), nper = nq - i0, nsteps = G * nper;
     int row0 = b * T;
     if (threadIdx.x == 0) {
         mbar_init(kbar, 1);
-        for (int s = 0; s < AW_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
+        for (int s = 0; s < FA90_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
         mbar_fence_init();
     }
     __syncthreads();
@@ -405,12 +399,12 @@ aw_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ C
             int kcol = (NH + j) * HS, vcol = (NH + NKV + j) * HS;
             mbar_arrive_expect_tx(kbar, 2 * Cfg::KT);
             for (int x = 0; x < Cfg::BOXES; x++) {
-                tma_load_2d(sk + x * AW_BKV * 128, &tk, kcol + 64 * x, row0 + k0, kbar);
-                tma_load_2d(sv + x * AW_BKV * 128, &tk, vcol + 64 * x, row0 + k0, kbar);
+                tma_load_2d(sk + x * FA90_BKV * 128, &tk, kcol + 64 * x, row0 + k0, kbar);
+                tma_load_2d(sv + x * FA90_BKV * 128, &tk, vcol + 64 * x, row0 + k0, kbar);
             }
             for (int it = 0; it < nsteps; it++) {
-                int s = it % AW_STAGES, h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
-                if (it >= AW_STAGES) mbar_wait(empty + 8 * s, (it / AW_STAGES - 1) & 1);
+                int s = it % FA90_STAGES, h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
+                if (it >= FA90_STAGES) mbar_wait(empty + 8 * s, (it / FA90_STAGES - 1) & 1);
                 uint32_t q = stages + s * Cfg::STAGE, o = q + Cfg::QT;
                 mbar_arrive_expect_tx(full + 8 * s, Cfg::STAGE);
                 for (int x = 0; x < Cfg::BOXES; x++) {
@@ -430,19 +424,19 @@ aw_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ C
     for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
     mbar_wait(kbar, 0);
     for (int it = 0; it < nsteps; it++) {
-        int s = it % AW_STAGES, h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
+        int s = it % FA90_STAGES, h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
         size_t bh = (size_t)b * NH + h;
-        mbar_wait(full + 8 * s, (it / AW_STAGES) & 1);
+        mbar_wait(full + 8 * s, (it / FA90_STAGES) & 1);
         uint32_t q = stages + s * Cfg::STAGE, o = q + Cfg::QT;
         #pragma unroll
         for (int i = 0; i < BQ / 2; i++) st[i] = dpt[i] = 0.0f;
         wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
-            uint32_t ko = (kk / 4) * AW_BKV * 128 + c * 64 * 128 + (kk % 4) * 32;
+            uint32_t ko = (kk / 4) * FA90_BKV * 128 + c * 64 * 128 + (kk % 4) * 32;
             uint32_t qo = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-            aw_wgmma_ss<BQ>(st, wgmma_desc(sk + ko), wgmma_desc(q + qo));
-            aw_wgmma_ss<BQ>(dpt, wgmma_desc(sv + ko), wgmma_desc(o + qo));
+            fa90_wgmma_ss<BQ>(st, wgmma_desc(sk + ko), wgmma_desc(q + qo));
+            fa90_wgmma_ss<BQ>(dpt, wgmma_desc(sv + ko), wgmma_desc(o + qo));
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -476,13 +470,14 @@ aw_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ C
         wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < BQ / 16; kk++) {
-            aw_wgmma_rs<HS>(dv, pp + 4 * kk, aw_desc_mn(o + kk * 2048, BQ * 128));
-            aw_wgmma_rs<HS>(dk, pd + 4 * kk, aw_desc_mn(q + kk * 2048, BQ * 128));
+            fa90_wgmma_rs<HS>(dv, pp + 4 * kk, fa90_desc_mn(o + kk * 2048, BQ * 128));
+            fa90_wgmma_rs<HS>(dk, pd + 4 * kk, fa90_desc_mn(q + kk * 2048, BQ * 128));
         }
         wgmma_commit();
         wgmma_wait<0>();
         if (t == 0) mbar_arrive(empty + 8 * s);
     }
+    if (ROPE) fa_rope_acc_back<HS>((float(*)[4])dk, rope, k0 + c * 64 + warp * 16, T, lane);
     float scale = rsqrtf((float)HS);
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     #pragma unroll
@@ -499,29 +494,67 @@ aw_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ C
 #endif
 }
 
-template <int HS>
-static void aw_backward_launch(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
-                               const float* lse, int B, int T, int NH, int NKV, cudaStream_t st) {
-    int W = (NH + 2 * NKV) * HS, C = NH * HS, BQ = AwDkdvCfg<HS>::BQ;
-    FlashBwdArgs a = {dqkv, D, dout, out, qkv, lse, NULL, B, T, NH, NKV};
+template <int HS, bool ROPE>
+static void fa90_backward_launch(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
+                                 const float* rope, const float* lse, int B, int T, int NH, int NKV, cudaStream_t st) {
+    int W = (NH + 2 * NKV) * HS, C = NH * HS, BQ = Fa90DkdvCfg<HS>::BQ;
+    FlashBwdArgs a = {dqkv, D, dout, out, qkv, lse, rope, B, T, NH, NKV};
     size_t threads = (size_t)B * T * NH * (HS / 8);
     flash_backward_dot_kernel<HS><<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(a);
     cuda_check_launch();
     CUtensorMap q128 = tma_map_bf16(qkv, B * T, W, W, 128), q64 = tma_map_bf16(qkv, B * T, W, W, 64);
     CUtensorMap qbq = tma_map_bf16(qkv, B * T, W, W, BQ);
     CUtensorMap o128 = tma_map_bf16(dout, B * T, C, C, 128), obq = tma_map_bf16(dout, B * T, C, C, BQ);
-    size_t s1 = AwDkdvCfg<HS>::smem, s2 = AwDqCfg<HS>::smem;
-    cuda_check(cudaFuncSetAttribute(aw_dkdv_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
-    cuda_check(cudaFuncSetAttribute(aw_dq_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
-    aw_dkdv_kernel<HS><<<dim3(B * NKV, ceil_div(T, AW_BKV)), AW_THREADS, s1, st>>>(q128, qbq, obq, dqkv, lse, D, T, NH, NKV);
+    size_t s1 = Fa90DkdvCfg<HS>::smem, s2 = Fa90DqCfg<HS>::smem;
+    auto dkdv = fa90_dkdv_kernel<HS, ROPE>;
+    auto dq = fa90_dq_kernel<HS, ROPE>;
+    cuda_check(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
+    cuda_check(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
+    dkdv<<<dim3(B * NKV, ceil_div(T, FA90_BKV)), FA90_THREADS, s1, st>>>(q128, qbq, obq, dqkv, lse, D, rope, T, NH, NKV);
     cuda_check_launch();
-    aw_dq_kernel<HS><<<dim3(B * NH, ceil_div(T, AW_BQ)), AW_THREADS, s2, st>>>(q128, q64, o128, dqkv, lse, D, T, NH, NKV);
+    dq<<<dim3(B * NH, ceil_div(T, FA90_BQ)), FA90_THREADS, s2, st>>>(q128, q64, o128, dqkv, lse, D, rope, T, NH, NKV);
     cuda_check_launch();
 }
 
-// dqkv assigned, as flash_attention_backward without RoPE (D_scratch (B, NH, T) fp32).
-static void aw_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
-                        int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    if (flash_attention_head_size(T, C, NH, NKV) == 64) aw_backward_launch<64>(dqkv, D, dout, out, qkv, lse, B, T, NH, NKV, st);
-    else aw_backward_launch<128>(dqkv, D, dout, out, qkv, lse, B, T, NH, NKV, st);
+// The kernels exist in sm_90a builds (LLMC_SM90A) and run on sm_90 GPUs; the device's capability is
+// asked once.
+static inline int flash_sm90_available(void) {
+#ifdef LLMC_SM90A
+    static int available = -1;
+    if (available < 0) {
+        int dev = 0, major = 0;
+        cuda_check(cudaGetDevice(&dev));
+        cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        available = major == 9;
+    }
+    return available;
+#else
+    return 0;
+#endif
+}
+
+// out (B, T, C) bf16 and lse (B, NH, T) fp32 from qkv, as flash_attention_forward without RoPE (the
+// layer rotates q and k first); hs 64 or 128; needs flash_sm90_available().
+static inline void flash_sm90_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH, int NKV,
+                                      cudaStream_t st) {
+    int hs = flash_attention_head_size(T, C, NH, NKV), W = (NH + 2 * NKV) * hs;
+    CUtensorMap map = tma_map_bf16(qkv, B * T, W, W, 128);
+    if (hs == 64) fa90_forward_launch<64>(map, out, lse, B, T, NH, NKV, st);
+    else fa90_forward_launch<128>(map, out, lse, B, T, NH, NKV, st);
+}
+
+// dqkv assigned, as flash_attention_backward: qkv as the forward left it, rope the table or NULL (dq and
+// dk then rotated back), D_scratch (B, NH, T) fp32; needs flash_sm90_available().
+static inline void flash_sm90_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
+                                       const float* rope, const float* lse, int B, int T, int C, int NH, int NKV,
+                                       cudaStream_t st) {
+    int hs = flash_attention_head_size(T, C, NH, NKV);
+    flash_check_rope(rope);
+    if (hs == 64) {
+        if (rope) fa90_backward_launch<64, true>(dqkv, D, dout, out, qkv, rope, lse, B, T, NH, NKV, st);
+        else fa90_backward_launch<64, false>(dqkv, D, dout, out, qkv, rope, lse, B, T, NH, NKV, st);
+    } else {
+        if (rope) fa90_backward_launch<128, true>(dqkv, D, dout, out, qkv, rope, lse, B, T, NH, NKV, st);
+        else fa90_backward_launch<128, false>(dqkv, D, dout, out, qkv, rope, lse, B, T, NH, NKV, st);
+    }
 }
