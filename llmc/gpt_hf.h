@@ -13,7 +13,7 @@
 //                            embeddings, dropout 0 (the trainer uses none), torch_dtype float32
 //   vocab.json, merges.txt   GPT-2's encoder.json and vocab.bpe (data/gpt2/, fetched by `make data`), copied
 //   tokenizer_config.json, special_tokens_map.json   GPT2Tokenizer, <|endoftext|> as bos, eos and unk
-// Every file is written atomically (temporary file, fsync, rename).
+// Every file is written atomically (llmc/hf_files.h: temporary file, fsync, rename).
 //
 // Names and shapes. Ours are (out, in), y = x·Wᵀ; HF's GPT-2 computes its linear layers with Conv1D,
 // y = x·W, whose weights are (in, out): the four matrices of each layer are stored transposed.
@@ -43,12 +43,13 @@
 #include <sys/stat.h>
 #include "checkpoint.h"
 #include "gpt_config.h"
+#include "hf_files.h"
 #include "safetensors.h"
 
 #define GPT_HF_VOCAB 50257     // GPT-2's vocabulary: the rows of wte.weight
 #define GPT_HF_EOT 50256       // <|endoftext|>
 #define GPT_HF_LN_EPS 1e-5     // llmc/layernorm.cuh's LN_EPS: train_gpt.cu checks at compile time that they agree
-#define GPT_HF_ERR_LEN (SAFETENSORS_ERR_LEN + 1024)
+#define GPT_HF_ERR_LEN HF_ERR_LEN  // llmc/hf_files.h's, under the name train_gpt.cu uses
 
 // One tensor of HF's GPT-2 and where it lives in our parameter array.
 typedef struct {
@@ -151,31 +152,6 @@ static inline int gpt_hf_write_safetensors(const char* path, const GptConfig* c,
     return rc;
 }
 
-// Writes `len` bytes to path atomically (atomic_file.h).
-static inline int gpt_hf_write_file(const char* path, const void* data, size_t len, char* err, size_t errlen) {
-    if (atomic_write_file(path, data, len) != 0) {
-        snprintf(err, errlen, "cannot write %s: %s; is the disk full or the directory read-only?", path, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
-// A JSON value (consumed) written formatted to dir/name.
-static inline int gpt_hf_write_json(const char* dir, const char* name, cJSON* json, char* err, size_t errlen) {
-    char path[SAFETENSORS_PATH_MAX + 64];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    char* text = cJSON_Print(json);
-    cJSON_Delete(json);
-    if (!text) { snprintf(err, errlen, "%s: out of host memory formatting the JSON", path); return -1; }
-    size_t len = strlen(text);
-    char* line = (char*)realloc(text, len + 2);  // ends with a newline, as text files do
-    if (!line) { free(text); snprintf(err, errlen, "%s: out of host memory", path); return -1; }
-    line[len] = '\n';
-    int rc = gpt_hf_write_file(path, line, len + 1, err, errlen);
-    free(line);
-    return rc;
-}
-
 // config.json of GPT2LMHeadModel for c.
 static inline cJSON* gpt_hf_config_json(const GptConfig* c) {
     cJSON* j = cJSON_CreateObject();
@@ -204,43 +180,6 @@ static inline cJSON* gpt_hf_config_json(const GptConfig* c) {
     return j;
 }
 
-// Copies src to dst atomically.
-static inline int gpt_hf_copy_file(const char* src, const char* dst, const char* hint, char* err, size_t errlen) {
-    FILE* f = fopen(src, "rb");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0) {
-        snprintf(err, errlen, "cannot open %s (%s): %s", src, strerror(errno), hint);
-        if (f) fclose(f);
-        return -1;
-    }
-    size_t len = (size_t)st.st_size;
-    char* buf = (char*)malloc(len ? len : 1);
-    int ok = buf && fread(buf, 1, len, f) == len;
-    fclose(f);
-    int rc = ok ? gpt_hf_write_file(dst, buf, len, err, errlen) : -1;
-    if (!ok) snprintf(err, errlen, "cannot read %s: %s", src, strerror(errno));
-    free(buf);
-    return rc;
-}
-
-// mkdir -p dir.
-static inline int gpt_hf_make_dir(const char* dir, char* err, size_t errlen) {
-    char p[SAFETENSORS_PATH_MAX];
-    if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p)) { snprintf(err, errlen, "path too long: %s", dir); return -1; }
-    for (char* s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0') continue;
-        char keep = *s;
-        *s = '\0';
-        struct stat st;
-        if ((mkdir(p, 0755) != 0 && errno != EEXIST) || stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            snprintf(err, errlen, "cannot create the directory %s: %s", p, errno ? strerror(errno) : "not a directory");
-            return -1;
-        }
-        if (keep == '\0') return 0;
-        *s = keep;
-    }
-}
-
 // The whole directory (see the top of this file): values (num_params) fp32 in our order; vocab_bpe is
 // GPT-2's vocab.bpe, with encoder.json beside it (data/gpt2/ after `make data`).
 static inline int gpt_hf_export(const char* dir, const GptConfig* c, const float* values, const char* vocab_bpe,
@@ -249,16 +188,16 @@ static inline int gpt_hf_export(const char* dir, const GptConfig* c, const float
         snprintf(err, errlen, "export to %s: vocabulary %d, GPT-2's tokenizer files have %d", dir, c->vocab_size, GPT_HF_VOCAB);
         return -1;
     }
-    if (gpt_hf_make_dir(dir, err, errlen) != 0) return -1;
+    if (hf_make_dir(dir, err, errlen) != 0) return -1;
     char path[SAFETENSORS_PATH_MAX + 64], encoder[SAFETENSORS_PATH_MAX + 64];
     snprintf(encoder, sizeof(encoder), "%s", vocab_bpe);
     char* slash = strrchr(encoder, '/');
     snprintf(slash ? slash + 1 : encoder, sizeof(encoder) - (size_t)(slash ? slash + 1 - encoder : 0), "encoder.json");
     const char* hint = "GPT-2's BPE files come with `make data` (data/gpt2/); or pass their place with -vocab";
     snprintf(path, sizeof(path), "%s/vocab.json", dir);
-    if (gpt_hf_copy_file(encoder, path, hint, err, errlen) != 0) return -1;
+    if (hf_copy_file(encoder, path, hint, err, errlen) != 0) return -1;
     snprintf(path, sizeof(path), "%s/merges.txt", dir);
-    if (gpt_hf_copy_file(vocab_bpe, path, hint, err, errlen) != 0) return -1;
+    if (hf_copy_file(vocab_bpe, path, hint, err, errlen) != 0) return -1;
     cJSON* tc = cJSON_CreateObject();
     cJSON_AddStringToObject(tc, "tokenizer_class", "GPT2Tokenizer");
     cJSON_AddNumberToObject(tc, "model_max_length", c->max_seq_len);
@@ -266,13 +205,13 @@ static inline int gpt_hf_export(const char* dir, const GptConfig* c, const float
     cJSON_AddStringToObject(tc, "eos_token", "<|endoftext|>");
     cJSON_AddStringToObject(tc, "unk_token", "<|endoftext|>");
     cJSON_AddBoolToObject(tc, "add_prefix_space", 0);
-    if (gpt_hf_write_json(dir, "tokenizer_config.json", tc, err, errlen) != 0) return -1;
+    if (hf_write_json(dir, "tokenizer_config.json", tc, err, errlen) != 0) return -1;
     cJSON* sm = cJSON_CreateObject();
     cJSON_AddStringToObject(sm, "bos_token", "<|endoftext|>");
     cJSON_AddStringToObject(sm, "eos_token", "<|endoftext|>");
     cJSON_AddStringToObject(sm, "unk_token", "<|endoftext|>");
-    if (gpt_hf_write_json(dir, "special_tokens_map.json", sm, err, errlen) != 0) return -1;
-    if (gpt_hf_write_json(dir, "config.json", gpt_hf_config_json(c), err, errlen) != 0) return -1;
+    if (hf_write_json(dir, "special_tokens_map.json", sm, err, errlen) != 0) return -1;
+    if (hf_write_json(dir, "config.json", gpt_hf_config_json(c), err, errlen) != 0) return -1;
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     return gpt_hf_write_safetensors(path, c, values, err, errlen);
 }
@@ -329,7 +268,7 @@ typedef struct {
     int num_layers, channels;               // from the tensors: h.{l}.ln_1.weight present for l < num_layers; wte's
     int vocab_rows, positions;              // rows of wte.weight and wpe.weight
     int num_heads;                          // n_head of a config.json beside the file; 0 without one
-    char err[GPT_HF_ERR_LEN];
+    char err[HF_ERR_LEN];
 } GptHfReader;
 
 static inline int gpt_hf_fail(GptHfReader* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
