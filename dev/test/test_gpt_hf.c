@@ -1,6 +1,7 @@
 // test_gpt_hf.c: CPU tests of the export to and the import from Hugging Face's GPT-2 layout
-// (llmc/gpt_hf.h), on a synthetic checkpoint (L=2, C=16, NH=2, V=50257 padded to 50304, context 32) in a
-// temporary directory. Every parameter has its own value, so a misplaced element shows.
+// (llmc/gpt_hf.h, llmc/gpt_hf_import.h), on a synthetic checkpoint (L=2, C=16, NH=2, V=50257 padded to
+// 50304, context 32) in a temporary directory. Every parameter has its own value, so a misplaced element
+// shows.
 // Checks:
 //   - export (through the checkpoint reader, as build/export_hf does) then import gives back bitwise the
 //     same weights, padded vocabulary rows zero; the import writes every element
@@ -20,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/gpt_hf.h"
+#include "../../llmc/gpt_hf_import.h"
 #include "testing.h"
 
 #define VOCAB_BPE "data/gpt2/vocab.bpe"
