@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llmc/train_model.cuh"        // TrainModel: GPT-2 or Llama-style, build / step / checkpoint / free
+#include "llmc/gpt_hf_import.h"        // -init: GPT-2 weights in Hugging Face's layout
 #include "llmc/flags.h"                // the flag table's parser
 #include "llmc/dataloader.h"           // DataLoader: (B, T) batches from shards
 #include "llmc/tokenizer_tiktoken.h"   // the encodings (gpt2, cl100k_base, o200k_base): ids and decoding, for samples
