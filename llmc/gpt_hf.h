@@ -41,7 +41,6 @@
 #define GPT_HF_VOCAB 50257     // GPT-2's vocabulary: the rows of wte.weight
 #define GPT_HF_EOT 50256       // <|endoftext|>
 #define GPT_HF_LN_EPS 1e-5     // llmc/layernorm.cuh's LN_EPS: train_gpt.cu checks at compile time that they agree
-#define GPT_HF_ERR_LEN HF_ERR_LEN  // llmc/hf_files.h's, under the name train_gpt.cu uses
 
 // One tensor of HF's GPT-2 and where it lives in our parameter array.
 typedef struct {
