@@ -7,8 +7,9 @@
 // The models and their layers are in llmc/ (gpt.cuh and llama.cuh wire them, train_model.cuh puts both
 // behind one interface); this file is the program around them: flags, the learning-rate schedule, the
 // loop with gradient accumulation, validation, sampling, the log, and checkpoints with bitwise-identical
-// resume (Ctrl-C writes one and exits cleanly); -init starts from Hugging Face GPT-2 weights and
-// -export_hf writes the model in Hugging Face's layout (llmc/gpt_hf.h, llmc/llama_hf.h, doc/interop.md).
+// resume (Ctrl-C writes one and exits cleanly); -init starts from Hugging Face GPT-2 weights
+// (llmc/gpt_hf_import.h) and -export_hf writes the model in Hugging Face's layout (llmc/gpt_hf.h,
+// llmc/llama_hf.h, doc/interop.md).
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llmc/train_model.cuh"        // TrainModel: GPT-2 or Llama-style, build / step / checkpoint / free
+#include "llmc/gpt_hf_import.h"        // -init: GPT-2 weights in Hugging Face's layout
 #include "llmc/flags.h"                // the flag table's parser
 #include "llmc/dataloader.h"           // DataLoader: (B, T) batches from shards
 #include "llmc/tokenizer_tiktoken.h"   // the encodings (gpt2, cl100k_base, o200k_base): ids and decoding, for samples
@@ -622,7 +624,7 @@ static void test_nan_steps(int* from, int* to) {
     printf("test: a NaN is injected into the gradient at steps %d..%d (LLMC_TEST_NAN_STEP)\n", *from, *to);
 }
 
-// --- Hugging Face interop: -init, -export_hf (llmc/gpt_hf.h) --------------------------------------
+// --- Hugging Face interop: -init (llmc/gpt_hf_import.h), -export_hf (llmc/gpt_hf.h) ---------------
 
 // Opens the -init file and takes the depth from its tensors, or checks them against a given -depth.
 static void init_open(GptHfReader* r, TrainConfig* c, int argc, char** argv) {
@@ -655,7 +657,7 @@ static void init_load(TrainModel* m, GptHfReader* r, const TrainConfig* c, const
 // The model's fp32 master weights to dir, through the export tool's code (GPT-2: build/export_hf).
 // Every rank calls it (the weights are gathered from their shards); rank 0 writes.
 static void export_hf(TrainModel* m, const char* dir, const char* vocab_path, int eot, const GpuContext* ctx) {
-    char err[GPT_HF_ERR_LEN];
+    char err[HF_ERR_LEN];
     double t0 = dist_now();
     if (train_model_export_hf(m, dir, vocab_path, eot, err, sizeof(err), ctx) != 0) {
         fprintf(stderr, "error: -export_hf %s: %s\n", dir, err);

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
         args[n++] = argv[a];
     }
     if (n != 2) { usage(stderr); return EXIT_FAILURE; }
-    char ckpt[CHECKPOINT_PATH_LEN], err[GPT_HF_ERR_LEN];
+    char ckpt[CHECKPOINT_PATH_LEN], err[HF_ERR_LEN];
     if (checkpoint_resolve(ckpt, sizeof(ckpt), args[0], "out", err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_FAILURE;

@@ -3,7 +3,7 @@
 // power cut. A write that fails, or a process killed partway, leaves the previous <path> as it was
 // (and at most a stale .tmp, which the next write replaces). Every file the program writes goes through
 // here: checkpoints and `latest` (checkpoint.h, checkpoint_dir.h), safetensors (safetensors.h) and the
-// Hugging Face export's JSON files (gpt_hf.h). Host-only, plain C.
+// Hugging Face exports' JSON and tokenizer files (hf_files.h). Host-only, plain C.
 #pragma once
 #include <errno.h>
 #include <fcntl.h>

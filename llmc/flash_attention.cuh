@@ -214,7 +214,8 @@ __device__ __forceinline__ void fa_store_rows(bf16* dst, size_t stride, const fl
 }
 
 // Block per (b·NH + h, query tile), reading kv head h / (NH/NKV); the heaviest (last) query tiles are
-// launched first. ROPE: q and k rotated as they arrive (a.rope the table).
+// launched first. ROPE: the query tile rotated as it arrives (a.rope the table) and written back; the
+// keys come rotated.
 template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFwdArgs a) {
     constexpr int LD = FaCfg<HS>::LD;

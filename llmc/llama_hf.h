@@ -27,7 +27,7 @@
 // RoPE is Hugging Face's rotate_half convention on both sides (llmc/rope.cuh), so q_proj and k_proj
 // need no row permutation. Errors: 0, or -1 with the message in err; nothing exits.
 #pragma once
-#include "gpt_hf.h"        // the directory, JSON and atomic-file helpers
+#include "hf_files.h"  // the directory, JSON and atomic-file helpers
 #include "llama_config.h"
 
 #define LLAMA_HF_MAX_NAME 96
@@ -132,8 +132,8 @@ static inline cJSON* llama_hf_config_json(const LlamaConfig* c, int eos) {
 // llama_hf_config_json.
 static inline int llama_hf_export(const char* dir, const LlamaConfig* c, const float* values, int eos, char* err,
                                   size_t errlen) {
-    if (gpt_hf_make_dir(dir, err, errlen) != 0) return -1;
-    if (gpt_hf_write_json(dir, "config.json", llama_hf_config_json(c, eos), err, errlen) != 0) return -1;
+    if (hf_make_dir(dir, err, errlen) != 0) return -1;
+    if (hf_write_json(dir, "config.json", llama_hf_config_json(c, eos), err, errlen) != 0) return -1;
     char path[SAFETENSORS_PATH_MAX + 64];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     return llama_hf_write_safetensors(path, c, values, err, errlen);

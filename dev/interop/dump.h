@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/checkpoint_dir.h"
-#include "../../llmc/gpt_hf.h"  // gpt_hf_make_dir, GPT_HF_ERR_LEN, safetensors
+#include "../../llmc/hf_files.h"  // hf_make_dir, HF_ERR_LEN, safetensors
 
 typedef struct {
     int B, T;
@@ -88,8 +88,8 @@ static inline void dump_free_tokens(DumpTokens* t) {
 
 // dir (created) / outputs.safetensors: logits (B, T, V) fp32, and the loss.
 static inline void dump_write_outputs(const char* dir, const float* logits, int B, int T, int V, float loss) {
-    char err[GPT_HF_ERR_LEN], path[CHECKPOINT_PATH_LEN + 32];
-    if (gpt_hf_make_dir(dir, err, sizeof(err)) != 0) dump_die("OUT_DIR", err);
+    char err[HF_ERR_LEN], path[CHECKPOINT_PATH_LEN + 32];
+    if (hf_make_dir(dir, err, sizeof(err)) != 0) dump_die("OUT_DIR", err);
     SafetensorsTensor out[2];
     int64_t ls[3] = {B, T, V}, one[1] = {1};
     safetensors_tensor(&out[0], "logits", ST_F32, 3, ls);

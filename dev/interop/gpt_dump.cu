@@ -19,7 +19,7 @@
 
 int main(int argc, char** argv) {
     dump_check_args(argc, "gpt_dump");
-    char ckpt_path[CHECKPOINT_PATH_LEN], err[GPT_HF_ERR_LEN];
+    char ckpt_path[CHECKPOINT_PATH_LEN], err[HF_ERR_LEN];
     CheckpointReader ck;
     dump_open_checkpoint(&ck, ckpt_path, argv[1], CHECKPOINT_FAMILY_GPT2);
     const CheckpointModel* cm = &ck.state.model;

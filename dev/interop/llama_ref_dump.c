@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
         }
     double loss = llama_ref_forward(&m, in, tg, B_, T_);
 
-    char err[GPT_HF_ERR_LEN], path[1024];
+    char err[HF_ERR_LEN], path[1024];
     snprintf(path, sizeof(path), "%s/hf", dir);
     if (llama_hf_export(path, &c, values, -1, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);

@@ -1,6 +1,7 @@
 // test_gpt_hf.c: CPU tests of the export to and the import from Hugging Face's GPT-2 layout
-// (llmc/gpt_hf.h), on a synthetic checkpoint (L=2, C=16, NH=2, V=50257 padded to 50304, context 32) in a
-// temporary directory. Every parameter has its own value, so a misplaced element shows.
+// (llmc/gpt_hf.h, llmc/gpt_hf_import.h), on a synthetic checkpoint (L=2, C=16, NH=2, V=50257 padded to
+// 50304, context 32) in a temporary directory. Every parameter has its own value, so a misplaced element
+// shows.
 // Checks:
 //   - export (through the checkpoint reader, as build/export_hf does) then import gives back bitwise the
 //     same weights, padded vocabulary rows zero; the import writes every element
@@ -20,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/gpt_hf.h"
+#include "../../llmc/gpt_hf_import.h"
 #include "testing.h"
 
 #define VOCAB_BPE "data/gpt2/vocab.bpe"
@@ -297,7 +298,7 @@ static int import(const char* path, const GptConfig* c, float* out, size_t n, ch
 
 static void expect_import_error(const char* what, const char* path, const GptConfig* c, float* out, size_t n,
                                 const char* frag1, const char* frag2) {
-    char err[GPT_HF_ERR_LEN];
+    char err[HF_ERR_LEN];
     int rc = import(path, c, out, n, err, sizeof(err));
     int ok = rc != 0 && strstr(err, frag1) && (!frag2 || strstr(err, frag2));
     EXPECT(ok, "%s: rc %d, message \"%s\" (wanted \"%s\" and \"%s\")", what, rc, err, frag1, frag2 ? frag2 : "");
@@ -316,7 +317,7 @@ int main(void) {
     float* v = (float*)malloc(n * sizeof(float));
     float* got = (float*)malloc(n * sizeof(float));
     synthetic_values(v, n, &c);
-    char ckpt[300], out[300], path[600], err[GPT_HF_ERR_LEN];
+    char ckpt[300], out[300], path[600], err[HF_ERR_LEN];
     snprintf(ckpt, sizeof(ckpt), "%s/ckpt_00000007.bin", dir);
     snprintf(out, sizeof(out), "%s/hf/d2", dir);  // two levels: the export creates both
     EXPECT(write_checkpoint(ckpt, &c, v, n) == 0, "writing the synthetic checkpoint");
@@ -379,11 +380,11 @@ int main(void) {
     snprintf(path, sizeof(path), "%s/config.json", out);
     cJSON* j = gpt_hf_config_json(&c);
     cJSON_ReplaceItemInObject(j, "n_head", cJSON_CreateNumber(4));
-    EXPECT(gpt_hf_write_json(out, "config.json", j, err, sizeof(err)) == 0, "%s", err);
+    EXPECT(hf_write_json(out, "config.json", j, err, sizeof(err)) == 0, "%s", err);
     expect_import_error("config.json n_head", out, &c, got, n, "n_head 4", "2 heads");
     j = gpt_hf_config_json(&c);
     cJSON_ReplaceItemInObject(j, "activation_function", cJSON_CreateString("relu"));
-    EXPECT(gpt_hf_write_json(out, "config.json", j, err, sizeof(err)) == 0, "%s", err);
+    EXPECT(hf_write_json(out, "config.json", j, err, sizeof(err)) == 0, "%s", err);
     expect_import_error("config.json activation", out, &c, got, n, "activation_function \"relu\"", NULL);
     snprintf(path, sizeof(path), "%s/nothing", dir);
     expect_import_error("no such file", path, &c, got, n, "cannot open", NULL);

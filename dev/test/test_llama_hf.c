@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "../../llmc/check.h"
 #include "../../llmc/llama_hf.h"
 #include "testing.h"
 
@@ -62,7 +63,7 @@ int main(void) {
     size_t n = llama_num_params(&c);
     float* values = (float*)malloc_check(n * sizeof(float));
     for (size_t i = 0; i < n; i++) values[i] = (float)i;  // exact below 2^24
-    char dir[] = "/tmp/test_llama_hf.XXXXXX", err[GPT_HF_ERR_LEN], path[256];
+    char dir[] = "/tmp/test_llama_hf.XXXXXX", err[HF_ERR_LEN], path[256];
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     snprintf(path, sizeof(path), "%s/out", dir);
     EXPECT(llama_hf_export(path, &c, values, 49, err, sizeof(err)) == 0, "export: %s", err);
