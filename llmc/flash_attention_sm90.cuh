@@ -86,6 +86,35 @@ __device__ __forceinline__ void fa90_wgmma_ss_n32(float d[16], uint64_t desc_a, 
 }
 
 
+// The barriers every kernel here uses, after its tiles in shared memory: `once` (the tiles loaded once
+// per block, one arrival), then the ring's full[s] (one arrival: the producer's) and empty[s] (two: the
+// consumers'). Every thread calls it (it ends in a barrier).
+__device__ __forceinline__ void fa90_barriers_init(uint32_t once, uint32_t full, uint32_t empty) {
+    if (threadIdx.x == 0) {
+        mbar_init(once, 1);
+        for (int s = 0; s < FA90_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
+        mbar_fence_init();
+    }
+    __syncthreads();
+}
+// producer: the stage for step it, once the consumers released its previous use; its copies of `bytes`
+// complete full[stage]
+__device__ __forceinline__ int fa90_stage_fill(uint32_t full, uint32_t empty, int it, uint32_t bytes) {
+    int s = it % FA90_STAGES;
+    if (it >= FA90_STAGES) mbar_wait(empty + 8 * s, (it / FA90_STAGES - 1) & 1);
+    mbar_arrive_expect_tx(full + 8 * s, bytes);
+    return s;
+}
+// consumer: waits for step it's stage; fa90_stage_release gives it back (one arrival per warpgroup)
+__device__ __forceinline__ int fa90_stage_wait(uint32_t full, int it) {
+    int s = it % FA90_STAGES;
+    mbar_wait(full + 8 * s, (it / FA90_STAGES) & 1);
+    return s;
+}
+__device__ __forceinline__ void fa90_stage_release(uint32_t empty, int s) {
+    if (threadIdx.x % 128 == 0) mbar_arrive(empty + 8 * s);
+}
+
 // descriptor of an MN-major tile with 128-byte swizzling whose 64-column boxes are lbo bytes apart
 __device__ __forceinline__ uint64_t fa90_desc_mn(uint32_t smem_addr, uint32_t lbo) {
     uint64_t d = (uint64_t)((smem_addr & 0x3FFFF) >> 4);
@@ -110,12 +139,7 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
     int q0 = (gridDim.y - 1 - blockIdx.y) * FA90_BQ;
     int nkv = ceil_div(min(q0 + FA90_BQ, T), FA90_BKV);
     int row0 = b * T;
-    if (threadIdx.x == 0) {
-        mbar_init(qbar, 1);
-        for (int s = 0; s < FA90_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
-        mbar_fence_init();
-    }
-    __syncthreads();
+    fa90_barriers_init(qbar, full, empty);
     if (wg == 0) {  // producer
         regs_dec<40>();
         if (t == 0) {
@@ -123,10 +147,8 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
             mbar_arrive_expect_tx(qbar, Cfg::TILE);
             for (int x = 0; x < Cfg::BOXES; x++) tma_load_2d(sq + x * FA90_BQ * 128, &tqkv, qcol + 64 * x, row0 + q0, qbar);
             for (int it = 0; it < nkv; it++) {
-                int s = it % FA90_STAGES;
-                if (it >= FA90_STAGES) mbar_wait(empty + 8 * s, (it / FA90_STAGES - 1) & 1);
+                int s = fa90_stage_fill(full, empty, it, Cfg::STAGE);
                 uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
-                mbar_arrive_expect_tx(full + 8 * s, Cfg::STAGE);
                 for (int x = 0; x < Cfg::BOXES; x++) {
                     tma_load_2d(k + x * FA90_BKV * 128, &tqkv, kcol + 64 * x, row0 + it * FA90_BKV, full + 8 * s);
                     tma_load_2d(v + x * FA90_BKV * 128, &tqkv, vcol + 64 * x, row0 + it * FA90_BKV, full + 8 * s);
@@ -144,8 +166,7 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
     for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
     mbar_wait(qbar, 0);
     for (int it = 0; it < nkv; it++) {
-        int s = it % FA90_STAGES;
-        mbar_wait(full + 8 * s, (it / FA90_STAGES) & 1);
+        int s = fa90_stage_wait(full, it);
         uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
         #pragma unroll
         for (int i = 0; i < FA90_BKV / 2; i++) sc[i] = 0.0f;
@@ -198,23 +219,21 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
         for (int kk = 0; kk < FA90_BKV / 16; kk++) fa90_wgmma_rs<HS>(o, pa + 4 * kk, fa90_desc_mn(v + kk * 2048, FA90_BKV * 128));
         wgmma_commit();
         wgmma_wait<0>();
-        if (t == 0) mbar_arrive(empty + 8 * s);
+        fa90_stage_release(empty, s);
     }
 
-    int C = NH * HS;
     #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
         l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
         l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
         int q = q0 + rloc + 8 * hh;
         float inv = 1.0f / l[hh];
-        if (q >= T) continue;
-        if (lane % 4 == 0) lse[(size_t)bh * T + q] = (m[hh] + log2f(l[hh])) * FA_LN2;
-        bf16* p = out + (size_t)(row0 + q) * C + h * HS + 2 * (lane % 4);
         #pragma unroll
-        for (int nd = 0; nd < HS / 8; nd++)
-            *(__nv_bfloat162*)(p + 8 * nd) = __floats2bfloat162_rn(o[4 * nd + 2 * hh] * inv, o[4 * nd + 2 * hh + 1] * inv);
+        for (int nd = 0; nd < HS / 8; nd++) { o[4 * nd + 2 * hh] *= inv; o[4 * nd + 2 * hh + 1] *= inv; }
+        if (lane % 4 == 0 && q < T) lse[(size_t)bh * T + q] = (m[hh] + log2f(l[hh])) * FA_LN2;
     }
+    size_t C = (size_t)NH * HS;  // the accumulator has the mma.sync layout per warp: fa_store_rows writes it
+    fa_store_rows<HS>(out + (size_t)row0 * C + h * HS, C, (const float(*)[4])o, 1.0f, q0 + c * 64 + warp * 16, T, lane);
 #endif
 }
 
@@ -262,12 +281,7 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     int q0 = (gridDim.y - 1 - blockIdx.y) * FA90_BQ;
     int nkv = ceil_div(min(q0 + FA90_BQ, T), FA90_DQ_BKV);
     int row0 = b * T;
-    if (threadIdx.x == 0) {
-        mbar_init(qbar, 1);
-        for (int s = 0; s < FA90_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
-        mbar_fence_init();
-    }
-    __syncthreads();
+    fa90_barriers_init(qbar, full, empty);
     if (wg == 0) {
         regs_dec<40>();
         if (t == 0) {
@@ -278,10 +292,8 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                 tma_load_2d(so + x * FA90_BQ * 128, &to, h * HS + 64 * x, row0 + q0, qbar);
             }
             for (int it = 0; it < nkv; it++) {
-                int s = it % FA90_STAGES;
-                if (it >= FA90_STAGES) mbar_wait(empty + 8 * s, (it / FA90_STAGES - 1) & 1);
+                int s = fa90_stage_fill(full, empty, it, Cfg::STAGE);
                 uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::KT;
-                mbar_arrive_expect_tx(full + 8 * s, Cfg::STAGE);
                 for (int x = 0; x < Cfg::BOXES; x++) {
                     tma_load_2d(k + x * FA90_DQ_BKV * 128, &tk, kcol + 64 * x, row0 + it * FA90_DQ_BKV, full + 8 * s);
                     tma_load_2d(v + x * FA90_DQ_BKV * 128, &tk, vcol + 64 * x, row0 + it * FA90_DQ_BKV, full + 8 * s);
@@ -306,8 +318,7 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     for (int i = 0; i < HS / 2; i++) dq[i] = 0.0f;
     mbar_wait(qbar, 0);
     for (int it = 0; it < nkv; it++) {
-        int s = it % FA90_STAGES;
-        mbar_wait(full + 8 * s, (it / FA90_STAGES) & 1);
+        int s = fa90_stage_wait(full, it);
         uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::KT;
         #pragma unroll
         for (int i = 0; i < FA90_DQ_BKV / 2; i++) sc[i] = dp[i] = 0.0f;
@@ -344,20 +355,12 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
             fa90_wgmma_rs<HS>(dq, pa + 4 * kk, fa90_desc_mn(k + kk * 2048, FA90_DQ_BKV * 128));
         wgmma_commit();
         wgmma_wait<0>();
-        if (t == 0) mbar_arrive(empty + 8 * s);
+        fa90_stage_release(empty, s);
     }
     if (ROPE) fa_rope_acc_back<HS>((float(*)[4])dq, rope, q0 + c * 64 + warp * 16, T, lane);
-    float scale = rsqrtf((float)HS);
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
-    #pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-        int q = q0 + rloc + 8 * hh;
-        if (q >= T) continue;
-        bf16* p = dqkv + (size_t)(row0 + q) * ld + h * HS + 2 * (lane % 4);
-        #pragma unroll
-        for (int nd = 0; nd < HS / 8; nd++)
-            *(__nv_bfloat162*)(p + 8 * nd) = __floats2bfloat162_rn(dq[4 * nd + 2 * hh] * scale, dq[4 * nd + 2 * hh + 1] * scale);
-    }
+    fa_store_rows<HS>(dqkv + (size_t)row0 * ld + h * HS, ld, (const float(*)[4])dq, rsqrtf((float)HS),
+                      q0 + c * 64 + warp * 16, T, lane);
 #endif
 }
 
@@ -387,12 +390,7 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     int bj = blockIdx.x, b = bj / NKV, j = bj % NKV, G = NH / NKV;
     int k0 = blockIdx.y * FA90_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ), nper = nq - i0, nsteps = G * nper;
     int row0 = b * T;
-    if (threadIdx.x == 0) {
-        mbar_init(kbar, 1);
-        for (int s = 0; s < FA90_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
-        mbar_fence_init();
-    }
-    __syncthreads();
+    fa90_barriers_init(kbar, full, empty);
     if (wg == 0) {
         regs_dec<40>();
         if (t == 0) {
@@ -403,10 +401,8 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
                 tma_load_2d(sv + x * FA90_BKV * 128, &tk, vcol + 64 * x, row0 + k0, kbar);
             }
             for (int it = 0; it < nsteps; it++) {
-                int s = it % FA90_STAGES, h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
-                if (it >= FA90_STAGES) mbar_wait(empty + 8 * s, (it / FA90_STAGES - 1) & 1);
+                int s = fa90_stage_fill(full, empty, it, Cfg::STAGE), h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
                 uint32_t q = stages + s * Cfg::STAGE, o = q + Cfg::QT;
-                mbar_arrive_expect_tx(full + 8 * s, Cfg::STAGE);
                 for (int x = 0; x < Cfg::BOXES; x++) {
                     tma_load_2d(q + x * BQ * 128, &tq, h * HS + 64 * x, row0 + q0, full + 8 * s);
                     tma_load_2d(o + x * BQ * 128, &to, h * HS + 64 * x, row0 + q0, full + 8 * s);
@@ -424,9 +420,8 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
     mbar_wait(kbar, 0);
     for (int it = 0; it < nsteps; it++) {
-        int s = it % FA90_STAGES, h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
+        int s = fa90_stage_wait(full, it), h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
         size_t bh = (size_t)b * NH + h;
-        mbar_wait(full + 8 * s, (it / FA90_STAGES) & 1);
         uint32_t q = stages + s * Cfg::STAGE, o = q + Cfg::QT;
         #pragma unroll
         for (int i = 0; i < BQ / 2; i++) st[i] = dpt[i] = 0.0f;
@@ -475,22 +470,13 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
         }
         wgmma_commit();
         wgmma_wait<0>();
-        if (t == 0) mbar_arrive(empty + 8 * s);
+        fa90_stage_release(empty, s);
     }
     if (ROPE) fa_rope_acc_back<HS>((float(*)[4])dk, rope, k0 + c * 64 + warp * 16, T, lane);
-    float scale = rsqrtf((float)HS);
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
-    #pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-        int key = k0 + kloc + 8 * hh;
-        if (key >= T) continue;
-        bf16* p = dqkv + (size_t)(row0 + key) * ld + (NH + j) * HS + 2 * (lane % 4);
-        #pragma unroll
-        for (int nd = 0; nd < HS / 8; nd++) {
-            *(__nv_bfloat162*)(p + 8 * nd) = __floats2bfloat162_rn(dk[4 * nd + 2 * hh] * scale, dk[4 * nd + 2 * hh + 1] * scale);
-            *(__nv_bfloat162*)(p + NKV * HS + 8 * nd) = __floats2bfloat162_rn(dv[4 * nd + 2 * hh], dv[4 * nd + 2 * hh + 1]);
-        }
-    }
+    bf16* dst = dqkv + (size_t)row0 * ld + (NH + j) * HS;  // dqkv has qkv's layout: dk, then NKV heads on, dv
+    fa_store_rows<HS>(dst, ld, (const float(*)[4])dk, rsqrtf((float)HS), k0 + c * 64 + warp * 16, T, lane);
+    fa_store_rows<HS>(dst + NKV * HS, ld, (const float(*)[4])dv, 1.0f, k0 + c * 64 + warp * 16, T, lane);
 #endif
 }
 
