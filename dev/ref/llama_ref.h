@@ -292,7 +292,7 @@ static inline gpt_real llama_ref_forward(llama_ref_model* m, const int* inputs, 
         llama_ref_rmsnorm_forward(attn_norm, a.attn_rstd + l * BT, resid, p.attn_norm + l * C, BT, C, c->rms_norm_eps);
         gpt_ref_matmul_forward(qkv, attn_norm, p.wqkv + (size_t)l * QKV * C, NULL, BT, C, QKV);
         llama_ref_rope_forward(qkv, qkv, B, T, NH + NKV, hs, QKV, c->rope_theta); // q heads, then k heads
-        llama_ref_attention_forward(atty, a.att + (size_t)l * BT * NH * T, qkv, B, T, NH, NKV, hs);
+        gpt_ref_attention_gqa_forward(atty, a.att + (size_t)l * BT * NH * T, qkv, B, T, NH, NKV, hs);
         gpt_ref_matmul_forward(resid2, atty, p.wo + (size_t)l * C * C, NULL, BT, C, C);
         gpt_ref_residual_forward(resid2, resid2, resid, btc);
         llama_ref_rmsnorm_forward(ffn_norm, a.ffn_rstd + l * BT, resid2, p.ffn_norm + l * C, BT, C, c->rms_norm_eps);
@@ -361,7 +361,7 @@ static inline void llama_ref_backward(llama_ref_model* m) {
         gpt_ref_matmul_backward(d.datty, g.wo + (size_t)l * C * C, NULL, d.dresidual, a.atty + l * btc,
                                 p.wo + (size_t)l * C * C, BT, C, C);
         memset(d.dqkv, 0, (size_t)BT * QKV * sizeof(gpt_real));
-        llama_ref_attention_backward(d.dqkv, d.datty, qkv, a.att + (size_t)l * BT * NH * T, B, T, NH, NKV, hs);
+        gpt_ref_attention_gqa_backward(d.dqkv, d.datty, qkv, a.att + (size_t)l * BT * NH * T, B, T, NH, NKV, hs);
         llama_ref_rope_backward(d.dqkv, d.dqkv, B, T, NH + NKV, hs, QKV, c->rope_theta);
         memset(d.dnorm, 0, btc * sizeof(gpt_real));
         gpt_ref_matmul_backward(d.dnorm, g.wqkv + (size_t)l * QKV * C, NULL, d.dqkv, a.attn_norm + l * btc,

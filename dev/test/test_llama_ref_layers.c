@@ -31,7 +31,7 @@ static void layer_forward(layer_case* k) {
     if (k->layer == LAYER_RMSNORM) llama_ref_rmsnorm_forward(k->out, k->aux, k->inp, k->weight, BT, k->C, 1e-5);
     if (k->layer == LAYER_ROPE) llama_ref_rope_forward(k->out, k->inp, k->B, k->T, k->NH, k->hs, k->stride, k->theta);
     if (k->layer == LAYER_SWIGLU) llama_ref_swiglu_forward(k->out, k->inp, BT, k->C);
-    if (k->layer == LAYER_ATTENTION) llama_ref_attention_forward(k->out, k->aux, k->inp, k->B, k->T, k->NH, k->NKV, k->hs);
+    if (k->layer == LAYER_ATTENTION) gpt_ref_attention_gqa_forward(k->out, k->aux, k->inp, k->B, k->T, k->NH, k->NKV, k->hs);
 }
 
 static double layer_loss(void* ctx) {
@@ -67,7 +67,7 @@ static void test_layer(const char* name, int layer, int B, int T, int C, int NH,
     if (layer == LAYER_RMSNORM) llama_ref_rmsnorm_backward(dinp, dweight, k.R, k.inp, k.aux, k.weight, (int)BT, C);
     if (layer == LAYER_ROPE) llama_ref_rope_backward(dinp, k.R, B, T, NH, hs, stride, k.theta);
     if (layer == LAYER_SWIGLU) llama_ref_swiglu_backward(dinp, k.R, k.inp, (int)BT, C);
-    if (layer == LAYER_ATTENTION) llama_ref_attention_backward(dinp, k.R, k.inp, k.aux, B, T, NH, NKV, hs);
+    if (layer == LAYER_ATTENTION) gpt_ref_attention_gqa_backward(dinp, k.R, k.inp, k.aux, B, T, NH, NKV, hs);
     fd_stats s;
     memset(&s, 0, sizeof(s));
     for (size_t j = 0; j < k.n_inp; j++) fd_element(&s, k.inp, j, dinp[j], layer_loss, &k);
@@ -206,9 +206,9 @@ static void test_gqa_vs_mha(int NKV) {
                 qkv3[r * 3 * C + C + h * hs + i] = qkv[r * QKV + (NH + h / G) * hs + i];
                 qkv3[r * 3 * C + 2 * C + h * hs + i] = qkv[r * QKV + (NH + NKV + h / G) * hs + i];
             }
-    llama_ref_attention_forward(y, att, qkv, B, T, NH, NKV, hs);
+    gpt_ref_attention_gqa_forward(y, att, qkv, B, T, NH, NKV, hs);
     gpt_ref_attention_forward(y3, att3, qkv3, B, T, C, NH);
-    llama_ref_attention_backward(dqkv, dy, qkv, att, B, T, NH, NKV, hs);
+    gpt_ref_attention_gqa_backward(dqkv, dy, qkv, att, B, T, NH, NKV, hs);
     gpt_ref_attention_backward(dqkv3, dy, qkv3, att3, B, T, C, NH);
     for (size_t r = 0; r < BT; r++) // fold the repeated heads' gradients back onto the shared ones
         for (int h = 0; h < NH; h++)
