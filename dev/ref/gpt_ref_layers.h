@@ -1,8 +1,9 @@
 // gpt_ref_layers.h: the layers of the CPU GPT-2 reference (dev/ref/gpt_ref.h), one forward/backward
 // pair each, in plain single-threaded C: encoder, LayerNorm, matmul, causal attention (grouped-query, of
 // which GPT-2's is the case of one key/value head per query head), GELU, cross-entropy;
-// and what every reference model shares: carving one allocation into tensors, and the AdamW update of
-// one array, which a model's optimizer step applies tensor by tensor.
+// and what every reference model shares: carving one allocation into tensors, the AdamW update of one
+// array and a model's optimizer step, which applies it tensor by tensor, and the sum of squares behind
+// the gradient norms.
 // Argument order everywhere: outputs, inputs, weights, sizes. Backward functions ACCUMULATE (+=) into
 // their outputs, except where a comment says "assigned". A test of one CUDA kernel can include this file
 // alone.
@@ -328,4 +329,24 @@ static inline void gpt_ref_adamw_update(gpt_real* params, gpt_real* m, gpt_real*
         v[j] = (gpt_real)vj;
         params[j] = (gpt_real)(p - lr * ((mj / c1) / (sqrt(vj / c2) + eps) + wd * p));
     }
+}
+
+// A model's optimizer step: gpt_ref_adamw_update on each of n tensors laid out back to back in params,
+// m, v and grads (sizes[i] elements each), with weight decay wd where decays(i) is true, 0 elsewhere.
+static inline void gpt_ref_adamw_tensors(gpt_real* params, gpt_real* m, gpt_real* v, const gpt_real* grads,
+                                         const size_t sizes[], int n, int (*decays)(int), double lr,
+                                         double beta1, double beta2, double eps, double wd, int t) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        gpt_ref_adamw_update(params + off, m + off, v + off, grads + off, sizes[i], lr, beta1, beta2, eps,
+                             decays(i) ? wd : 0.0, t);
+        off += sizes[i];
+    }
+}
+
+// Sum of squares, in double (the gradient norms)
+static inline double gpt_ref_sum_squares(const gpt_real* x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
 }
