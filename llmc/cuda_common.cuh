@@ -64,6 +64,25 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
     return v;
 }
 
+// --- a row in a warp's registers ------------------------------------------------------------
+// The row kernels of llmc/layernorm.cuh and llmc/rmsnorm.cuh give each warp one row of C channels, kept
+// in registers as K = ceil(C / 256) groups of 8 channels per lane; K is a template parameter, so the
+// registers are indexed at compile time. ROW_MAX_C is the widest row they take (K = 8).
+#define ROW_MAX_C 2048
+
+// Launches kernel<K>, K = ceil(C / 256), for C <= ROW_MAX_C (checked by the caller).
+#define ROW_DISPATCH(kernel, C, grid, block, smem, stream, ...)                                  \
+    switch (ceil_div(C, 256)) {                                                                  \
+        case 1: kernel<1><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 2: kernel<2><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 3: kernel<3><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 4: kernel<4><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 5: kernel<5><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 6: kernel<6><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        case 7: kernel<7><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
+        default: kernel<8><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                    \
+    }
+
 // --- 128-bit packed vectors ------------------------------------------------------------------
 // The elementwise kernels move 16 bytes per thread and access: 8 bf16 in one load or store instruction
 // (ld/st.global.v4), the widest a thread can issue. Pointers must be 16-byte aligned: rows of C channels

@@ -15,7 +15,7 @@
 
 #define LN_EPS 1e-5f
 #define LN_BWD_BLOCKS 256    // blocks of the backward, each writing a partial (2, C) fp32 row of dw, db to scratch
-#define LN_MAX_C 2048        // every kernel keeps a row in registers: C/256 groups of 8 channels per lane
+#define LN_MAX_C ROW_MAX_C   // every kernel keeps a row in registers (llmc/cuda_common.cuh)
 #define LN_ROWS_PER_BLOCK 8  // warps per block in the row kernels
 
 // --- kernels ---------------------------------------------------------------------------------
@@ -155,28 +155,15 @@ __global__ void layernorm_backward_finish_kernel(float* dweight, float* dbias, c
 static inline void layernorm_check_width(int C) {
     if (C % 8 != 0 || C > LN_MAX_C)
         check_fail("layernorm: C must be a multiple of 8 and at most LN_MAX_C (2048)",
-                   "raise LN_MAX_C in llmc/layernorm.cuh and add the matching cases to the launchers");
+                   "raise ROW_MAX_C in llmc/cuda_common.cuh and add the matching cases to ROW_DISPATCH");
 }
-
-// Launches kernel<K> for K = ceil(C / 256) groups of 8 channels per lane.
-#define LN_DISPATCH(kernel, C, grid, block, smem, stream, ...)                                   \
-    switch (ceil_div(C, 256)) {                                                                  \
-        case 1: kernel<1><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 2: kernel<2><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 3: kernel<3><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 4: kernel<4><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 5: kernel<5><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 6: kernel<6><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 7: kernel<7><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        default: kernel<8><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                    \
-    }
 
 // resid_out (N, C) = a + b (bf16, may alias a or b), then out, mean, rstd = LayerNorm(resid_out).
 static inline void residual_layernorm_forward(bf16* resid_out, bf16* out, float* mean, float* rstd,
                                               const bf16* a, const bf16* b, const bf16* weight, const bf16* bias,
                                               int N, int C, const GpuContext* ctx) {
     layernorm_check_width(C);
-    LN_DISPATCH(layernorm_forward_kernel, C, ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream,
+    ROW_DISPATCH(layernorm_forward_kernel, C, ceil_div(N, LN_ROWS_PER_BLOCK), 32 * LN_ROWS_PER_BLOCK, 0, ctx->stream,
                 out, mean, rstd, resid_out, a, b, weight, bias, N, C);
     cuda_check_launch();
     profile_mark(ctx->prof, "layernorm forward", ctx->stream);
@@ -196,7 +183,7 @@ static inline void layernorm_backward(bf16* dinp, float* dweight, float* dbias, 
                                       const bf16* weight, int N, int C, const GpuContext* ctx) {
     cudaStream_t stream = ctx->stream;
     layernorm_check_width(C);
-    LN_DISPATCH(layernorm_backward_kernel, C, LN_BWD_BLOCKS, 32 * LN_ROWS_PER_BLOCK, 2 * (size_t)C * sizeof(float), stream,
+    ROW_DISPATCH(layernorm_backward_kernel, C, LN_BWD_BLOCKS, 32 * LN_ROWS_PER_BLOCK, 2 * (size_t)C * sizeof(float), stream,
                 dinp, scratch, dout, inp, mean, rstd, weight, N, C);
     cuda_check_launch();
     layernorm_backward_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, dbias, scratch, C);

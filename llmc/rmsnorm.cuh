@@ -19,7 +19,7 @@
 #include "cuda_common.cuh"
 
 #define RMS_BWD_BLOCKS 256    // blocks of the backward, each writing a partial (C,) fp32 row of dw to scratch
-#define RMS_MAX_C 2048        // every kernel keeps a row in registers: C/256 groups of 8 channels per lane
+#define RMS_MAX_C ROW_MAX_C   // every kernel keeps a row in registers (llmc/cuda_common.cuh)
 #define RMS_ROWS_PER_BLOCK 8  // warps per block in the row kernels
 
 // --- kernels ---------------------------------------------------------------------------------
@@ -148,21 +148,8 @@ __global__ void rmsnorm_backward_finish_kernel(float* dweight, const float* part
 static inline void rmsnorm_check_width(int C) {
     if (C <= 0 || C % 8 != 0 || C > RMS_MAX_C)
         check_fail("rmsnorm: C must be a positive multiple of 8 and at most RMS_MAX_C (2048)",
-                   "raise RMS_MAX_C in llmc/rmsnorm.cuh and add the matching cases to RMS_DISPATCH");
+                   "raise ROW_MAX_C in llmc/cuda_common.cuh and add the matching cases to ROW_DISPATCH");
 }
-
-// Launches kernel<K> for K = ceil(C / 256) groups of 8 channels per lane.
-#define RMS_DISPATCH(kernel, C, grid, block, smem, stream, ...)                                  \
-    switch (ceil_div(C, 256)) {                                                                  \
-        case 1: kernel<1><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 2: kernel<2><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 3: kernel<3><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 4: kernel<4><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 5: kernel<5><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 6: kernel<6><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 7: kernel<7><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        default: kernel<8><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                    \
-    }
 
 // resid_out (N, C) = a + b (bf16, may alias a or b), then out (N, C) bf16, rstd (N,) fp32 =
 // RMSNorm(resid_out) with weight (C,) bf16.
@@ -170,7 +157,7 @@ static inline void residual_rmsnorm_forward(bf16* resid_out, bf16* out, float* r
                                             const bf16* weight, int N, int C, float eps, const GpuContext* ctx) {
     rmsnorm_check_width(C);
     if (N <= 0) return;
-    RMS_DISPATCH(rmsnorm_forward_kernel, C, ceil_div(N, RMS_ROWS_PER_BLOCK), 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream,
+    ROW_DISPATCH(rmsnorm_forward_kernel, C, ceil_div(N, RMS_ROWS_PER_BLOCK), 32 * RMS_ROWS_PER_BLOCK, 0, ctx->stream,
                  out, rstd, resid_out, a, b, weight, N, C, eps);
     cuda_check_launch();
     profile_mark(ctx->prof, "rmsnorm forward", ctx->stream);
@@ -189,7 +176,7 @@ static inline void rmsnorm_backward(bf16* dinp, float* dweight, float* scratch, 
                                     const float* rstd, const bf16* weight, int N, int C, const GpuContext* ctx) {
     cudaStream_t stream = ctx->stream;
     rmsnorm_check_width(C);
-    RMS_DISPATCH(rmsnorm_backward_kernel, C, RMS_BWD_BLOCKS, 32 * RMS_ROWS_PER_BLOCK, (size_t)C * sizeof(float), stream,
+    ROW_DISPATCH(rmsnorm_backward_kernel, C, RMS_BWD_BLOCKS, 32 * RMS_ROWS_PER_BLOCK, (size_t)C * sizeof(float), stream,
                  dinp, scratch, dout, inp, rstd, weight, N, C);
     cuda_check_launch();
     rmsnorm_backward_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, scratch, C);

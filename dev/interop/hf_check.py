@@ -46,24 +46,12 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
-
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    return ok
+from checks import check, finish  # dev/interop/checks.py (this script's folder is on sys.path)
 
 
 def rel_l2(a, b):
@@ -174,8 +162,7 @@ def main():
         family = json.load(f).get("model_type")
     if family not in ("gpt2", "llama"):
         check(False, f"{args.hf}/config.json: model_type {family!r}, this script knows gpt2 and llama")
-        print(f"hf_check: {passed} passed, {failed} failed")
-        sys.exit(1)
+        finish("hf_check")
     llama = family == "llama"
     dump = args.dump or ("build/dev/llama_dump" if llama else "build/dev/gpt_dump")
     model, shown, prompt, eos, decode = (load_llama if llama else load_gpt2)(args.hf)
@@ -190,8 +177,7 @@ def main():
     r = subprocess.run([dump, args.ckpt, os.path.join(work, "tokens.safetensors"), work], capture_output=True, text=True)
     print("     " + (r.stdout + r.stderr).strip().replace("\n", "\n     "))
     if not check(r.returncode == 0, f"{dump} exited {r.returncode}"):
-        print(f"hf_check: {passed} passed, {failed} failed")
-        sys.exit(1)
+        finish("hf_check")
     outs = load_file(os.path.join(work, "outputs.safetensors"))
     ours_grads = load_file(os.path.join(work, "grads.safetensors"))
     ours_logits, ours_loss = outs["logits"].to(device), outs["loss"].item()
@@ -256,8 +242,7 @@ def main():
     shown_out = repr(decode(out[0])) if decode else f"<|endoftext|> ({eos}) then ids {new}"
     check(len(new) == 16 and all(0 <= t < V for t in new), f"generate: 16 greedy tokens: {shown_out}")
 
-    print(f"hf_check: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    finish("hf_check")
 
 
 if __name__ == "__main__":

@@ -22,25 +22,13 @@ failed', and exits non-zero on any failure.
 import argparse
 import os
 import subprocess
-import sys
 import tempfile
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import LlamaForCausalLM
-
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    return ok
+from checks import check, finish  # dev/interop/checks.py (this script's folder is on sys.path)
 
 
 def main():
@@ -84,5 +72,4 @@ def main():
 
 if __name__ == "__main__":
     main()
-    print(f"llama_check: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    finish("llama_check")

@@ -162,8 +162,8 @@ static AttCheck att_check_rope(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, in
         gpt_ref_attention_forward(r_out, r_att, r_qkv, B, T, C, NH);
         gpt_ref_attention_backward(r_dqkv, r_dout, r_qkv, r_att, B, T, C, NH);
     } else {
-        llama_ref_attention_forward(r_out, r_att, r_qkv, B, T, NH, NKV, hs);
-        llama_ref_attention_backward(r_dqkv, r_dout, r_qkv, r_att, B, T, NH, NKV, hs);
+        gpt_ref_attention_gqa_forward(r_out, r_att, r_qkv, B, T, NH, NKV, hs);
+        gpt_ref_attention_gqa_backward(r_dqkv, r_dout, r_qkv, r_att, B, T, NH, NKV, hs);
     }
     if (theta > 0) llama_ref_rope_backward(r_dqkv, r_dqkv, B, T, NH + NKV, hs, (int)W, theta);
     for (int b = 0; b < B; b++)

@@ -377,9 +377,7 @@ static inline void gpt_ref_backward(gpt_ref_model* m) {
 
 // Global L2 norm of all gradients (sum of squares in double).
 static inline double gpt_ref_grad_norm(const gpt_ref_model* m) {
-    double s = 0;
-    for (size_t i = 0; i < m->num_params; i++) s += (double)m->grads_memory[i] * m->grads_memory[i];
-    return sqrt(s);
+    return sqrt(gpt_ref_sum_squares(m->grads_memory, m->num_params));
 }
 
 // Scales the gradients by max_norm / norm when the global norm exceeds max_norm (llm.c's rule, no
@@ -396,15 +394,11 @@ static inline double gpt_ref_clip_grad_norm(gpt_ref_model* m, double max_norm) {
 // One AdamW step (PyTorch's formulation, decoupled weight decay) at step t = 1, 2, ...:
 //   m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,  p -= lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p)
 // with wd only on the 2-D weight matrices (gpt_ref_tensor_decays); the update itself is
-// gpt_ref_adamw_update (gpt_ref_layers.h), one call per tensor.
+// gpt_ref_adamw_update (gpt_ref_layers.h), one call per tensor (gpt_ref_adamw_tensors).
 static inline void gpt_ref_adamw_step(gpt_ref_model* m, double lr, double beta1, double beta2, double eps,
                                       double weight_decay, int t) {
-    size_t sizes[GPT_REF_NUM_TENSORS], off = 0;
+    size_t sizes[GPT_REF_NUM_TENSORS];
     gpt_ref_tensor_sizes(sizes, &m->config);
-    for (int i = 0; i < GPT_REF_NUM_TENSORS; i++) {
-        double wd = gpt_ref_tensor_decays(i) ? weight_decay : 0.0;
-        gpt_ref_adamw_update(m->params_memory + off, m->m_memory + off, m->v_memory + off, m->grads_memory + off,
-                             sizes[i], lr, beta1, beta2, eps, wd, t);
-        off += sizes[i];
-    }
+    gpt_ref_adamw_tensors(m->params_memory, m->m_memory, m->v_memory, m->grads_memory, sizes, GPT_REF_NUM_TENSORS,
+                          gpt_ref_tensor_decays, lr, beta1, beta2, eps, weight_decay, t);
 }

@@ -1,7 +1,9 @@
 // gpt_ref_layers.h: the layers of the CPU GPT-2 reference (dev/ref/gpt_ref.h), one forward/backward
-// pair each, in plain single-threaded C: encoder, LayerNorm, matmul, causal attention, GELU, cross-entropy;
-// and what every reference model shares: carving one allocation into tensors, and the AdamW update of
-// one array, which a model's optimizer step applies tensor by tensor.
+// pair each, in plain single-threaded C: encoder, LayerNorm, matmul, causal attention (grouped-query, of
+// which GPT-2's is the case of one key/value head per query head), GELU, cross-entropy;
+// and what every reference model shares: carving one allocation into tensors, the AdamW update of one
+// array and a model's optimizer step, which applies it tensor by tensor, and the sum of squares behind
+// the gradient norms.
 // Argument order everywhere: outputs, inputs, weights, sizes. Backward functions ACCUMULATE (+=) into
 // their outputs, except where a comment says "assigned". A test of one CUDA kernel can include this file
 // alone.
@@ -162,22 +164,26 @@ static inline void gpt_ref_matmul_backward(gpt_real* dinp, gpt_real* dweight, gp
     }
 }
 
-// Causal self-attention. qkv (B, T, 3C): head h of token t reads q, k, v at channels h*hs, C + h*hs and
-// 2C + h*hs. att (B, NH, T, T) gets the softmax probabilities (0 above the diagonal), atty (B, T, C) the
-// probability-weighted values. Scores are scaled by 1/sqrt(hs).
-static inline void gpt_ref_attention_forward(gpt_real* atty, gpt_real* att, const gpt_real* qkv,
-                                             int B, int T, int C, int NH) {
-    int hs = C / NH;
+// Grouped-query causal attention. qkv (B, T, (NH + 2 NKV) hs): per token, NH query heads, then NKV key
+// heads, then NKV value heads, hs channels each (q and k already rotated in a Llama-style model). Query
+// head h reads key/value head h / (NH / NKV); NKV == NH is GPT-2's multi-head attention, NKV == 1
+// multi-query.
+// att (B, NH, T, T) gets the softmax probabilities (0 above the diagonal), atty (B, T, NH hs) the
+// probability-weighted values, heads side by side. Scores are scaled by 1/sqrt(hs).
+static inline void gpt_ref_attention_gqa_forward(gpt_real* atty, gpt_real* att, const gpt_real* qkv,
+                                                 int B, int T, int NH, int NKV, int hs) {
+    int stride = (NH + 2 * NKV) * hs, group = NH / NKV;
     double scale = 1.0 / sqrt((double)hs);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++) {
-                const gpt_real* q = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+                int kh = NH + h / group, vh = NH + NKV + h / group; // head slots within a row
+                const gpt_real* q = qkv + ((size_t)b * T + t) * stride + (size_t)h * hs;
                 gpt_real* a = att + (((size_t)b * NH + h) * T + t) * T;
-                gpt_real* y = atty + ((size_t)b * T + t) * C + (size_t)h * hs;
+                gpt_real* y = atty + ((size_t)b * T + t) * NH * hs + (size_t)h * hs;
                 double maxv = -INFINITY, sum = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const gpt_real* k = qkv + ((size_t)b * T + t2) * 3 * C + C + (size_t)h * hs;
+                    const gpt_real* k = qkv + ((size_t)b * T + t2) * stride + (size_t)kh * hs;
                     a[t2] = (gpt_real)(gpt_ref_dot(q, k, hs) * scale);
                     if (a[t2] > maxv) maxv = a[t2];
                 }
@@ -190,39 +196,54 @@ static inline void gpt_ref_attention_forward(gpt_real* atty, gpt_real* att, cons
                 for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
                 for (int i = 0; i < hs; i++) y[i] = 0;
                 for (int t2 = 0; t2 <= t; t2++)
-                    gpt_ref_axpy(y, a[t2], qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + (size_t)h * hs, hs);
+                    gpt_ref_axpy(y, a[t2], qkv + ((size_t)b * T + t2) * stride + (size_t)vh * hs, hs);
             }
 }
 
-// dqkv (B, T, 3C) += gradient from datty (B, T, C). With p = att row and dp[t2] = dy · v[t2], the
-// softmax backward is ds = p * (dp - sum(p * dp)); dp is recomputed in the second pass instead of
-// being stored (T is small), so the function needs no scratch.
-static inline void gpt_ref_attention_backward(gpt_real* dqkv, const gpt_real* datty, const gpt_real* qkv,
-                                              const gpt_real* att, int B, int T, int C, int NH) {
-    int hs = C / NH;
+// dqkv (B, T, (NH + 2 NKV) hs) += gradient from datty (B, T, NH hs). With p = att row and
+// dp[t2] = dy · v[t2], the softmax backward is ds = p * (dp - sum(p * dp)); dp is recomputed in the
+// second pass instead of being stored (T is small), so the function needs no scratch. The NH / NKV
+// query heads of a group all add into their shared key and value heads.
+static inline void gpt_ref_attention_gqa_backward(gpt_real* dqkv, const gpt_real* datty, const gpt_real* qkv,
+                                                  const gpt_real* att, int B, int T, int NH, int NKV, int hs) {
+    int stride = (NH + 2 * NKV) * hs, group = NH / NKV;
     double scale = 1.0 / sqrt((double)hs);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++) {
-                size_t row = ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
-                const gpt_real* q = qkv + row;
-                gpt_real* dq = dqkv + row;
+                int kh = NH + h / group, vh = NH + NKV + h / group;
+                size_t q_off = ((size_t)b * T + t) * stride + (size_t)h * hs;
                 const gpt_real* a = att + (((size_t)b * NH + h) * T + t) * T;
-                const gpt_real* dy = datty + ((size_t)b * T + t) * C + (size_t)h * hs;
+                const gpt_real* dy = datty + ((size_t)b * T + t) * NH * hs + (size_t)h * hs;
                 double pdp = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    size_t v_off = ((size_t)b * T + t2) * 3 * C + 2 * C + (size_t)h * hs;
+                    size_t v_off = ((size_t)b * T + t2) * stride + (size_t)vh * hs;
                     pdp += a[t2] * gpt_ref_dot(dy, qkv + v_off, hs);
                     gpt_ref_axpy(dqkv + v_off, a[t2], dy, hs);
                 }
                 for (int t2 = 0; t2 <= t; t2++) {
-                    size_t k_off = ((size_t)b * T + t2) * 3 * C + C + (size_t)h * hs;
-                    double dp = gpt_ref_dot(dy, qkv + k_off + C, hs); // v sits C after k
+                    size_t k_off = ((size_t)b * T + t2) * stride + (size_t)kh * hs;
+                    size_t v_off = ((size_t)b * T + t2) * stride + (size_t)vh * hs;
+                    double dp = gpt_ref_dot(dy, qkv + v_off, hs);
                     gpt_real ds = (gpt_real)(a[t2] * (dp - pdp) * scale);
-                    gpt_ref_axpy(dq, ds, qkv + k_off, hs);
-                    gpt_ref_axpy(dqkv + k_off, ds, q, hs);
+                    gpt_ref_axpy(dqkv + q_off, ds, qkv + k_off, hs);
+                    gpt_ref_axpy(dqkv + k_off, ds, qkv + q_off, hs);
                 }
             }
+}
+
+// GPT-2's causal self-attention: the grouped-query attention above with one key/value head per query
+// head. qkv (B, T, 3C): head h of token t reads q, k, v at channels h*hs, C + h*hs and 2C + h*hs; att
+// (B, NH, T, T), atty (B, T, C).
+static inline void gpt_ref_attention_forward(gpt_real* atty, gpt_real* att, const gpt_real* qkv,
+                                             int B, int T, int C, int NH) {
+    gpt_ref_attention_gqa_forward(atty, att, qkv, B, T, NH, NH, C / NH);
+}
+
+// dqkv (B, T, 3C) += gradient from datty (B, T, C)
+static inline void gpt_ref_attention_backward(gpt_real* dqkv, const gpt_real* datty, const gpt_real* qkv,
+                                              const gpt_real* att, int B, int T, int C, int NH) {
+    gpt_ref_attention_gqa_backward(dqkv, datty, qkv, att, B, T, NH, NH, C / NH);
 }
 
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -308,4 +329,24 @@ static inline void gpt_ref_adamw_update(gpt_real* params, gpt_real* m, gpt_real*
         v[j] = (gpt_real)vj;
         params[j] = (gpt_real)(p - lr * ((mj / c1) / (sqrt(vj / c2) + eps) + wd * p));
     }
+}
+
+// A model's optimizer step: gpt_ref_adamw_update on each of n tensors laid out back to back in params,
+// m, v and grads (sizes[i] elements each), with weight decay wd where decays(i) is true, 0 elsewhere.
+static inline void gpt_ref_adamw_tensors(gpt_real* params, gpt_real* m, gpt_real* v, const gpt_real* grads,
+                                         const size_t sizes[], int n, int (*decays)(int), double lr,
+                                         double beta1, double beta2, double eps, double wd, int t) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        gpt_ref_adamw_update(params + off, m + off, v + off, grads + off, sizes[i], lr, beta1, beta2, eps,
+                             decays(i) ? wd : 0.0, t);
+        off += sizes[i];
+    }
+}
+
+// Sum of squares, in double (the gradient norms)
+static inline double gpt_ref_sum_squares(const gpt_real* x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
 }

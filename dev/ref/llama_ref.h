@@ -152,6 +152,10 @@ static inline int llama_ref_tensor_is_norm(int i) {
     return i == LLAMA_REF_ATTN_NORM || i == LLAMA_REF_FFN_NORM || i == LLAMA_REF_FINAL_NORM;
 }
 
+static inline int llama_ref_tensor_decays(int i) {
+    return !llama_ref_tensor_is_norm(i);
+}
+
 static inline size_t llama_ref_point_tensors(llama_ref_tensors* t, gpt_real* base, const llama_ref_config* c) {
     gpt_real** const ptrs[LLAMA_REF_NUM_TENSORS] = {
         &t->embed, &t->attn_norm, &t->wqkv, &t->wo, &t->ffn_norm, &t->w_gateup, &t->w_down, &t->final_norm,
@@ -292,7 +296,7 @@ static inline gpt_real llama_ref_forward(llama_ref_model* m, const int* inputs, 
         llama_ref_rmsnorm_forward(attn_norm, a.attn_rstd + l * BT, resid, p.attn_norm + l * C, BT, C, c->rms_norm_eps);
         gpt_ref_matmul_forward(qkv, attn_norm, p.wqkv + (size_t)l * QKV * C, NULL, BT, C, QKV);
         llama_ref_rope_forward(qkv, qkv, B, T, NH + NKV, hs, QKV, c->rope_theta); // q heads, then k heads
-        llama_ref_attention_forward(atty, a.att + (size_t)l * BT * NH * T, qkv, B, T, NH, NKV, hs);
+        gpt_ref_attention_gqa_forward(atty, a.att + (size_t)l * BT * NH * T, qkv, B, T, NH, NKV, hs);
         gpt_ref_matmul_forward(resid2, atty, p.wo + (size_t)l * C * C, NULL, BT, C, C);
         gpt_ref_residual_forward(resid2, resid2, resid, btc);
         llama_ref_rmsnorm_forward(ffn_norm, a.ffn_rstd + l * BT, resid2, p.ffn_norm + l * C, BT, C, c->rms_norm_eps);
@@ -361,7 +365,7 @@ static inline void llama_ref_backward(llama_ref_model* m) {
         gpt_ref_matmul_backward(d.datty, g.wo + (size_t)l * C * C, NULL, d.dresidual, a.atty + l * btc,
                                 p.wo + (size_t)l * C * C, BT, C, C);
         memset(d.dqkv, 0, (size_t)BT * QKV * sizeof(gpt_real));
-        llama_ref_attention_backward(d.dqkv, d.datty, qkv, a.att + (size_t)l * BT * NH * T, B, T, NH, NKV, hs);
+        gpt_ref_attention_gqa_backward(d.dqkv, d.datty, qkv, a.att + (size_t)l * BT * NH * T, B, T, NH, NKV, hs);
         llama_ref_rope_backward(d.dqkv, d.dqkv, B, T, NH + NKV, hs, QKV, c->rope_theta);
         memset(d.dnorm, 0, btc * sizeof(gpt_real));
         gpt_ref_matmul_backward(d.dnorm, g.wqkv + (size_t)l * QKV * C, NULL, d.dqkv, a.attn_norm + l * btc,
@@ -374,21 +378,15 @@ static inline void llama_ref_backward(llama_ref_model* m) {
 
 // Global L2 norm of all gradients (sum of squares in double).
 static inline double llama_ref_grad_norm(const llama_ref_model* m) {
-    double s = 0;
-    for (size_t i = 0; i < m->num_params; i++) s += (double)m->grads_memory[i] * m->grads_memory[i];
-    return sqrt(s);
+    return sqrt(gpt_ref_sum_squares(m->grads_memory, m->num_params));
 }
 
 // One AdamW step at step t = 1, 2, ... (gpt_ref_adamw_update: PyTorch's formulation), weight decay on
 // the weight matrices only, not on the RMSNorm weights.
 static inline void llama_ref_adamw_step(llama_ref_model* m, double lr, double beta1, double beta2, double eps,
                                         double weight_decay, int t) {
-    size_t sizes[LLAMA_REF_NUM_TENSORS], off = 0;
+    size_t sizes[LLAMA_REF_NUM_TENSORS];
     llama_ref_tensor_sizes(sizes, &m->config);
-    for (int i = 0; i < LLAMA_REF_NUM_TENSORS; i++) {
-        double wd = llama_ref_tensor_is_norm(i) ? 0.0 : weight_decay;
-        gpt_ref_adamw_update(m->params_memory + off, m->m_memory + off, m->v_memory + off, m->grads_memory + off,
-                             sizes[i], lr, beta1, beta2, eps, wd, t);
-        off += sizes[i];
-    }
+    gpt_ref_adamw_tensors(m->params_memory, m->m_memory, m->v_memory, m->grads_memory, sizes, LLAMA_REF_NUM_TENSORS,
+                          llama_ref_tensor_decays, lr, beta1, beta2, eps, weight_decay, t);
 }

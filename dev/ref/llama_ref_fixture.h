@@ -45,9 +45,7 @@ static void llama_fixture_tensor_norms(double norms[LLAMA_REF_NUM_TENSORS], cons
     size_t sizes[LLAMA_REF_NUM_TENSORS], off = 0;
     llama_ref_tensor_sizes(sizes, &m->config);
     for (int i = 0; i < LLAMA_REF_NUM_TENSORS; i++) {
-        double s = 0;
-        for (size_t j = off; j < off + sizes[i]; j++) s += (double)m->grads_memory[j] * m->grads_memory[j];
-        norms[i] = sqrt(s);
+        norms[i] = sqrt(gpt_ref_sum_squares(m->grads_memory + off, sizes[i]));
         off += sizes[i];
     }
 }

@@ -1,7 +1,7 @@
 // llama_ref_layers.h: the layers that a Llama-style model adds to the CPU GPT-2 reference, one
 // forward/backward pair each, in plain single-threaded C: token embedding, RMSNorm, rotary position
-// embedding (RoPE), grouped-query causal attention, SwiGLU. Matmul, cross-entropy, the residual add and
-// the AdamW update come from gpt_ref_layers.h, included here. The model is dev/ref/llama_ref.h.
+// embedding (RoPE), SwiGLU. Matmul, the grouped-query causal attention, cross-entropy, the residual add
+// and the AdamW update come from gpt_ref_layers.h, included here. The model is dev/ref/llama_ref.h.
 // Conventions as in gpt_ref_layers.h: argument order outputs, inputs, weights, sizes; backward functions
 // ACCUMULATE (+=) into their outputs except where a comment says "assigned"; gpt_real is float, or
 // double under GPT_REF_DOUBLE; transcendental functions and row statistics run in double either way.
@@ -98,72 +98,6 @@ static inline void llama_ref_rope_backward(gpt_real* dinp, const gpt_real* dout,
             for (int h = 0; h < n_heads; h++) {
                 size_t off = ((size_t)b * T + t) * stride + (size_t)h * hs;
                 llama_ref_rope_rotate(dinp + off, dout + off, hs, t, theta, -1);
-            }
-}
-
-// Grouped-query causal attention. qkv (B, T, (NH + 2 NKV) hs): per token, NH query heads, then NKV key
-// heads, then NKV value heads, hs channels each (q and k already rotated). Query head h reads key/value
-// head h / (NH / NKV); NKV == NH is multi-head attention in GPT-2's qkv layout, NKV == 1 multi-query.
-// att (B, NH, T, T) gets the softmax probabilities (0 above the diagonal), atty (B, T, NH hs) the
-// probability-weighted values, heads side by side. Scores are scaled by 1/sqrt(hs).
-static inline void llama_ref_attention_forward(gpt_real* atty, gpt_real* att, const gpt_real* qkv,
-                                               int B, int T, int NH, int NKV, int hs) {
-    int stride = (NH + 2 * NKV) * hs, group = NH / NKV;
-    double scale = 1.0 / sqrt((double)hs);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < NH; h++) {
-                int kh = NH + h / group, vh = NH + NKV + h / group; // head slots within a row
-                const gpt_real* q = qkv + ((size_t)b * T + t) * stride + (size_t)h * hs;
-                gpt_real* a = att + (((size_t)b * NH + h) * T + t) * T;
-                gpt_real* y = atty + ((size_t)b * T + t) * NH * hs + (size_t)h * hs;
-                double maxv = -INFINITY, sum = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const gpt_real* k = qkv + ((size_t)b * T + t2) * stride + (size_t)kh * hs;
-                    a[t2] = (gpt_real)(gpt_ref_dot(q, k, hs) * scale);
-                    if (a[t2] > maxv) maxv = a[t2];
-                }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    double e = exp(a[t2] - maxv);
-                    a[t2] = (gpt_real)e;
-                    sum += e;
-                }
-                for (int t2 = 0; t2 <= t; t2++) a[t2] = (gpt_real)(a[t2] / sum);
-                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
-                for (int i = 0; i < hs; i++) y[i] = 0;
-                for (int t2 = 0; t2 <= t; t2++)
-                    gpt_ref_axpy(y, a[t2], qkv + ((size_t)b * T + t2) * stride + (size_t)vh * hs, hs);
-            }
-}
-
-// dqkv (B, T, (NH + 2 NKV) hs) += gradient from datty (B, T, NH hs). As gpt_ref_attention_backward:
-// ds = p * (dp - sum(p * dp)) with dp[t2] = dy · v[t2] recomputed. The NH / NKV query heads of a group
-// all add into their shared key and value heads.
-static inline void llama_ref_attention_backward(gpt_real* dqkv, const gpt_real* datty, const gpt_real* qkv,
-                                                const gpt_real* att, int B, int T, int NH, int NKV, int hs) {
-    int stride = (NH + 2 * NKV) * hs, group = NH / NKV;
-    double scale = 1.0 / sqrt((double)hs);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < NH; h++) {
-                int kh = NH + h / group, vh = NH + NKV + h / group;
-                size_t q_off = ((size_t)b * T + t) * stride + (size_t)h * hs;
-                const gpt_real* a = att + (((size_t)b * NH + h) * T + t) * T;
-                const gpt_real* dy = datty + ((size_t)b * T + t) * NH * hs + (size_t)h * hs;
-                double pdp = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    size_t v_off = ((size_t)b * T + t2) * stride + (size_t)vh * hs;
-                    pdp += a[t2] * gpt_ref_dot(dy, qkv + v_off, hs);
-                    gpt_ref_axpy(dqkv + v_off, a[t2], dy, hs);
-                }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    size_t k_off = ((size_t)b * T + t2) * stride + (size_t)kh * hs;
-                    size_t v_off = ((size_t)b * T + t2) * stride + (size_t)vh * hs;
-                    double dp = gpt_ref_dot(dy, qkv + v_off, hs);
-                    gpt_real ds = (gpt_real)(a[t2] * (dp - pdp) * scale);
-                    gpt_ref_axpy(dqkv + q_off, ds, qkv + k_off, hs);
-                    gpt_ref_axpy(dqkv + k_off, ds, qkv + q_off, hs);
-                }
             }
 }
 

@@ -11,6 +11,13 @@
 #include <string.h>
 #include "../ref/gpt_ref.h"
 #include "../ref/gpt_ref_fixture.h"
+
+// Central differences, h = 1e-5: truncation h^2/6 f''' ~ 1e-11, round-off ~ 1e-16 * loss / h ~ 1e-10.
+// An element's error is |analytic - fd| / max(|analytic|, |fd|, 1e-3): relative where the gradient is
+// of normal size (up to ~0.5 here), absolute / 1e-3 for tiny ones, whose fd is mostly that 1e-10 noise
+// (so their error stays below ~3e-7). A wrong formula gives errors of order 1e-2 .. 1.
+#define FD_FLOOR 1e-3
+#include "finite_diff.h"
 #include "testing.h"
 
 // The tiny model: two layers, two heads, V not a multiple of anything, T < maxT (unused wpe rows).
@@ -38,8 +45,7 @@ static void randomize_params(gpt_ref_model* m, uint64_t seed) {
     gpt_ref_tensor_sizes(sizes, &m->config);
     uint64_t rng = seed;
     for (int i = 0; i < GPT_REF_NUM_TENSORS; i++) {
-        for (size_t j = 0; j < sizes[i]; j++)
-            m->params_memory[off + j] = (gpt_ref_tensor_is_ln_weight(i) ? 1.0 : 0.0) + 0.3 * rand_normal(&rng);
+        fill_normal(m->params_memory + off, sizes[i], gpt_ref_tensor_is_ln_weight(i) ? 1.0 : 0.0, 0.3, &rng);
         off += sizes[i];
     }
 }
@@ -54,13 +60,16 @@ static void tiny_batch(int* inputs, int* targets, int V, uint64_t seed) {
     targets[1] = targets[4] = targets[7] = -1;
 }
 
-// Central differences, h = 1e-5: truncation h^2/6 f''' ~ 1e-11, round-off ~ 1e-16 * loss / h ~ 1e-10.
-// An element's error is |analytic - fd| / max(|analytic|, |fd|, 1e-3): relative where the gradient is
-// of normal size (up to ~0.5 here), absolute / 1e-3 for tiny ones, whose fd is mostly that 1e-10 noise
-// (so their error stays below ~3e-7). A wrong formula gives errors of order 1e-2 .. 1.
-#define FD_H 1e-5
-#define FD_FLOOR 1e-3
-#define FD_TOL 1e-6
+typedef struct {
+    gpt_ref_model* m;
+    const int* inputs;
+    const int* targets;
+} model_case;
+
+static double model_loss(void* ctx) {
+    model_case* k = (model_case*)ctx;
+    return gpt_ref_forward(k->m, k->inputs, k->targets, TINY_B, TINY_T);
+}
 
 static void test_finite_differences(void) {
     gpt_ref_config c = tiny_config();
@@ -75,29 +84,17 @@ static void test_finite_differences(void) {
     memcpy(grads, m.grads_memory, m.num_params * sizeof(double));
     printf("finite differences: loss %.6f, h %g, error = |a - fd| / max(|a|, |fd|, %g), tolerance %g\n",
            loss, FD_H, FD_FLOOR, FD_TOL);
+    model_case k;
+    k.m = &m;
+    k.inputs = inputs;
+    k.targets = targets;
     size_t sizes[GPT_REF_NUM_TENSORS], off = 0;
     gpt_ref_tensor_sizes(sizes, &c);
     for (int i = 0; i < GPT_REF_NUM_TENSORS; i++) {
-        double max_err = 0, max_abs = 0, max_grad = 0;
-        size_t worst = 0;
-        for (size_t j = off; j < off + sizes[i]; j++) {
-            double p = m.params_memory[j];
-            m.params_memory[j] = p + FD_H;
-            double lp = gpt_ref_forward(&m, inputs, targets, TINY_B, TINY_T);
-            m.params_memory[j] = p - FD_H;
-            double lm = gpt_ref_forward(&m, inputs, targets, TINY_B, TINY_T);
-            m.params_memory[j] = p;
-            double fd = (lp - lm) / (2 * FD_H), a = grads[j];
-            double diff = fabs(a - fd), scale = fmax(fmax(fabs(a), fabs(fd)), FD_FLOOR);
-            if (diff / scale > max_err) { max_err = diff / scale; worst = j - off; }
-            max_abs = fmax(max_abs, diff);
-            max_grad = fmax(max_grad, fabs(a));
-        }
-        printf("  %-9s %6zu elements: max |grad| %.3e, max abs err %.2e, max rel err %.2e (element %zu)\n",
-               gpt_ref_tensor_name(i), sizes[i], max_grad, max_abs, max_err, worst);
-        EXPECT(max_err <= FD_TOL, "%s: gradient vs finite differences, max rel err %.3e at element %zu > %g",
-               gpt_ref_tensor_name(i), max_err, worst, FD_TOL);
-        EXPECT(max_grad > 0, "%s: all gradients are zero", gpt_ref_tensor_name(i));
+        fd_stats st;
+        memset(&st, 0, sizeof(st));
+        for (size_t j = 0; j < sizes[i]; j++) fd_element(&st, m.params_memory + off, j, grads[off + j], model_loss, &k);
+        fd_report(gpt_ref_tensor_name(i), &st, sizes[i]);
         off += sizes[i];
     }
     free(grads);
