@@ -8,9 +8,11 @@
 // multiplies from shared memory, and the softmax's P (or dS) stays in registers as the A operand of the
 // next wgmma (the accumulator layout is the A-fragment layout).
 //   forward: block per (b·NH + h, 128 queries); the query tile once, key and value tiles of 128 rows
-//            through the ring: S (64 x 128 a consumer) = Q·Kᵀ by m64n128k16 (K-major operands); the online
-//            softmax as llmc/flash_attention.cuh's (base 2, the scale folded in, rows owned by quads of
-//            lanes); O (64 x hs) += P·V by m64n{hs}k16 with V read MN-major
+//            through a ring of 3: S (64 x 128 a consumer) = Q·Kᵀ by m64n128k16 (K-major operands); the
+//            online softmax as llmc/flash_attention.cuh's (base 2, the scale folded in, rows owned by
+//            quads of lanes); O (64 x hs) += P·V by m64n{hs}k16 with V read MN-major. The softmax of one
+//            tile runs while the tensor cores multiply the previous tile's P·V (FlashAttention-3's
+//            overlap within a warpgroup)
 //   dq:      block per (b·NH + h, 128 queries); key and value tiles of 64 rows: S = Q·Kᵀ and dP = dO·Vᵀ
 //            (m64n64k16), dS = P ∘ (dP − D), dQ += dS·K (K read MN-major)
 //   dkdv:    block per (b·NKV + j, 128 keys); query and dO tiles of BQ rows of the group's query heads, in
@@ -23,7 +25,7 @@
 // llmc/sm90_wgmma.cuh's layout contract says. A key or query tile past the end of a sequence reads the
 // next sequence's rows (past the tensor's end: zeros); keys past T are later than every query < T, so the
 // causal mask removes them, and rows past T are not stored (and get lse = +inf, D = 0 in the backward).
-// Not yet: the softmax of one tile overlapped with the GEMMs of the next, the two consumers taking turns,
+// Not yet: the two consumers taking turns, the same overlap in the backward,
 // TMA stores of the outputs (dev/cuda/README.md has the measurements).
 #pragma once
 #include "sm90_wgmma.cuh"
@@ -31,14 +33,15 @@
 
 #define FA90_BQ 128
 #define FA90_BKV 128
-#define FA90_STAGES 2
+#define FA90_STAGES 2      // the backward kernels' rings
+#define FA90_FWD_STAGES 3  // the forward's: a consumer holds two stages at once (see the kernel)
 #define FA90_THREADS 384
 
 template <int HS> struct Fa90Cfg {
     static constexpr int BOXES = HS / 64;             // 64-column boxes of a tile
     static constexpr int TILE = FA90_BKV * 128 * BOXES;  // bytes of a 128-row tile
     static constexpr int STAGE = 2 * TILE;             // keys, then values
-    static constexpr size_t smem = 1024 + TILE + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES);
+    static constexpr size_t smem = 1024 + TILE + FA90_FWD_STAGES * STAGE + 8 * (1 + 2 * FA90_FWD_STAGES);
 };
 
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
@@ -89,26 +92,29 @@ __device__ __forceinline__ void fa90_wgmma_ss_n32(float d[16], uint64_t desc_a, 
 // The barriers every kernel here uses, after its tiles in shared memory: `once` (the tiles loaded once
 // per block, one arrival), then the ring's full[s] (one arrival: the producer's) and empty[s] (two: the
 // consumers'). Every thread calls it (it ends in a barrier).
+template <int NS = FA90_STAGES>
 __device__ __forceinline__ void fa90_barriers_init(uint32_t once, uint32_t full, uint32_t empty) {
     if (threadIdx.x == 0) {
         mbar_init(once, 1);
-        for (int s = 0; s < FA90_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
+        for (int s = 0; s < NS; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
         mbar_fence_init();
     }
     __syncthreads();
 }
-// producer: the stage for step it, once the consumers released its previous use; its copies of `bytes`
-// complete full[stage]
+// producer: the stage for step it of a ring of NS stages, once the consumers released its previous use;
+// its copies of `bytes` complete full[stage]
+template <int NS = FA90_STAGES>
 __device__ __forceinline__ int fa90_stage_fill(uint32_t full, uint32_t empty, int it, uint32_t bytes) {
-    int s = it % FA90_STAGES;
-    if (it >= FA90_STAGES) mbar_wait(empty + 8 * s, (it / FA90_STAGES - 1) & 1);
+    int s = it % NS;
+    if (it >= NS) mbar_wait(empty + 8 * s, (it / NS - 1) & 1);
     mbar_arrive_expect_tx(full + 8 * s, bytes);
     return s;
 }
 // consumer: waits for step it's stage; fa90_stage_release gives it back (one arrival per warpgroup)
+template <int NS = FA90_STAGES>
 __device__ __forceinline__ int fa90_stage_wait(uint32_t full, int it) {
-    int s = it % FA90_STAGES;
-    mbar_wait(full + 8 * s, (it / FA90_STAGES) & 1);
+    int s = it % NS;
+    mbar_wait(full + 8 * s, (it / NS) & 1);
     return s;
 }
 __device__ __forceinline__ void fa90_stage_release(uint32_t empty, int s) {
@@ -133,13 +139,13 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
     extern __shared__ unsigned char smem_raw[];
     uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
     uint32_t sq = base, stages = base + Cfg::TILE;
-    uint32_t qbar = stages + FA90_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * FA90_STAGES;
+    uint32_t qbar = stages + FA90_FWD_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * FA90_FWD_STAGES;
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, j = h / (NH / NKV);
     int q0 = (gridDim.y - 1 - blockIdx.y) * FA90_BQ;
     int nkv = ceil_div(min(q0 + FA90_BQ, T), FA90_BKV);
     int row0 = b * T;
-    fa90_barriers_init(qbar, full, empty);
+    fa90_barriers_init<FA90_FWD_STAGES>(qbar, full, empty);
     if (wg == 0) {  // producer
         regs_dec<40>();
         if (t == 0) {
@@ -147,7 +153,7 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
             mbar_arrive_expect_tx(qbar, Cfg::TILE);
             for (int x = 0; x < Cfg::BOXES; x++) tma_load_2d(sq + x * FA90_BQ * 128, &tqkv, qcol + 64 * x, row0 + q0, qbar);
             for (int it = 0; it < nkv; it++) {
-                int s = fa90_stage_fill(full, empty, it, Cfg::STAGE);
+                int s = fa90_stage_fill<FA90_FWD_STAGES>(full, empty, it, Cfg::STAGE);
                 uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
                 for (int x = 0; x < Cfg::BOXES; x++) {
                     tma_load_2d(k + x * FA90_BKV * 128, &tqkv, kcol + 64 * x, row0 + it * FA90_BKV, full + 8 * s);
@@ -162,24 +168,30 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
     int rloc = c * 64 + warp * 16 + lane / 4;  // this thread's rows in the block: rloc, rloc + 8
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
     float o[HS / 2], sc[FA90_BKV / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    uint32_t pa[FA90_BKV / 4];  // P in bf16, the A fragments of P·V's 8 k-steps
     #pragma unroll
     for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
     mbar_wait(qbar, 0);
-    for (int it = 0; it < nkv; it++) {
-        int s = fa90_stage_wait(full, it);
-        uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
-        #pragma unroll
-        for (int i = 0; i < FA90_BKV / 2; i++) sc[i] = 0.0f;
-        wgmma_fence();
+    // S = Q·K_itᵀ into sc (the first k-step overwrites: no zeroing of the accumulators)
+    auto issue_s = [&](uint32_t k) {
         #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
             uint64_t da = wgmma_desc(sq + (kk / 4) * FA90_BQ * 128 + c * 64 * 128 + (kk % 4) * 32);
             uint64_t db = wgmma_desc(k + (kk / 4) * FA90_BKV * 128 + (kk % 4) * 32);
-            wgmma_m64n128k16<0, 0>(sc, da, db, 1);
+            wgmma_m64n128k16<0, 0>(sc, da, db, kk > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-
+    };
+    // O += P·V of the stage sp, P in pa
+    auto issue_pv = [&](int sp) {
+        uint32_t vp = stages + sp * Cfg::STAGE + Cfg::TILE;
+        #pragma unroll
+        for (int kk = 0; kk < FA90_BKV / 16; kk++) fa90_wgmma_rs<HS>(o, pa + 4 * kk, fa90_desc_mn(vp + kk * 2048, FA90_BKV * 128));
+        wgmma_commit();
+    };
+    // the online softmax of step it's S: masked and scaled, the rows' new max and sum; sc becomes P
+    // (fp32) and alpha[hh] the factor for O's rows
+    auto softmax = [&](int it, float alpha[2]) {
         int k0 = it * FA90_BKV, diag = k0 + FA90_BKV > q0 + c * 64;
         #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
@@ -197,11 +209,10 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             // finite: key 0 (first step) or the row's own key (diagonal step) is never masked
-            float mnew = fmaxf(m[hh], mx), alpha = exp2f(m[hh] - mnew);
+            float mnew = fmaxf(m[hh], mx);
+            alpha[hh] = exp2f(m[hh] - mnew);
             m[hh] = mnew;
-            l[hh] *= alpha;
-            #pragma unroll
-            for (int nd = 0; nd < HS / 8; nd++) { o[4 * nd + 2 * hh] *= alpha; o[4 * nd + 2 * hh + 1] *= alpha; }
+            l[hh] *= alpha[hh];
             #pragma unroll
             for (int i = 0; i < FA90_BKV / 8; i++)
                 #pragma unroll
@@ -211,16 +222,43 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
                     l[hh] += p;
                 }
         }
-        uint32_t pa[FA90_BKV / 4];  // P in bf16, as the A fragments of the 8 k-steps: packed before the fence
+    };
+    auto pack_p = [&] {
         #pragma unroll
         for (int i = 0; i < FA90_BKV / 4; i++) pa[i] = fa_pack(sc[2 * i], sc[2 * i + 1]);
+    };
+    // Step it > 0: S = Q·K_itᵀ is issued, then O += P_(it-1)·V_(it-1); the softmax of S runs while the
+    // tensor cores do the second, and O is rescaled once that is done. O sees the same operations in the
+    // same order as without the overlap (rescale, then add P·V), so the result is bitwise the same. The
+    // stage of it - 1 is held until its P·V is done, so two stages are in use: a ring of three keeps the
+    // next tile's copy ahead.
+    float alpha[2];
+    int sprev = fa90_stage_wait<FA90_FWD_STAGES>(full, 0);
+    wgmma_fence();
+    issue_s(stages + sprev * Cfg::STAGE);
+    wgmma_wait<0>();
+    softmax(0, alpha);  // O is still zero: no rescale
+    pack_p();
+    for (int it = 1; it < nkv; it++) {
+        int s = fa90_stage_wait<FA90_FWD_STAGES>(full, it);
         wgmma_fence();
+        issue_s(stages + s * Cfg::STAGE);
+        issue_pv(sprev);
+        wgmma_wait<1>();  // S is done; P·V may still run
+        softmax(it, alpha);
+        wgmma_wait<0>();  // P·V of the previous step: its stage and its registers are free
+        fa90_stage_release(empty, sprev);
         #pragma unroll
-        for (int kk = 0; kk < FA90_BKV / 16; kk++) fa90_wgmma_rs<HS>(o, pa + 4 * kk, fa90_desc_mn(v + kk * 2048, FA90_BKV * 128));
-        wgmma_commit();
-        wgmma_wait<0>();
-        fa90_stage_release(empty, s);
+        for (int hh = 0; hh < 2; hh++)
+            #pragma unroll
+            for (int nd = 0; nd < HS / 8; nd++) { o[4 * nd + 2 * hh] *= alpha[hh]; o[4 * nd + 2 * hh + 1] *= alpha[hh]; }
+        pack_p();
+        sprev = s;
     }
+    wgmma_fence();
+    issue_pv(sprev);  // the last step's P·V
+    wgmma_wait<0>();
+    fa90_stage_release(empty, sprev);
 
     #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
