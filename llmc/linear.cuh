@@ -65,7 +65,10 @@ static inline void linear_forward(bf16* y, const bf16* x, const bf16* weight, co
 static inline void linear_backward(bf16* dx, float* dweight, float* dbias, float* scratch,
                                    const bf16* dy, const bf16* x, const bf16* weight,
                                    int N, int IC, int OC, const bf16* dgelu_at, const GpuContext* ctx) {
-    if (dx) matmul_ex(ctx, dx, CUDA_R_16BF, IC, dy, OC, 0, weight, IC, 0, N, IC, OC, 1.0f, 0.0f, NULL, dgelu_at, IC);
+    if (dx) {
+        MatmulEpilogue ep = {MATMUL_EPILOGUE_DGELU, NULL, dgelu_at, IC};
+        matmul_ex(ctx, dx, CUDA_R_16BF, IC, dy, OC, 0, weight, IC, 0, N, IC, OC, 1.0f, 0.0f, dgelu_at ? &ep : NULL);
+    }
     matmul(ctx, dweight, CUDA_R_32F, IC, dy, OC, 1, x, IC, 0, OC, IC, N, 1.0f, 1.0f);
     if (dbias) {
         if (OC % 8 != 0) check_fail("linear_backward: the bias gradient needs OC % 8 == 0", "pad the layer's width");

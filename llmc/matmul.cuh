@@ -7,19 +7,32 @@
 #pragma once
 #include "cuda_common.cuh"
 
+// The epilogues: what cuBLASLt does with the fp32 product before D is stored, and what else it writes
+// (row and column are the row-major D's). A run passes their pointers in a MatmulEpilogue.
+enum {
+    MATMUL_EPILOGUE_NONE = 0,
+    MATMUL_EPILOGUE_BIAS,           // + bias (N,) bf16 on every row (the linear forward)
+    MATMUL_EPILOGUE_GELU_AUX_BIAS,  // u = product + bias (N,) bf16 is stored to aux (M, N) bf16, D = GELU(u)
+    MATMUL_EPILOGUE_DGELU,          // ⊙ GELU'(aux), aux (M, N) bf16 (the MLP's backward through its GELU)
+};
+typedef struct {
+    int kind;          // MATMUL_EPILOGUE_*
+    const void* bias;  // BIAS, GELU_AUX_BIAS: the bias
+    const void* aux;   // GELU_AUX_BIAS: u, written; DGELU: the GELU's input, read
+    int ld_aux;        // aux's row stride in elements
+} MatmulEpilogue;
+
 // A plan: cuBLASLt's descriptors and the algorithm its heuristic picked for one GEMM shape (types,
 // transposes, leading dimensions, sizes, epilogue). The pointers and alpha/beta come with each run.
 // The heuristic assumes 256-byte aligned pointers (cuBLASLt's default preference), as every caller has.
 typedef struct {
     cudaDataType_t d_type;
-    int ldd, lda, trans_a, ldb, trans_b, M, N, K, epilogue, ld_aux;  // the key (epilogue: 0, bias, dgelu)
+    int ldd, lda, trans_a, ldb, trans_b, M, N, K, epilogue, ld_aux;  // the key (epilogue: MATMUL_EPILOGUE_*)
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
     float waves;  // the heuristic's estimate of how many waves of the GPU's SMs the algorithm's tiles fill
 } MatmulPlan;
-
-enum { MATMUL_EPILOGUE_NONE = 0, MATMUL_EPILOGUE_BIAS = 1, MATMUL_EPILOGUE_DGELU = 2 };
 
 static inline void matmul_plan_make(MatmulPlan* p, const GpuContext* ctx, cudaDataType_t d_type, int ldd,
                                     int lda, int trans_a, int ldb, int trans_b, int M, int N, int K,
@@ -31,18 +44,18 @@ static inline void matmul_plan_make(MatmulPlan* p, const GpuContext* ctx, cudaDa
     cublasOperation_t tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (epilogue == MATMUL_EPILOGUE_BIAS) {
-        // column-major D is (N, M): the bias runs along its rows, i.e. along our columns
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    if (epilogue != MATMUL_EPILOGUE_NONE) {
+        // cuBLASLt sees the column-major D^T (N, M): its rows are our columns, along which the bias runs
+        static const cublasLtEpilogue_t lt_ep[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                                   CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU};
+        cublasLtEpilogue_t ep = lt_ep[epilogue];
         cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-    } else if (epilogue == MATMUL_EPILOGUE_DGELU) {
-        // the auxiliary matrix has D's column-major shape (N, M), leading dimension ld_aux
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DGELU;
-        int64_t ld = ld_aux;
-        cudaDataType_t at = CUDA_R_16BF;
-        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof(at)));
+        if (epilogue != MATMUL_EPILOGUE_BIAS) {  // aux has D's shape, row stride ld_aux
+            int64_t ld = ld_aux;
+            cudaDataType_t at = CUDA_R_16BF;
+            cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+            cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof(at)));
+        }
     }
     // column-major shapes as stored: B^T-view is (N, K) or (K, N); A^T-view is (K, M) or (M, K)
     cublas_check(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
@@ -72,31 +85,33 @@ static inline void matmul_plan_free(MatmulPlan* p) {
     cublas_check(cublasLtMatmulDescDestroy(p->op));
 }
 
-// aux: the bias (N,) bf16 or the DGELU input (M, N) bf16, as the plan's epilogue asks
+// ep: the pointers of the plan's epilogue (NULL when it has none)
 static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, void* D, const bf16* A,
-                                   const bf16* B, float alpha, float beta, const bf16* aux) {
-    if (p->epilogue == MATMUL_EPILOGUE_BIAS)
-        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &aux, sizeof(aux)));
-    else if (p->epilogue == MATMUL_EPILOGUE_DGELU)
-        cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+                                   const bf16* B, float alpha, float beta, const MatmulEpilogue* ep) {
+    if (p->epilogue != MATMUL_EPILOGUE_NONE) {
+        if (!ep || ep->kind != p->epilogue) check_fail("matmul: the epilogue's pointers do not match its plan", "a bug in the caller");
+        if (ep->bias)
+            cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep->bias, sizeof(ep->bias)));
+        if (ep->aux)
+            cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep->aux, sizeof(ep->aux)));
+    }
     cublas_check(cublasLtMatmul(ctx->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, D, p->ld, D, p->ld, &p->algo,
                                 ctx->lt_workspace, ctx->lt_workspace_bytes, ctx->stream));
 }
 
-// matmul_ex: the general form. bias (N,) bf16, or NULL: added to every row of D in cuBLASLt's epilogue
-// (the linear layer's forward, y = x Wᵀ + b, in one GEMM; needs a bf16 D). dgelu_at (M, N) bf16 with row
-// stride ld_dgelu, or NULL: the product is multiplied elementwise by GELU'(dgelu_at) before it is
-// stored (cuBLASLt's DGELU epilogue, GPT-2's tanh GELU: the MLP's backward through the GELU in the GEMM
-// that produces its input gradient). At most one of the two. Plans the GEMM anew on every call (the
-// heuristic costs microseconds of CPU); loops of many small GEMMs keep a MatmulCache instead.
+// matmul_ex: the general form, with an epilogue (ep NULL: none). BIAS needs a bf16 D (the linear layer's
+// forward, y = x Wᵀ + b, in one GEMM); GELU_AUX_BIAS too (the MLP's first layer and its GELU in one
+// GEMM: dev/cuda/linear.cu times it; the trainer keeps its own GELU kernel, see llmc/gelu.cuh); DGELU:
+// GPT-2's tanh GELU (cuBLASLt's GELU is the same tanh form), the MLP's backward through the GELU in the
+// GEMM that produces its input gradient. Plans the GEMM anew on every call (the heuristic
+// costs microseconds of CPU); loops of many small GEMMs keep a MatmulCache instead.
 static inline void matmul_ex(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
                              const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
-                             int M, int N, int K, float alpha, float beta, const bf16* bias,
-                             const bf16* dgelu_at, int ld_dgelu) {
+                             int M, int N, int K, float alpha, float beta, const MatmulEpilogue* ep) {
     MatmulPlan p;
-    int epilogue = bias ? MATMUL_EPILOGUE_BIAS : dgelu_at ? MATMUL_EPILOGUE_DGELU : MATMUL_EPILOGUE_NONE;
-    matmul_plan_make(&p, ctx, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, epilogue, ld_dgelu);
-    matmul_plan_run(&p, ctx, D, A, B, alpha, beta, bias ? bias : dgelu_at);
+    matmul_plan_make(&p, ctx, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, ep ? ep->kind : MATMUL_EPILOGUE_NONE,
+                     ep ? ep->ld_aux : 0);
+    matmul_plan_run(&p, ctx, D, A, B, alpha, beta, ep);
     matmul_plan_free(&p);
 }
 
@@ -138,11 +153,12 @@ static inline void matmul_cached(const GpuContext* ctx, MatmulCache* c, void* D,
 static inline void matmul_bias(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
                                const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
                                int M, int N, int K, float alpha, float beta, const bf16* bias) {
-    matmul_ex(ctx, D, d_type, ldd, A, lda, trans_a, B, ldb, trans_b, M, N, K, alpha, beta, bias, NULL, 0);
+    MatmulEpilogue ep = {MATMUL_EPILOGUE_BIAS, bias, NULL, 0};
+    matmul_ex(ctx, D, d_type, ldd, A, lda, trans_a, B, ldb, trans_b, M, N, K, alpha, beta, bias ? &ep : NULL);
 }
 
 static inline void matmul(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
                           const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
                           int M, int N, int K, float alpha, float beta) {
-    matmul_ex(ctx, D, d_type, ldd, A, lda, trans_a, B, ldb, trans_b, M, N, K, alpha, beta, NULL, NULL, 0);
+    matmul_ex(ctx, D, d_type, ldd, A, lda, trans_a, B, ldb, trans_b, M, N, K, alpha, beta, NULL);
 }

@@ -6,11 +6,17 @@
 // Columns: forward (ours: y = x·Wᵀ + b; plain: y = x·Wᵀ), backward (ours: dx, dW += dyᵀ·x, db; plain: the
 // two GEMMs dx = dy·W, dW += dyᵀ·x), TF/s over the layer's 2·N·IC·OC (fwd) and 4·N·IC·OC (bwd) FLOPs.
 // The layers' correctness is tested against the CPU reference by dev/test/test_layers.cu.
+// Then, at C = 768, a candidate the trainer does not take: the fc layer's GELU in its GEMM's epilogue
+// (bench_gelu_fusion; dev/cuda/README.md says why not).
 //   build/dev/linear              N = 65536 (B = 64, T = 1024), C = 768 (d12) and C = 1600 (d48)
 //   build/dev/linear N C          one shape
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
+#include <string.h>
+#include <vector>
 #include "../../llmc/linear.cuh"
+#include "../../llmc/gelu.cuh"
 #include "timing.cuh"
 
 __global__ void fill_kernel(bf16* p, size_t n, float scale, unsigned seed) {
@@ -65,6 +71,50 @@ static void bench_layer(const char* name, int N, int IC, int OC, int gelu, float
     cuda_check(cudaFree(db)); cuda_check(cudaFree(scratch));
 }
 
+// --- the MLP's GELU in the fc GEMM's epilogue (cuBLASLt GELU_AUX_BIAS), against what the trainer runs ---
+
+static std::vector<bf16> download(const bf16* d, size_t n) {
+    std::vector<bf16> h(n);
+    cuda_check(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// fc forward, x (N, C) -> u (N, 4C) -> GELU(u): the trainer's GEMM with the bias, then its GELU kernel
+// (llmc/gelu.cuh), against one GEMM that stores u and GELU(u). Prints both times, whether the two u are
+// bitwise equal, how many GELU(u) differ and by how much at most (relative to max |GELU(u)|), and whether
+// two runs of the fused GEMM give the same bits.
+static void bench_gelu_fusion(int N, int C, const GpuContext* ctx) {
+    const int reps = 20, H = 4 * C;
+    size_t n = (size_t)N * H;
+    bf16* x = alloc_filled((size_t)N * C, 1.0f, 11, ctx);
+    bf16* W = alloc_filled((size_t)H * C, 0.02f, 12, ctx);
+    bf16* b = alloc_filled(H, 0.02f, 13, ctx);
+    bf16 *u, *g, *u2, *g2;
+    cuda_check(cudaMalloc(&u, n * sizeof(bf16))); cuda_check(cudaMalloc(&g, n * sizeof(bf16)));
+    cuda_check(cudaMalloc(&u2, n * sizeof(bf16))); cuda_check(cudaMalloc(&g2, n * sizeof(bf16)));
+    float now = time_ms([&] { linear_forward(u, x, W, b, N, C, H, ctx); gelu_forward(g, u, n, ctx); }, ctx->stream, reps);
+    MatmulEpilogue ep = {MATMUL_EPILOGUE_GELU_AUX_BIAS, b, u2, H};
+    auto fused = [&] { matmul_ex(ctx, g2, CUDA_R_16BF, H, x, C, 0, W, C, 1, N, H, C, 1.0f, 0.0f, &ep); };
+    float cand = time_ms(fused, ctx->stream, reps);
+    std::vector<bf16> hu = download(u, n), hu2 = download(u2, n), hg = download(g, n), hg2 = download(g2, n);
+    fused();
+    std::vector<bf16> again = download(g2, n);
+    size_t differ = 0;
+    double emax = 0, gmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = (float)hg[i], c = (float)hg2[i];
+        differ += a != c;
+        emax = fmax(emax, fabs(a - c)); gmax = fmax(gmax, fabs(a));
+    }
+    printf("\nN = %d, C = %d: fc forward and GELU | ms: GEMM + bias, GELU kernel %.3f; GELU_AUX_BIAS %.3f (%+.3f)\n",
+           N, C, now, cand, cand - now);
+    printf("  u bitwise equal: %s; GELU(u) differs in %.1f%% of elements, by at most %.2e of max |GELU(u)|; "
+           "two fused runs bitwise equal: %s\n", memcmp(hu.data(), hu2.data(), n * sizeof(bf16)) ? "no" : "yes",
+           100.0 * differ / n, gmax > 0 ? emax / gmax : emax, memcmp(hg2.data(), again.data(), n * sizeof(bf16)) ? "no" : "yes");
+    bf16* bufs[] = {x, W, b, u, g, u2, g2};
+    for (bf16* q : bufs) cuda_check(cudaFree(q));
+}
+
 static void bench_block(int N, int C, const GpuContext* ctx) {
     printf("\nN = %d, C = %d            | fwd ms: ours  plain  ratio | bwd ms: ours  plain  ratio | ours fwd, bwd\n", N, C);
     float t[4] = {0, 0, 0, 0};
@@ -90,9 +140,11 @@ int main(int argc, char** argv) {
             return 2;
         }
         bench_block(N, C, &ctx);
+        bench_gelu_fusion(N, C, &ctx);
     } else {
         bench_block(65536, 768, &ctx);
         bench_block(65536, 1600, &ctx);
+        bench_gelu_fusion(65536, 768, &ctx);
     }
     gpu_context_free(&ctx);
     return 0;
