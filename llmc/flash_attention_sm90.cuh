@@ -14,9 +14,11 @@
 //            tile runs while the tensor cores multiply the previous tile's P·V (FlashAttention-3's
 //            overlap within a warpgroup)
 //   dq:      block per (b·NH + h, 128 queries); key and value tiles of 64 rows: S = Q·Kᵀ and dP = dO·Vᵀ
-//            (m64n64k16), dS = P ∘ (dP − D), dQ += dS·K (K read MN-major)
+//            (m64n64k16), dS = P ∘ (dP − D), dQ += dS·K (K read MN-major); a tile's dS is computed
+//            while the tensor cores run the previous tile's dQ += dS·K, as in the forward
 //   dkdv:    block per (b·NKV + j, 128 keys); query and dO tiles of BQ rows of the group's query heads, in
-//            variant 3's order: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q (dO, Q read MN-major)
+//            variant 3's order: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q (dO, Q read MN-major);
+//            a tile's Pᵀ and dSᵀ are computed while the tensor cores run the previous tile's dV and dK
 //   D = rowsum(dO ∘ O) by llmc/flash_attention_backward.cuh's dot kernel.
 // RoPE: the layer rotates q and k by a pass before the forward (llmc/rope.cuh; the forward here does not
 // rotate its query tile as the mma.sync one does), and the backward kernels rotate dq and dk back in
@@ -25,23 +27,22 @@
 // llmc/sm90_wgmma.cuh's layout contract says. A key or query tile past the end of a sequence reads the
 // next sequence's rows (past the tensor's end: zeros); keys past T are later than every query < T, so the
 // causal mask removes them, and rows past T are not stored (and get lse = +inf, D = 0 in the backward).
-// Not yet: the two consumers taking turns, the same overlap in the backward,
-// TMA stores of the outputs (dev/cuda/README.md has the measurements).
+// Not yet: the two consumers taking turns, TMA stores of the outputs (dev/cuda/README.md has the
+// measurements).
 #pragma once
 #include "sm90_wgmma.cuh"
 #include "flash_attention_backward.cuh"  // and the forward's: the tiles' helpers, the dot kernel, RoPE's
 
 #define FA90_BQ 128
 #define FA90_BKV 128
-#define FA90_STAGES 2      // the backward kernels' rings
-#define FA90_FWD_STAGES 3  // the forward's: a consumer holds two stages at once (see the kernel)
+#define FA90_STAGES 3  // the rings: a consumer holds two stages at once (see the forward kernel)
 #define FA90_THREADS 384
 
 template <int HS> struct Fa90Cfg {
     static constexpr int BOXES = HS / 64;             // 64-column boxes of a tile
     static constexpr int TILE = FA90_BKV * 128 * BOXES;  // bytes of a 128-row tile
     static constexpr int STAGE = 2 * TILE;             // keys, then values
-    static constexpr size_t smem = 1024 + TILE + FA90_FWD_STAGES * STAGE + 8 * (1 + 2 * FA90_FWD_STAGES);
+    static constexpr size_t smem = 1024 + TILE + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES);
 };
 
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
@@ -72,49 +73,46 @@ template <int HS> __device__ __forceinline__ void fa90_wgmma_rs(float* d, const 
 }
 
 // D (64 x N, fp32) += A (64 x 16) · B (N x 16)ᵀ, both bf16 in shared memory behind K-major descriptors
-__device__ __forceinline__ void fa90_wgmma_ss_n64(float d[32], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void fa90_wgmma_ss_n64(float d[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-__device__ __forceinline__ void fa90_wgmma_ss_n32(float d[16], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void fa90_wgmma_ss_n32(float d[16], uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(1));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
 
 // The barriers every kernel here uses, after its tiles in shared memory: `once` (the tiles loaded once
 // per block, one arrival), then the ring's full[s] (one arrival: the producer's) and empty[s] (two: the
 // consumers'). Every thread calls it (it ends in a barrier).
-template <int NS = FA90_STAGES>
 __device__ __forceinline__ void fa90_barriers_init(uint32_t once, uint32_t full, uint32_t empty) {
     if (threadIdx.x == 0) {
         mbar_init(once, 1);
-        for (int s = 0; s < NS; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
+        for (int s = 0; s < FA90_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
         mbar_fence_init();
     }
     __syncthreads();
 }
-// producer: the stage for step it of a ring of NS stages, once the consumers released its previous use;
-// its copies of `bytes` complete full[stage]
-template <int NS = FA90_STAGES>
+// producer: the stage for step it, once the consumers released its previous use; its copies of `bytes`
+// complete full[stage]
 __device__ __forceinline__ int fa90_stage_fill(uint32_t full, uint32_t empty, int it, uint32_t bytes) {
-    int s = it % NS;
-    if (it >= NS) mbar_wait(empty + 8 * s, (it / NS - 1) & 1);
+    int s = it % FA90_STAGES;
+    if (it >= FA90_STAGES) mbar_wait(empty + 8 * s, (it / FA90_STAGES - 1) & 1);
     mbar_arrive_expect_tx(full + 8 * s, bytes);
     return s;
 }
 // consumer: waits for step it's stage; fa90_stage_release gives it back (one arrival per warpgroup)
-template <int NS = FA90_STAGES>
 __device__ __forceinline__ int fa90_stage_wait(uint32_t full, int it) {
-    int s = it % NS;
-    mbar_wait(full + 8 * s, (it / NS) & 1);
+    int s = it % FA90_STAGES;
+    mbar_wait(full + 8 * s, (it / FA90_STAGES) & 1);
     return s;
 }
 __device__ __forceinline__ void fa90_stage_release(uint32_t empty, int s) {
@@ -139,13 +137,13 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
     extern __shared__ unsigned char smem_raw[];
     uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
     uint32_t sq = base, stages = base + Cfg::TILE;
-    uint32_t qbar = stages + FA90_FWD_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * FA90_FWD_STAGES;
+    uint32_t qbar = stages + FA90_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * FA90_STAGES;
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, j = h / (NH / NKV);
     int q0 = (gridDim.y - 1 - blockIdx.y) * FA90_BQ;
     int nkv = ceil_div(min(q0 + FA90_BQ, T), FA90_BKV);
     int row0 = b * T;
-    fa90_barriers_init<FA90_FWD_STAGES>(qbar, full, empty);
+    fa90_barriers_init(qbar, full, empty);
     if (wg == 0) {  // producer
         regs_dec<40>();
         if (t == 0) {
@@ -153,7 +151,7 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
             mbar_arrive_expect_tx(qbar, Cfg::TILE);
             for (int x = 0; x < Cfg::BOXES; x++) tma_load_2d(sq + x * FA90_BQ * 128, &tqkv, qcol + 64 * x, row0 + q0, qbar);
             for (int it = 0; it < nkv; it++) {
-                int s = fa90_stage_fill<FA90_FWD_STAGES>(full, empty, it, Cfg::STAGE);
+                int s = fa90_stage_fill(full, empty, it, Cfg::STAGE);
                 uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
                 for (int x = 0; x < Cfg::BOXES; x++) {
                     tma_load_2d(k + x * FA90_BKV * 128, &tqkv, kcol + 64 * x, row0 + it * FA90_BKV, full + 8 * s);
@@ -233,14 +231,14 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
     // stage of it - 1 is held until its P·V is done, so two stages are in use: a ring of three keeps the
     // next tile's copy ahead.
     float alpha[2];
-    int sprev = fa90_stage_wait<FA90_FWD_STAGES>(full, 0);
+    int sprev = fa90_stage_wait(full, 0);
     wgmma_fence();
     issue_s(stages + sprev * Cfg::STAGE);
     wgmma_wait<0>();
     softmax(0, alpha);  // O is still zero: no rescale
     pack_p();
     for (int it = 1; it < nkv; it++) {
-        int s = fa90_stage_wait<FA90_FWD_STAGES>(full, it);
+        int s = fa90_stage_wait(full, it);
         wgmma_fence();
         issue_s(stages + s * Cfg::STAGE);
         issue_pv(sprev);
@@ -296,9 +294,11 @@ template <int HS> struct Fa90DqCfg {
 };
 
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
-template <int SN> __device__ __forceinline__ void fa90_wgmma_ss(float* d, uint64_t a, uint64_t b) {
-    if constexpr (SN == 64) fa90_wgmma_ss_n64(d, a, b);
-    else fa90_wgmma_ss_n32(d, a, b);
+// accumulate 0: D = A·B (the first k-step: the accumulators need no zeroing, which would sit between
+// the fence and the wgmma and make ptxas serialize them)
+template <int SN> __device__ __forceinline__ void fa90_wgmma_ss(float* d, uint64_t a, uint64_t b, int accumulate) {
+    if constexpr (SN == 64) fa90_wgmma_ss_n64(d, a, b, accumulate);
+    else fa90_wgmma_ss_n32(d, a, b, accumulate);
 }
 #endif
 
@@ -352,49 +352,72 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
         drow[hh] = q < T ? Drow[(size_t)bh * T + q] : 0.0f;
     }
     float dq[HS / 2], sc[FA90_DQ_BKV / 2], dp[FA90_DQ_BKV / 2];
+    uint32_t pa[FA90_DQ_BKV / 4];  // dS in bf16, the A fragments of dQ += dS·K
     #pragma unroll
     for (int i = 0; i < HS / 2; i++) dq[i] = 0.0f;
-    mbar_wait(qbar, 0);
-    for (int it = 0; it < nkv; it++) {
-        int s = fa90_stage_wait(full, it);
-        uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::KT;
-        #pragma unroll
-        for (int i = 0; i < FA90_DQ_BKV / 2; i++) sc[i] = dp[i] = 0.0f;
-        wgmma_fence();
+    // S = Q·Kᵀ into sc and dP = dO·Vᵀ into dp, for the stage at k (keys), k + KT (values)
+    auto issue_sdp = [&](uint32_t k) {
+        uint32_t v = k + Cfg::KT;
         #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
             uint32_t qo = (kk / 4) * FA90_BQ * 128 + c * 64 * 128 + (kk % 4) * 32;
             uint32_t ko = (kk / 4) * FA90_DQ_BKV * 128 + (kk % 4) * 32;
-            fa90_wgmma_ss<FA90_DQ_BKV>(sc, wgmma_desc(sq + qo), wgmma_desc(k + ko));
-            fa90_wgmma_ss<FA90_DQ_BKV>(dp, wgmma_desc(so + qo), wgmma_desc(v + ko));
+            fa90_wgmma_ss<FA90_DQ_BKV>(sc, wgmma_desc(sq + qo), wgmma_desc(k + ko), kk > 0);
+            fa90_wgmma_ss<FA90_DQ_BKV>(dp, wgmma_desc(so + qo), wgmma_desc(v + ko), kk > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
+    };
+    auto issue_dq = [&](uint32_t k) {  // dQ += dS·K, dS in pa
+        #pragma unroll
+        for (int kk = 0; kk < FA90_DQ_BKV / 16; kk++)
+            fa90_wgmma_rs<HS>(dq, pa + 4 * kk, fa90_desc_mn(k + kk * 2048, FA90_DQ_BKV * 128));
+        wgmma_commit();
+    };
+    auto compute_ds = [&](int it) {  // sc becomes dS = P ∘ (dP − D), fp32
         int k0 = it * FA90_DQ_BKV, diag = k0 + FA90_DQ_BKV > q0 + c * 64;
-        uint32_t pa[FA90_DQ_BKV / 4];
         #pragma unroll
         for (int i = 0; i < FA90_DQ_BKV / 8; i++)
             #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 int q = q0 + rloc + 8 * hh;
-                float d2[2];
                 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     int n = 4 * i + 2 * hh + e, key = k0 + 8 * i + 2 * (lane % 4) + e;
                     float pv = exp2f(sc[n] * sl2 - lrow[hh]);
                     if (diag && key > q) pv = 0.0f;
-                    d2[e] = pv * (dp[n] - drow[hh]);  // dS
+                    sc[n] = pv * (dp[n] - drow[hh]);
                 }
-                pa[2 * i + hh] = fa_pack(d2[0], d2[1]);
             }
-        wgmma_fence();
+    };
+    auto pack_ds = [&] {
         #pragma unroll
-        for (int kk = 0; kk < FA90_DQ_BKV / 16; kk++)
-            fa90_wgmma_rs<HS>(dq, pa + 4 * kk, fa90_desc_mn(k + kk * 2048, FA90_DQ_BKV * 128));
-        wgmma_commit();
+        for (int i = 0; i < FA90_DQ_BKV / 4; i++) pa[i] = fa_pack(sc[2 * i], sc[2 * i + 1]);
+    };
+    // As the forward: step it > 0 issues S and dP of its keys, then dQ += dS·K of the previous step's,
+    // and computes its dS while the tensor cores run the second (dQ sees the same sums in the same order).
+    mbar_wait(qbar, 0);
+    int sprev = fa90_stage_wait(full, 0);
+    wgmma_fence();
+    issue_sdp(stages + sprev * Cfg::STAGE);
+    wgmma_wait<0>();
+    compute_ds(0);
+    pack_ds();
+    for (int it = 1; it < nkv; it++) {
+        int s = fa90_stage_wait(full, it);
+        wgmma_fence();
+        issue_sdp(stages + s * Cfg::STAGE);
+        issue_dq(stages + sprev * Cfg::STAGE);
+        wgmma_wait<1>();
+        compute_ds(it);
         wgmma_wait<0>();
-        fa90_stage_release(empty, s);
+        fa90_stage_release(empty, sprev);
+        pack_ds();
+        sprev = s;
     }
+    wgmma_fence();
+    issue_dq(stages + sprev * Cfg::STAGE);
+    wgmma_wait<0>();
+    fa90_stage_release(empty, sprev);
     if (ROPE) fa_rope_acc_back<HS>((float(*)[4])dq, rope, q0 + c * 64 + warp * 16, T, lane);
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     fa_store_rows<HS>(dqkv + (size_t)row0 * ld + h * HS, ld, (const float(*)[4])dq, rsqrtf((float)HS),
@@ -454,27 +477,33 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     int kloc = c * 64 + warp * 16 + lane / 4;  // this thread's keys in the block: kloc, kloc + 8
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
     float dk[HS / 2], dv[HS / 2], st[BQ / 2], dpt[BQ / 2];
+    uint32_t pp[BQ / 4], pd[BQ / 4];  // Pᵀ and dSᵀ in bf16, the A fragments of dV += Pᵀ·dO, dK += dSᵀ·Q
     #pragma unroll
     for (int i = 0; i < HS / 2; i++) dk[i] = dv[i] = 0.0f;
-    mbar_wait(kbar, 0);
-    for (int it = 0; it < nsteps; it++) {
-        int s = fa90_stage_wait(full, it), h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
-        size_t bh = (size_t)b * NH + h;
-        uint32_t q = stages + s * Cfg::STAGE, o = q + Cfg::QT;
-        #pragma unroll
-        for (int i = 0; i < BQ / 2; i++) st[i] = dpt[i] = 0.0f;
-        wgmma_fence();
+    auto issue_s = [&](uint32_t q) {  // Sᵀ = K·Qᵀ into st, dPᵀ = V·dOᵀ into dpt; q the stage, dO after it
+        uint32_t o = q + Cfg::QT;
         #pragma unroll
         for (int kk = 0; kk < HS / 16; kk++) {
             uint32_t ko = (kk / 4) * FA90_BKV * 128 + c * 64 * 128 + (kk % 4) * 32;
             uint32_t qo = (kk / 4) * BQ * 128 + (kk % 4) * 32;
-            fa90_wgmma_ss<BQ>(st, wgmma_desc(sk + ko), wgmma_desc(q + qo));
-            fa90_wgmma_ss<BQ>(dpt, wgmma_desc(sv + ko), wgmma_desc(o + qo));
+            fa90_wgmma_ss<BQ>(st, wgmma_desc(sk + ko), wgmma_desc(q + qo), kk > 0);
+            fa90_wgmma_ss<BQ>(dpt, wgmma_desc(sv + ko), wgmma_desc(o + qo), kk > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
+    };
+    auto issue_dkdv = [&](uint32_t q) {  // dV += Pᵀ·dO, dK += dSᵀ·Q (pp, pd)
+        uint32_t o = q + Cfg::QT;
+        #pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            fa90_wgmma_rs<HS>(dv, pp + 4 * kk, fa90_desc_mn(o + kk * 2048, BQ * 128));
+            fa90_wgmma_rs<HS>(dk, pd + 4 * kk, fa90_desc_mn(q + kk * 2048, BQ * 128));
+        }
+        wgmma_commit();
+    };
+    auto compute = [&](int it) {  // st becomes Pᵀ and dpt dSᵀ = Pᵀ ∘ (dPᵀ − D), fp32
+        int h = j * G + it / nper, q0 = (i0 + it % nper) * BQ;
+        size_t bh = (size_t)b * NH + h;
         int diag = q0 < k0 + c * 64 + 64;
-        uint32_t pp[BQ / 4], pd[BQ / 4];
         #pragma unroll
         for (int i = 0; i < BQ / 8; i++) {
             float lq[2], dd[2];  // lse·log2e (+inf past T) and D (0 past T) of this thread's two queries
@@ -487,29 +516,50 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
             #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 int key = k0 + kloc + 8 * hh;
-                float p2[2], d2[2];
                 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     int n = 4 * i + 2 * hh + e, qq = q0 + 8 * i + 2 * (lane % 4) + e;
                     float pv = exp2f(st[n] * sl2 - lq[e]);
                     if (diag && qq < key) pv = 0.0f;
-                    p2[e] = pv;
-                    d2[e] = pv * (dpt[n] - dd[e]);  // dSᵀ
+                    st[n] = pv;
+                    dpt[n] = pv * (dpt[n] - dd[e]);
                 }
-                pp[2 * i + hh] = fa_pack(p2[0], p2[1]);
-                pd[2 * i + hh] = fa_pack(d2[0], d2[1]);
             }
         }
-        wgmma_fence();
+    };
+    auto pack = [&] {
         #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            fa90_wgmma_rs<HS>(dv, pp + 4 * kk, fa90_desc_mn(o + kk * 2048, BQ * 128));
-            fa90_wgmma_rs<HS>(dk, pd + 4 * kk, fa90_desc_mn(q + kk * 2048, BQ * 128));
+        for (int i = 0; i < BQ / 4; i++) {
+            pp[i] = fa_pack(st[2 * i], st[2 * i + 1]);
+            pd[i] = fa_pack(dpt[2 * i], dpt[2 * i + 1]);
         }
-        wgmma_commit();
+    };
+    // As the forward: step it > 0 issues Sᵀ and dPᵀ of its queries, then dV and dK of the previous
+    // step's, and computes its Pᵀ and dSᵀ while the tensor cores run the second (the same sums in the
+    // same order).
+    mbar_wait(kbar, 0);
+    int sprev = fa90_stage_wait(full, 0);
+    wgmma_fence();
+    issue_s(stages + sprev * Cfg::STAGE);
+    wgmma_wait<0>();
+    compute(0);
+    pack();
+    for (int it = 1; it < nsteps; it++) {
+        int s = fa90_stage_wait(full, it);
+        wgmma_fence();
+        issue_s(stages + s * Cfg::STAGE);
+        issue_dkdv(stages + sprev * Cfg::STAGE);
+        wgmma_wait<1>();
+        compute(it);
         wgmma_wait<0>();
-        fa90_stage_release(empty, s);
+        fa90_stage_release(empty, sprev);
+        pack();
+        sprev = s;
     }
+    wgmma_fence();
+    issue_dkdv(stages + sprev * Cfg::STAGE);
+    wgmma_wait<0>();
+    fa90_stage_release(empty, sprev);
     if (ROPE) fa_rope_acc_back<HS>((float(*)[4])dk, rope, k0 + c * 64 + warp * 16, T, lane);
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     bf16* dst = dqkv + (size_t)row0 * ld + (NH + j) * HS;  // dqkv has qkv's layout: dk, then NKV heads on, dv
