@@ -4,11 +4,11 @@
 // (llmc/attention.cuh) takes these kernels on an sm_90 GPU in an sm_90a build, and the mma.sync ones
 // elsewhere (sm_80 and later).
 // Each kernel: a block of 384 threads, warpgroup 0 producing (one thread issues the TMA copies into a
-// ring of 2 stages) and warpgroups 1 and 2 consuming, each with 64 rows of the block's 128; wgmma
+// ring of 3 stages) and warpgroups 1 and 2 consuming, each with 64 rows of the block's 128; wgmma
 // multiplies from shared memory, and the softmax's P (or dS) stays in registers as the A operand of the
 // next wgmma (the accumulator layout is the A-fragment layout).
 //   forward: block per (b·NH + h, 128 queries); the query tile once, key and value tiles of 128 rows
-//            through a ring of 3: S (64 x 128 a consumer) = Q·Kᵀ by m64n128k16 (K-major operands); the
+//            through the ring: S (64 x 128 a consumer) = Q·Kᵀ by m64n128k16 (K-major operands); the
 //            online softmax as llmc/flash_attention.cuh's (base 2, the scale folded in, rows owned by
 //            quads of lanes); O (64 x hs) += P·V by m64n{hs}k16 with V read MN-major. The softmax of one
 //            tile runs while the tensor cores multiply the previous tile's P·V (FlashAttention-3's
