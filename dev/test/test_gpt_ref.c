@@ -82,10 +82,7 @@ static void test_finite_differences(void) {
     size_t sizes[GPT_REF_NUM_TENSORS], off = 0;
     gpt_ref_tensor_sizes(sizes, &c);
     for (int i = 0; i < GPT_REF_NUM_TENSORS; i++) {
-        fd_stats st;
-        memset(&st, 0, sizeof(st));
-        for (size_t j = 0; j < sizes[i]; j++) fd_element(&st, m.params_memory + off, j, grads[off + j], model_loss, &k);
-        fd_report(gpt_ref_tensor_name(i), &st, sizes[i]);
+        fd_check_array(gpt_ref_tensor_name(i), m.params_memory + off, grads + off, sizes[i], model_loss, &k);
         off += sizes[i];
     }
     free(grads);
