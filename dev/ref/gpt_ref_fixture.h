@@ -5,6 +5,7 @@
 // Include after gpt_ref.h. The parameters are GPT-2's init rounded to float, so that both builds
 // evaluate exactly the same model; the sizes are GPU-test-like in miniature (C 64, V not a power of 2).
 #pragma once
+#include "ref_fixture.h"
 
 // Printed by build/test_gpt_ref (double, %.17g). If the init recipe, the RNG or the fixture changes,
 // rerun it and paste its "fixture: loss ... grad norm ..." line here.
@@ -23,15 +24,8 @@ static void fixture_build(gpt_ref_model* m, int** inputs, int** targets, int* B,
     *T = 16;
     gpt_ref_build(m, &c, *B, *T);
     gpt_ref_init_params(m, 1234);
-    for (size_t i = 0; i < m->num_params; i++) m->params_memory[i] = (gpt_real)(float)m->params_memory[i];
-    int n = *B * *T;
-    *inputs = (int*)malloc_check((size_t)n * sizeof(int));
-    *targets = (int*)malloc_check((size_t)n * sizeof(int));
-    uint64_t rng = 99;
-    for (int i = 0; i < n; i++) {
-        (*inputs)[i] = (int)(rand_next(&rng) % (uint64_t)c.vocab_size);
-        (*targets)[i] = i % 7 == 3 ? -1 : (int)(rand_next(&rng) % (uint64_t)c.vocab_size);
-    }
+    ref_fixture_round_params(m->params_memory, m->num_params);
+    ref_fixture_batch(inputs, targets, *B * *T, c.vocab_size);
 }
 
 // Builds the fixture and evaluates it: the loss and the gradient norm that both builds compare.

@@ -2,8 +2,8 @@
 // pair each, in plain single-threaded C: encoder, LayerNorm, matmul, causal attention (grouped-query, of
 // which GPT-2's is the case of one key/value head per query head), GELU, cross-entropy;
 // and what every reference model shares: carving one allocation into tensors, the AdamW update of one
-// array and a model's optimizer step, which applies it tensor by tensor, and the sum of squares behind
-// the gradient norms.
+// array and a model's optimizer step, which applies it tensor by tensor, the sum of squares behind
+// the gradient norms, and a forward's check of its batch and its mean loss.
 // Argument order everywhere: outputs, inputs, weights, sizes. Backward functions ACCUMULATE (+=) into
 // their outputs, except where a comment says "assigned". A test of one CUDA kernel can include this file
 // alone.
@@ -14,7 +14,9 @@
 #pragma once
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+#include "../../llmc/check.h"
 
 #ifdef GPT_REF_DOUBLE
 typedef double gpt_real;
@@ -349,4 +351,31 @@ static inline double gpt_ref_sum_squares(const gpt_real* x, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
+}
+
+// A forward's batch of n tokens: every input id in [0, V), every target in [-1, V) (targets may be
+// NULL). who, the model's forward, leads the message, so that the error names the model it came from.
+static inline void gpt_ref_check_batch(const char* who, const int* inputs, const int* targets, int n, int V) {
+    char what[160];
+    for (int i = 0; i < n; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) {
+            snprintf(what, sizeof(what), "%s: an input token id is outside [0, vocab_size)", who);
+            check_fail(what, "check the token data");
+        }
+        if (targets && (targets[i] < -1 || targets[i] >= V)) {
+            snprintf(what, sizeof(what), "%s: a target is outside [-1, vocab_size)", who);
+            check_fail(what, "-1 marks an ignored position");
+        }
+    }
+}
+
+// A forward's loss: the cross-entropy of each of the N positions into losses (lse alongside), their
+// mean over the counted positions (0 when none counts) returned, and the number counted in *num_counted
+// (the backward divides by it).
+static inline gpt_real gpt_ref_mean_loss(gpt_real* losses, gpt_real* lse, const gpt_real* logits, const int* targets,
+                                         int N, int V, int Vp, int* num_counted) {
+    *num_counted = gpt_ref_crossentropy_forward(losses, lse, logits, targets, N, V, Vp);
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += losses[i];
+    return (gpt_real)(*num_counted ? sum / *num_counted : 0);
 }

@@ -268,12 +268,7 @@ static inline gpt_real llama_ref_forward(llama_ref_model* m, const int* inputs, 
     if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T)
         check_fail("llama_ref_forward: B or T is larger than what llama_ref_build allocated", "build with the largest B, T");
     int BT = B * T;
-    for (int i = 0; i < BT; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V)
-            check_fail("llama_ref_forward: an input token id is outside [0, vocab_size)", "check the token data");
-        if (targets && (targets[i] < -1 || targets[i] >= V))
-            check_fail("llama_ref_forward: a target is outside [-1, vocab_size)", "-1 marks an ignored position");
-    }
+    gpt_ref_check_batch("llama_ref_forward", inputs, targets, BT, V);
     m->B = B;
     m->T = T;
     memcpy(m->inputs, inputs, (size_t)BT * sizeof(int));
@@ -312,10 +307,7 @@ static inline gpt_real llama_ref_forward(llama_ref_model* m, const int* inputs, 
     m->mean_loss = -1;
     if (targets) {
         memcpy(m->targets, targets, (size_t)BT * sizeof(int));
-        m->num_counted = gpt_ref_crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp);
-        double sum = 0;
-        for (int i = 0; i < BT; i++) sum += a.losses[i];
-        m->mean_loss = (gpt_real)(m->num_counted ? sum / m->num_counted : 0);
+        m->mean_loss = gpt_ref_mean_loss(a.losses, a.lse, a.logits, targets, BT, V, Vp, &m->num_counted);
     }
     return m->mean_loss;
 }

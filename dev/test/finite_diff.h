@@ -4,6 +4,7 @@
 #pragma once
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include "../../llmc/rand.h"
 #include "testing.h"
 
@@ -48,6 +49,15 @@ static inline void fd_report(const char* what, const fd_stats* s, size_t n) {
     EXPECT(s->max_err <= FD_TOL, "%s: gradient vs finite differences, max rel err %.3e at element %zu > %g",
            what, s->max_err, s->worst, FD_TOL);
     EXPECT(s->max_grad > 0, "%s: all gradients are zero", what);
+}
+
+// Every element of x (n of them, analytic gradient grad) against finite differences of f, reported as
+// the one tensor what.
+static inline void fd_check_array(const char* what, double* x, const double* grad, size_t n, loss_fn f, void* ctx) {
+    fd_stats s;
+    memset(&s, 0, sizeof(s));
+    for (size_t j = 0; j < n; j++) fd_element(&s, x, j, grad[j], f, ctx);
+    fd_report(what, &s, n);
 }
 
 static inline void fill_normal(double* x, size_t n, double mean, double std, uint64_t* rng) {

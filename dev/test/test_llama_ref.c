@@ -13,6 +13,7 @@
 #include "../ref/llama_ref.h"
 #include "../ref/llama_ref_fixture.h"
 #include "finite_diff.h"
+#include "ref_model_checks.h"
 #include "testing.h"
 
 // The tiny model: two layers, four query heads of hs 4, odd F, V not a multiple of anything, T < maxT.
@@ -49,16 +50,6 @@ static void randomize_params(llama_ref_model* m, uint64_t seed) {
     }
 }
 
-// Random tokens; targets -1 at three of the ten positions (one of them the last of a row).
-static void tiny_batch(int* inputs, int* targets, int V, uint64_t seed) {
-    uint64_t rng = seed;
-    for (int i = 0; i < TINY_B * TINY_T; i++) {
-        inputs[i] = (int)(rand_next(&rng) % (uint64_t)V);
-        targets[i] = (int)(rand_next(&rng) % (uint64_t)V);
-    }
-    targets[1] = targets[4] = targets[7] = -1;
-}
-
 typedef struct {
     llama_ref_model* m;
     const int* inputs;
@@ -90,7 +81,7 @@ static void test_finite_differences(int num_kv_heads) {
     llama_ref_build(&m, &c, TINY_B, TINY_T);
     randomize_params(&m, 7 + (uint64_t)num_kv_heads);
     int inputs[TINY_B * TINY_T], targets[TINY_B * TINY_T];
-    tiny_batch(inputs, targets, c.vocab_size, 11);
+    ref_tiny_batch(inputs, targets, TINY_B * TINY_T, c.vocab_size, 11);
     double loss = llama_ref_forward(&m, inputs, targets, TINY_B, TINY_T);
     llama_ref_backward(&m);
     double* grads = (double*)malloc_check(m.num_params * sizeof(double));
@@ -132,7 +123,7 @@ static void test_padded_rows(void) {
     llama_ref_build(&m, &c, TINY_B, TINY_T);
     randomize_params(&m, 8);
     int inputs[TINY_B * TINY_T], targets[TINY_B * TINY_T];
-    tiny_batch(inputs, targets, c.vocab_size, 12);
+    ref_tiny_batch(inputs, targets, TINY_B * TINY_T, c.vocab_size, 12);
     int n = TINY_B * TINY_T, V = c.vocab_size, Vp = c.padded_vocab_size, C = c.channels;
     double loss = llama_ref_forward(&m, inputs, targets, TINY_B, TINY_T);
     llama_ref_backward(&m);
@@ -146,13 +137,7 @@ static void test_padded_rows(void) {
         m.params.lm_head[j] *= -7;
     }
     double loss2 = llama_ref_forward(&m, inputs, targets, TINY_B, TINY_T);
-    int changed = 0;
-    for (int r = 0; r < n; r++)
-        for (int j = 0; j < V; j++) changed += logits[(size_t)r * Vp + j] != m.acts.logits[(size_t)r * Vp + j];
-    EXPECT(loss2 == loss, "changing padded rows changed the loss: %.17g -> %.17g", loss, loss2);
-    EXPECT(changed == 0, "changing padded rows changed %d of the first V logits", changed);
-    printf("padded rows: %d non-zero gradients, loss %.17g -> %.17g, %d real logits changed\n",
-           nonzero, loss, loss2, changed);
+    ref_expect_padded_rows_inert(nonzero, loss, loss2, logits, m.acts.logits, n, V, Vp);
     free(logits);
     llama_ref_free(&m);
 }
@@ -165,25 +150,16 @@ static void test_causality(void) {
     llama_ref_build(&m, &c, TINY_B, TINY_T);
     randomize_params(&m, 9);
     int inputs[TINY_B * TINY_T], targets[TINY_B * TINY_T];
-    tiny_batch(inputs, targets, c.vocab_size, 13);
+    ref_tiny_batch(inputs, targets, TINY_B * TINY_T, c.vocab_size, 13);
     int n = TINY_B * TINY_T, Vp = c.padded_vocab_size, t0 = 3;
     llama_ref_forward(&m, inputs, NULL, TINY_B, TINY_T);
     double* logits = (double*)malloc_check((size_t)n * Vp * sizeof(double));
     memcpy(logits, m.acts.logits, (size_t)n * Vp * sizeof(double));
     inputs[t0] = (inputs[t0] + 1) % c.vocab_size;
     llama_ref_forward(&m, inputs, NULL, TINY_B, TINY_T);
-    int earlier = 0, at_t0 = 0, other_row = 0;
-    for (int r = 0; r < n; r++)
-        for (int j = 0; j < Vp; j++) {
-            int diff = logits[(size_t)r * Vp + j] != m.acts.logits[(size_t)r * Vp + j];
-            if (r < t0) earlier += diff;
-            else if (r == t0) at_t0 += diff;
-            else if (r >= TINY_T) other_row += diff;
-        }
-    EXPECT(earlier == 0, "causality: changing token %d changed %d logits of earlier positions", t0, earlier);
-    EXPECT(at_t0 > 0, "changing token %d did not change its own logits", t0);
-    EXPECT(other_row == 0, "changing a token in row 0 changed %d logits of row 1", other_row);
-    printf("causality: %d earlier / %d own / %d other-row logits changed\n", earlier, at_t0, other_row);
+    int changed[3];
+    ref_expect_causal(logits, m.acts.logits, n, Vp, TINY_T, t0, changed);
+    printf("causality: %d earlier / %d own / %d other-row logits changed\n", changed[0], changed[1], changed[2]);
     free(logits);
     llama_ref_free(&m);
 }
@@ -199,14 +175,8 @@ static void test_init_loss(void) {
     llama_ref_init_params(&m, 42);
     int* inputs = (int*)malloc_check((size_t)n * sizeof(int));
     int* targets = (int*)malloc_check((size_t)n * sizeof(int));
-    uint64_t rng = 14;
-    for (int i = 0; i < n; i++) {
-        inputs[i] = (int)(rand_next(&rng) % (uint64_t)c.vocab_size);
-        targets[i] = (int)(rand_next(&rng) % (uint64_t)c.vocab_size);
-    }
-    double loss = llama_ref_forward(&m, inputs, targets, B, T), log_v = log((double)c.vocab_size);
-    printf("init loss %.6f, log(V) %.6f, difference %.4f (band 0.05)\n", loss, log_v, loss - log_v);
-    EXPECT(fabs(loss - log_v) < 0.05, "loss at init %.6f is not within 0.05 of log(V) = %.6f", loss, log_v);
+    ref_random_tokens(inputs, targets, n, c.vocab_size, 14);
+    ref_expect_init_loss(llama_ref_forward(&m, inputs, targets, B, T), c.vocab_size);
     int pad_zero = 1;
     for (size_t j = (size_t)c.vocab_size * c.channels; j < (size_t)c.padded_vocab_size * c.channels; j++)
         pad_zero &= m.params.embed[j] == 0 && m.params.lm_head[j] == 0;
@@ -226,20 +196,14 @@ static void test_adamw(void) {
     llama_ref_build(&m, &c, TINY_B, TINY_T);
     llama_ref_init_params(&m, 43);
     int inputs[TINY_B * TINY_T], targets[TINY_B * TINY_T];
-    tiny_batch(inputs, targets, c.vocab_size, 15);
-    double first = 0, prev = INFINITY, loss = 0;
-    int monotonic = 1;
+    ref_tiny_batch(inputs, targets, TINY_B * TINY_T, c.vocab_size, 15);
+    double losses[10];
     for (int step = 1; step <= 10; step++) {
-        loss = llama_ref_forward(&m, inputs, targets, TINY_B, TINY_T);
-        if (step == 1) first = loss;
-        monotonic &= loss < prev;
-        prev = loss;
+        losses[step - 1] = llama_ref_forward(&m, inputs, targets, TINY_B, TINY_T);
         llama_ref_backward(&m);
         llama_ref_adamw_step(&m, 1e-2, 0.9, 0.95, 1e-8, 0.1, step);
     }
-    printf("adamw: loss %.6f -> %.6f in 10 steps\n", first, loss);
-    EXPECT(monotonic, "adamw: the loss did not go down at every step");
-    EXPECT(loss < first - 0.5, "adamw: loss %.6f -> %.6f, expected a drop of more than 0.5", first, loss);
+    ref_expect_loss_descent(losses, 10);
 
     double* before = (double*)malloc_check(m.num_params * sizeof(double));
     llama_ref_init_params(&m, 44); // clears m and v: a fresh optimizer
@@ -248,14 +212,10 @@ static void test_adamw(void) {
     llama_ref_zero_grad(&m);
     double lr = 1e-2, wd = 0.1;
     llama_ref_adamw_step(&m, lr, 0.9, 0.95, 1e-8, wd, 1);
-    size_t sizes[LLAMA_REF_NUM_TENSORS], off = 0;
+    size_t sizes[LLAMA_REF_NUM_TENSORS];
     llama_ref_tensor_sizes(sizes, &c);
-    for (int i = 0; i < LLAMA_REF_NUM_TENSORS; i++) {
-        double max_err = 0, f = llama_ref_tensor_is_norm(i) ? 1.0 : 1.0 - lr * wd;
-        for (size_t j = off; j < off + sizes[i]; j++) max_err = fmax(max_err, fabs(m.params_memory[j] - before[j] * f));
-        EXPECT(max_err < 1e-15, "adamw decay: %s should be scaled by %.3f, error %.3e", llama_ref_tensor_name(i), f, max_err);
-        off += sizes[i];
-    }
+    ref_expect_decay_only(m.params_memory, before, sizes, LLAMA_REF_NUM_TENSORS, llama_ref_tensor_decays,
+                          llama_ref_tensor_name, lr, wd);
     free(before);
     llama_ref_free(&m);
 }
@@ -267,7 +227,7 @@ static void test_all_ignored(void) {
     llama_ref_build(&m, &c, TINY_B, TINY_T);
     randomize_params(&m, 11);
     int inputs[TINY_B * TINY_T], targets[TINY_B * TINY_T];
-    tiny_batch(inputs, targets, c.vocab_size, 17);
+    ref_tiny_batch(inputs, targets, TINY_B * TINY_T, c.vocab_size, 17);
     for (int i = 0; i < TINY_B * TINY_T; i++) targets[i] = -1;
     double loss = llama_ref_forward(&m, inputs, targets, TINY_B, TINY_T);
     llama_ref_backward(&m);

@@ -68,15 +68,8 @@ static void test_layer(const char* name, int layer, int B, int T, int C, int NH,
     if (layer == LAYER_ROPE) llama_ref_rope_backward(dinp, k.R, B, T, NH, hs, stride, k.theta);
     if (layer == LAYER_SWIGLU) llama_ref_swiglu_backward(dinp, k.R, k.inp, (int)BT, C);
     if (layer == LAYER_ATTENTION) gpt_ref_attention_gqa_backward(dinp, k.R, k.inp, k.aux, B, T, NH, NKV, hs);
-    fd_stats s;
-    memset(&s, 0, sizeof(s));
-    for (size_t j = 0; j < k.n_inp; j++) fd_element(&s, k.inp, j, dinp[j], layer_loss, &k);
-    fd_report(name, &s, k.n_inp);
-    if (layer == LAYER_RMSNORM) {
-        memset(&s, 0, sizeof(s));
-        for (size_t j = 0; j < (size_t)C; j++) fd_element(&s, k.weight, j, dweight[j], layer_loss, &k);
-        fd_report("rmsnorm weight", &s, (size_t)C);
-    }
+    fd_check_array(name, k.inp, dinp, k.n_inp, layer_loss, &k);
+    if (layer == LAYER_RMSNORM) fd_check_array("rmsnorm weight", k.weight, dweight, (size_t)C, layer_loss, &k);
     free(k.inp); free(k.out); free(k.R); free(k.weight); free(k.aux); free(dinp); free(dweight);
 }
 
