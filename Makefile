@@ -212,9 +212,11 @@ build/dev/llama_ref_dump: dev/interop/llama_ref_dump.c $(LLMC) $(DEV_HEADERS) | 
 # publish_shards on uint32 shards);
 # GPU tests: dev/test/test_<name>.cu (run only where a GPU exists). CPU_TESTS and GPU_TESTS are set
 # at the top.
-# dev/test/test_train_faults.sh, test_train_dist.sh and test_train_llama.sh train on the GPU: they run with
-# the GPU tests (test_train_llama.sh on the shards of data-starter-o200k)
-GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh dev/test/test_train_dist.sh dev/test/test_train_llama.sh
+# dev/test/test_train_faults.sh, test_train_dist.sh, test_train_llama.sh and test_train_multi_gpu.sh train on
+# the GPU: they run with the GPU tests (test_train_llama.sh on the shards of data-starter-o200k;
+# test_train_multi_gpu.sh skips itself on fewer than 2 GPUs)
+GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh dev/test/test_train_dist.sh dev/test/test_train_llama.sh \
+                    dev/test/test_train_multi_gpu.sh
 CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
 # cJSON: safetensors and the tiktoken encoder files
 CJSON_TESTS := test_safetensors test_gpt_hf test_llama_hf test_tokenizer test_make_shards
