@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <stdarg.h>
 
 #define check_fail(what, hint) do { \
     fprintf(stderr, "error: %s\n  at %s:%d\n  hint: %s\n", (what), __FILE__, __LINE__, (hint)); \
@@ -86,6 +87,17 @@ static inline void* realloc_check_(void* old, size_t size, const char* file, int
     return p;
 }
 #define realloc_check(old, size) realloc_check_((old), (size), __FILE__, __LINE__)
+
+// --- host: the readers' error text -----------------------------------------------------------
+// The file readers (checkpoints, safetensors, Hugging Face exports) do not exit: they return -1 with
+// the reason in a buffer of their own. err (size bytes) = "<kind> <path>: " ("<path>: " when kind is
+// "") followed by fmt's message, cut to fit.
+static inline void err_vformat(char* err, size_t size, const char* kind, const char* path, const char* fmt,
+                               va_list ap) {
+    int n = snprintf(err, size, "%s%s%s: ", kind, *kind ? " " : "", path);
+    if (n < 0 || n >= (int)size) n = 0;
+    vsnprintf(err + n, size - (size_t)n, fmt, ap);
+}
 
 // --- device: CUDA, cuBLASLt, NCCL ------------------------------------------------------------
 #ifdef __CUDACC__

@@ -21,9 +21,7 @@ static inline int checkpoint_reader_fail(CheckpointReader* r, const char* fmt, .
 static inline int checkpoint_reader_fail(CheckpointReader* r, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = snprintf(r->err, sizeof(r->err), "checkpoint %s: ", r->path);
-    if (n < 0 || n >= (int)sizeof(r->err)) n = 0;
-    vsnprintf(r->err + n, sizeof(r->err) - (size_t)n, fmt, ap);
+    err_vformat(r->err, sizeof(r->err), "checkpoint", r->path, fmt, ap);
     va_end(ap);
     if (r->f) fclose(r->f);
     r->f = NULL;

@@ -33,9 +33,7 @@ static inline int gpt_hf_fail(GptHfReader* r, const char* fmt, ...) __attribute_
 static inline int gpt_hf_fail(GptHfReader* r, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = snprintf(r->err, sizeof(r->err), "%s: ", r->path);
-    if (n < 0 || n >= (int)sizeof(r->err)) n = 0;
-    vsnprintf(r->err + n, sizeof(r->err) - (size_t)n, fmt, ap);
+    err_vformat(r->err, sizeof(r->err), "", r->path, fmt, ap);
     va_end(ap);
     safetensors_close(&r->st);
     return -1;

@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "atomic_file.h"
+#include "check.h"
 
 #define SAFETENSORS_MAX_HEADER (100u << 20)  // bytes of JSON, as the reference implementation
 #define SAFETENSORS_MAX_DIMS 8
@@ -244,9 +245,7 @@ static inline int safetensors_fail(SafetensorsReader* r, const char* fmt, ...) _
 static inline int safetensors_fail(SafetensorsReader* r, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = snprintf(r->err, sizeof(r->err), "safetensors %s: ", r->path);
-    if (n < 0 || n >= (int)sizeof(r->err)) n = 0;
-    vsnprintf(r->err + n, sizeof(r->err) - (size_t)n, fmt, ap);
+    err_vformat(r->err, sizeof(r->err), "safetensors", r->path, fmt, ap);
     va_end(ap);
     safetensors_close(r);
     return -1;
