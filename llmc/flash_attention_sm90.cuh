@@ -42,7 +42,8 @@ template <int HS> struct Fa90Cfg {
     static constexpr int BOXES = HS / 64;             // 64-column boxes of a tile
     static constexpr int TILE = FA90_BKV * 128 * BOXES;  // bytes of a 128-row tile
     static constexpr int STAGE = 2 * TILE;             // keys, then values
-    static constexpr size_t smem = 1024 + TILE + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES);
+    static constexpr int QBUF = HS == 64 ? 2 : 1;      // query tiles in flight (one at hs 128: shared memory)
+    static constexpr size_t smem = 1024 + QBUF * TILE + FA90_STAGES * STAGE + 8 * (2 * QBUF + 2 * FA90_STAGES);
 };
 
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
@@ -129,33 +130,49 @@ __device__ __forceinline__ uint64_t fa90_desc_mn(uint32_t smem_addr, uint32_t lb
 }
 #endif
 
+// Persistent: a grid of at most one block per SM, block x taking work items x, x + gridDim.x, ... of the
+// B·NH·ceil(T/128) (head, query tile) pairs, the heaviest (last) query tiles first. The ring's step
+// count runs on across a block's items, and the query tile has QBUF buffers (full and empty barriers of
+// its own), so the producer loads the next item's queries and first keys while the consumers finish the
+// current one: the loads at an item's start and the stores at its end are not waited for.
 template <int HS>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
-fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* lse, int T, int NH, int NKV) {
+fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* lse, int B, int T, int NH, int NKV) {
 #if defined(WG_DEVICE_CODE)
     using Cfg = Fa90Cfg<HS>;
+    constexpr int QB = Cfg::QBUF;
     extern __shared__ unsigned char smem_raw[];
     uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
-    uint32_t sq = base, stages = base + Cfg::TILE;
-    uint32_t qbar = stages + FA90_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * FA90_STAGES;
+    uint32_t sq0 = base, stages = base + QB * Cfg::TILE;
+    uint32_t qfull = stages + FA90_STAGES * Cfg::STAGE, qempty = qfull + 8 * QB;
+    uint32_t full = qempty + 8 * QB, empty = full + 8 * FA90_STAGES;
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-    int bh = blockIdx.x, b = bh / NH, h = bh % NH, j = h / (NH / NKV);
-    int q0 = (gridDim.y - 1 - blockIdx.y) * FA90_BQ;
-    int nkv = ceil_div(min(q0 + FA90_BQ, T), FA90_BKV);
-    int row0 = b * T;
-    fa90_barriers_init(qbar, full, empty);
+    int BH = B * NH, ntq = ceil_div(T, FA90_BQ), nitems = BH * ntq;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < QB; i++) { mbar_init(qfull + 8 * i, 1); mbar_init(qempty + 8 * i, 2); }
+        for (int s = 0; s < FA90_STAGES; s++) { mbar_init(full + 8 * s, 1); mbar_init(empty + 8 * s, 2); }
+        mbar_fence_init();
+    }
+    __syncthreads();
     if (wg == 0) {  // producer
         regs_dec<40>();
         if (t == 0) {
-            int qcol = h * HS, kcol = (NH + j) * HS, vcol = (NH + NKV + j) * HS;
-            mbar_arrive_expect_tx(qbar, Cfg::TILE);
-            for (int x = 0; x < Cfg::BOXES; x++) tma_load_2d(sq + x * FA90_BQ * 128, &tqkv, qcol + 64 * x, row0 + q0, qbar);
-            for (int it = 0; it < nkv; it++) {
-                int s = fa90_stage_fill(full, empty, it, Cfg::STAGE);
-                uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
-                for (int x = 0; x < Cfg::BOXES; x++) {
-                    tma_load_2d(k + x * FA90_BKV * 128, &tqkv, kcol + 64 * x, row0 + it * FA90_BKV, full + 8 * s);
-                    tma_load_2d(v + x * FA90_BKV * 128, &tqkv, vcol + 64 * x, row0 + it * FA90_BKV, full + 8 * s);
+            int it = 0, n = 0;
+            for (int w = blockIdx.x; w < nitems; w += gridDim.x, n++) {
+                int bh = w % BH, b = bh / NH, h = bh % NH, j = h / (NH / NKV), q0 = (ntq - 1 - w / BH) * FA90_BQ;
+                int nkv = ceil_div(min(q0 + FA90_BQ, T), FA90_BKV), row0 = b * T;
+                int qcol = h * HS, kcol = (NH + j) * HS, vcol = (NH + NKV + j) * HS, qb = n % QB;
+                uint32_t sq = sq0 + qb * Cfg::TILE;
+                if (n >= QB) mbar_wait(qempty + 8 * qb, (n / QB - 1) & 1);
+                mbar_arrive_expect_tx(qfull + 8 * qb, Cfg::TILE);
+                for (int x = 0; x < Cfg::BOXES; x++) tma_load_2d(sq + x * FA90_BQ * 128, &tqkv, qcol + 64 * x, row0 + q0, qfull + 8 * qb);
+                for (int kv = 0; kv < nkv; kv++, it++) {
+                    int s = fa90_stage_fill(full, empty, it, Cfg::STAGE);
+                    uint32_t k = stages + s * Cfg::STAGE, v = k + Cfg::TILE;
+                    for (int x = 0; x < Cfg::BOXES; x++) {
+                        tma_load_2d(k + x * FA90_BKV * 128, &tqkv, kcol + 64 * x, row0 + kv * FA90_BKV, full + 8 * s);
+                        tma_load_2d(v + x * FA90_BKV * 128, &tqkv, vcol + 64 * x, row0 + kv * FA90_BKV, full + 8 * s);
+                    }
                 }
             }
         }
@@ -163,122 +180,146 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
     }
     regs_inc<232>();
     int c = wg - 1, lane = t % 32, warp = t / 32;
-    int rloc = c * 64 + warp * 16 + lane / 4;  // this thread's rows in the block: rloc, rloc + 8
+    int rloc = c * 64 + warp * 16 + lane / 4;  // this thread's rows in an item's block: rloc, rloc + 8
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
-    float o[HS / 2], sc[FA90_BKV / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[HS / 2], sc[FA90_BKV / 2], m[2], l[2];
     uint32_t pa[FA90_BKV / 4];  // P in bf16, the A fragments of P·V's 8 k-steps
-    #pragma unroll
-    for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
-    mbar_wait(qbar, 0);
-    // S = Q·K_itᵀ into sc (the first k-step overwrites: no zeroing of the accumulators)
-    auto issue_s = [&](uint32_t k) {
+    int it = 0, n = 0;
+    for (int w = blockIdx.x; w < nitems; w += gridDim.x, n++) {
+        int bh = w % BH, b = bh / NH, h = bh % NH, q0 = (ntq - 1 - w / BH) * FA90_BQ;
+        int nkv = ceil_div(min(q0 + FA90_BQ, T), FA90_BKV), row0 = b * T, qb = n % QB;
+        uint32_t sq = sq0 + qb * Cfg::TILE;
         #pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) {
-            uint64_t da = wgmma_desc(sq + (kk / 4) * FA90_BQ * 128 + c * 64 * 128 + (kk % 4) * 32);
-            uint64_t db = wgmma_desc(k + (kk / 4) * FA90_BKV * 128 + (kk % 4) * 32);
-            wgmma_m64n128k16<0, 0>(sc, da, db, kk > 0);
+        for (int i = 0; i < HS / 2; i++) o[i] = 0.0f;
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0.0f;
+        // S = Q·K_kvᵀ into sc (the first k-step overwrites: no zeroing of the accumulators)
+        auto issue_s = [&](uint32_t k) {
+            #pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) {
+                uint64_t da = wgmma_desc(sq + (kk / 4) * FA90_BQ * 128 + c * 64 * 128 + (kk % 4) * 32);
+                uint64_t db = wgmma_desc(k + (kk / 4) * FA90_BKV * 128 + (kk % 4) * 32);
+                wgmma_m64n128k16<0, 0>(sc, da, db, kk > 0);
+            }
+            wgmma_commit();
+        };
+        // O += P·V of the stage sp, P in pa
+        auto issue_pv = [&](int sp) {
+            uint32_t vp = stages + sp * Cfg::STAGE + Cfg::TILE;
+            #pragma unroll
+            for (int kk = 0; kk < FA90_BKV / 16; kk++) fa90_wgmma_rs<HS>(o, pa + 4 * kk, fa90_desc_mn(vp + kk * 2048, FA90_BKV * 128));
+            wgmma_commit();
+        };
+        // the online softmax of step kv's S: masked and scaled, the rows' new max and sum; sc becomes P
+        // (fp32) and alpha[hh] the factor for O's rows
+        auto softmax = [&](int kv, float alpha[2]) {
+            int k0 = kv * FA90_BKV, diag = k0 + FA90_BKV > q0 + c * 64;
+            #pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                int q = q0 + rloc + 8 * hh;
+                float mx = -INFINITY;
+                #pragma unroll
+                for (int i = 0; i < FA90_BKV / 8; i++)
+                    #pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float x = sc[4 * i + 2 * hh + e] * sl2;
+                        if (diag && k0 + 8 * i + 2 * (lane % 4) + e > q) x = -INFINITY;
+                        sc[4 * i + 2 * hh + e] = x;
+                        mx = fmaxf(mx, x);
+                    }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                // finite: key 0 (first step) or the row's own key (diagonal step) is never masked
+                float mnew = fmaxf(m[hh], mx);
+                alpha[hh] = exp2f(m[hh] - mnew);
+                m[hh] = mnew;
+                l[hh] *= alpha[hh];
+                #pragma unroll
+                for (int i = 0; i < FA90_BKV / 8; i++)
+                    #pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float p = exp2f(sc[4 * i + 2 * hh + e] - mnew);
+                        sc[4 * i + 2 * hh + e] = p;
+                        l[hh] += p;
+                    }
+            }
+        };
+        auto pack_p = [&] {
+            #pragma unroll
+            for (int i = 0; i < FA90_BKV / 4; i++) pa[i] = fa_pack(sc[2 * i], sc[2 * i + 1]);
+        };
+        // the query tile is free once the item's last S is done: one arrival per consumer
+        auto release_q = [&] { if (t == 0) mbar_arrive(qempty + 8 * qb); };
+        // Step kv > 0: S = Q·K_kvᵀ is issued, then O += P_(kv-1)·V_(kv-1); the softmax of S runs while the
+        // tensor cores do the second, and O is rescaled once that is done. O sees the same operations in
+        // the same order as without the overlap (rescale, then add P·V), so the result is bitwise the
+        // same. The stage of kv - 1 is held until its P·V is done, so two stages are in use: a ring of
+        // three keeps the next tile's copy ahead.
+        float alpha[2];
+        mbar_wait(qfull + 8 * qb, (n / QB) & 1);
+        int sprev = fa90_stage_wait(full, it++);
+        wgmma_fence();
+        issue_s(stages + sprev * Cfg::STAGE);
+        wgmma_wait<0>();
+        if (nkv == 1) release_q();
+        softmax(0, alpha);  // O is still zero: no rescale
+        pack_p();
+        for (int kv = 1; kv < nkv; kv++) {
+            int s = fa90_stage_wait(full, it++);
+            wgmma_fence();
+            issue_s(stages + s * Cfg::STAGE);
+            issue_pv(sprev);
+            wgmma_wait<1>();  // S is done; P·V may still run
+            if (kv == nkv - 1) release_q();
+            softmax(kv, alpha);
+            wgmma_wait<0>();  // P·V of the previous step: its stage and its registers are free
+            fa90_stage_release(empty, sprev);
+            #pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+                #pragma unroll
+                for (int nd = 0; nd < HS / 8; nd++) { o[4 * nd + 2 * hh] *= alpha[hh]; o[4 * nd + 2 * hh + 1] *= alpha[hh]; }
+            pack_p();
+            sprev = s;
         }
-        wgmma_commit();
-    };
-    // O += P·V of the stage sp, P in pa
-    auto issue_pv = [&](int sp) {
-        uint32_t vp = stages + sp * Cfg::STAGE + Cfg::TILE;
-        #pragma unroll
-        for (int kk = 0; kk < FA90_BKV / 16; kk++) fa90_wgmma_rs<HS>(o, pa + 4 * kk, fa90_desc_mn(vp + kk * 2048, FA90_BKV * 128));
-        wgmma_commit();
-    };
-    // the online softmax of step it's S: masked and scaled, the rows' new max and sum; sc becomes P
-    // (fp32) and alpha[hh] the factor for O's rows
-    auto softmax = [&](int it, float alpha[2]) {
-        int k0 = it * FA90_BKV, diag = k0 + FA90_BKV > q0 + c * 64;
+        wgmma_fence();
+        issue_pv(sprev);  // the last step's P·V
+        wgmma_wait<0>();
+        fa90_stage_release(empty, sprev);
+
         #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
+            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
             int q = q0 + rloc + 8 * hh;
-            float mx = -INFINITY;
+            float inv = 1.0f / l[hh];
             #pragma unroll
-            for (int i = 0; i < FA90_BKV / 8; i++)
-                #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float x = sc[4 * i + 2 * hh + e] * sl2;
-                    if (diag && k0 + 8 * i + 2 * (lane % 4) + e > q) x = -INFINITY;
-                    sc[4 * i + 2 * hh + e] = x;
-                    mx = fmaxf(mx, x);
-                }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            // finite: key 0 (first step) or the row's own key (diagonal step) is never masked
-            float mnew = fmaxf(m[hh], mx);
-            alpha[hh] = exp2f(m[hh] - mnew);
-            m[hh] = mnew;
-            l[hh] *= alpha[hh];
-            #pragma unroll
-            for (int i = 0; i < FA90_BKV / 8; i++)
-                #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float p = exp2f(sc[4 * i + 2 * hh + e] - mnew);
-                    sc[4 * i + 2 * hh + e] = p;
-                    l[hh] += p;
-                }
+            for (int nd = 0; nd < HS / 8; nd++) { o[4 * nd + 2 * hh] *= inv; o[4 * nd + 2 * hh + 1] *= inv; }
+            if (lane % 4 == 0 && q < T) lse[(size_t)bh * T + q] = (m[hh] + log2f(l[hh])) * FA_LN2;
         }
-    };
-    auto pack_p = [&] {
-        #pragma unroll
-        for (int i = 0; i < FA90_BKV / 4; i++) pa[i] = fa_pack(sc[2 * i], sc[2 * i + 1]);
-    };
-    // Step it > 0: S = Q·K_itᵀ is issued, then O += P_(it-1)·V_(it-1); the softmax of S runs while the
-    // tensor cores do the second, and O is rescaled once that is done. O sees the same operations in the
-    // same order as without the overlap (rescale, then add P·V), so the result is bitwise the same. The
-    // stage of it - 1 is held until its P·V is done, so two stages are in use: a ring of three keeps the
-    // next tile's copy ahead.
-    float alpha[2];
-    int sprev = fa90_stage_wait(full, 0);
-    wgmma_fence();
-    issue_s(stages + sprev * Cfg::STAGE);
-    wgmma_wait<0>();
-    softmax(0, alpha);  // O is still zero: no rescale
-    pack_p();
-    for (int it = 1; it < nkv; it++) {
-        int s = fa90_stage_wait(full, it);
-        wgmma_fence();
-        issue_s(stages + s * Cfg::STAGE);
-        issue_pv(sprev);
-        wgmma_wait<1>();  // S is done; P·V may still run
-        softmax(it, alpha);
-        wgmma_wait<0>();  // P·V of the previous step: its stage and its registers are free
-        fa90_stage_release(empty, sprev);
-        #pragma unroll
-        for (int hh = 0; hh < 2; hh++)
-            #pragma unroll
-            for (int nd = 0; nd < HS / 8; nd++) { o[4 * nd + 2 * hh] *= alpha[hh]; o[4 * nd + 2 * hh + 1] *= alpha[hh]; }
-        pack_p();
-        sprev = s;
+        size_t C = (size_t)NH * HS;  // the accumulator has the mma.sync layout per warp: fa_store_rows writes it
+        fa_store_rows<HS>(out + (size_t)row0 * C + h * HS, C, (const float(*)[4])o, 1.0f, q0 + c * 64 + warp * 16, T, lane);
     }
-    wgmma_fence();
-    issue_pv(sprev);  // the last step's P·V
-    wgmma_wait<0>();
-    fa90_stage_release(empty, sprev);
-
-    #pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-        l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
-        l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
-        int q = q0 + rloc + 8 * hh;
-        float inv = 1.0f / l[hh];
-        #pragma unroll
-        for (int nd = 0; nd < HS / 8; nd++) { o[4 * nd + 2 * hh] *= inv; o[4 * nd + 2 * hh + 1] *= inv; }
-        if (lane % 4 == 0 && q < T) lse[(size_t)bh * T + q] = (m[hh] + log2f(l[hh])) * FA_LN2;
-    }
-    size_t C = (size_t)NH * HS;  // the accumulator has the mma.sync layout per warp: fa_store_rows writes it
-    fa_store_rows<HS>(out + (size_t)row0 * C + h * HS, C, (const float(*)[4])o, 1.0f, q0 + c * 64 + warp * 16, T, lane);
 #endif
+}
+
+// SMs of the current device, asked once
+static inline int fa90_sm_count(void) {
+    static int n = 0;
+    if (n == 0) {
+        int dev = 0;
+        cuda_check(cudaGetDevice(&dev));
+        cuda_check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return n;
 }
 
 template <int HS>
 static void fa90_forward_launch(const CUtensorMap& map, bf16* out, float* lse, int B, int T, int NH, int NKV,
                               cudaStream_t st) {
     size_t smem = Fa90Cfg<HS>::smem;
+    int items = B * NH * ceil_div(T, FA90_BQ), grid = items < fa90_sm_count() ? items : fa90_sm_count();
     cuda_check(cudaFuncSetAttribute(fa90_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa90_forward_kernel<HS><<<dim3(B * NH, ceil_div(T, FA90_BQ)), FA90_THREADS, smem, st>>>(map, out, lse, T, NH, NKV);
+    fa90_forward_kernel<HS><<<grid, FA90_THREADS, smem, st>>>(map, out, lse, B, T, NH, NKV);
     cuda_check_launch();
 }
 
