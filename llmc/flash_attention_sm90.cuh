@@ -7,9 +7,10 @@
 // ring of 3 stages) and warpgroups 1 and 2 consuming, each with 64 rows of the block's 128; wgmma
 // multiplies from shared memory, and the softmax's P (or dS) stays in registers as the A operand of the
 // next wgmma (the accumulator layout is the A-fragment layout).
-//   forward: block per (b·NH + h, 128 queries); the query tile once, key and value tiles of 128 rows
-//            through the ring: S (64 x 128 a consumer) = Q·Kᵀ by m64n128k16 (K-major operands); the
-//            online softmax as llmc/flash_attention.cuh's (base 2, the scale folded in, rows owned by
+//   forward: persistent: a grid of at most one block per SM, block x taking the work items x, x + grid,
+//            ... of (b·NH + h, 128 queries), the heaviest first; the query tile per item, key and value
+//            tiles of 128 rows through the ring: S (64 x 128 a consumer) = Q·Kᵀ by m64n128k16 (K-major
+//            operands); the online softmax as llmc/flash_attention.cuh's (base 2, the scale folded in, rows owned by
 //            quads of lanes); O (64 x hs) += P·V by m64n{hs}k16 with V read MN-major. The softmax of one
 //            tile runs while the tensor cores multiply the previous tile's P·V (FlashAttention-3's
 //            overlap within a warpgroup)
@@ -28,7 +29,7 @@
 // next sequence's rows (past the tensor's end: zeros); keys past T are later than every query < T, so the
 // causal mask removes them, and rows past T are not stored (and get lse = +inf, D = 0 in the backward).
 // Not yet: the two consumers taking turns, TMA stores of the outputs (dev/cuda/README.md has the
-// measurements).
+// measurements). The backward kernels persistent as the forward were no faster (dev/cuda/README.md).
 #pragma once
 #include "sm90_wgmma.cuh"
 #include "flash_attention_backward.cuh"  // and the forward's: the tiles' helpers, the dot kernel, RoPE's

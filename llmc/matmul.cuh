@@ -14,10 +14,12 @@ enum {
     MATMUL_EPILOGUE_BIAS,           // + bias (N,) bf16 on every row (the linear forward)
     MATMUL_EPILOGUE_GELU_AUX_BIAS,  // u = product + bias (N,) bf16 is stored to aux (M, N) bf16, D = GELU(u)
     MATMUL_EPILOGUE_DGELU,          // ⊙ GELU'(aux), aux (M, N) bf16 (the MLP's backward through its GELU)
+    MATMUL_EPILOGUE_BGRAD_A,        // bias (M,) fp32 = Σ over k of op(A) (M, K), written (a linear layer's
+                                    // bias gradient in its dW GEMM: op(A) = dyᵀ)
 };
 typedef struct {
     int kind;          // MATMUL_EPILOGUE_*
-    const void* bias;  // BIAS, GELU_AUX_BIAS: the bias
+    const void* bias;  // BIAS, GELU_AUX_BIAS: the bias; BGRAD_A: where the bias gradient goes
     const void* aux;   // GELU_AUX_BIAS: u, written; DGELU: the GELU's input, read
     int ld_aux;        // aux's row stride in elements
 } MatmulEpilogue;
@@ -34,9 +36,9 @@ typedef struct {
     float waves;  // the heuristic's estimate of how many waves of the GPU's SMs the algorithm's tiles fill
 } MatmulPlan;
 
-static inline void matmul_plan_make(MatmulPlan* p, const GpuContext* ctx, cudaDataType_t d_type, int ldd,
-                                    int lda, int trans_a, int ldb, int trans_b, int M, int N, int K,
-                                    int epilogue, int ld_aux) {
+// The plan's descriptors, without an algorithm yet
+static inline void matmul_plan_describe(MatmulPlan* p, cudaDataType_t d_type, int ldd, int lda, int trans_a,
+                                        int ldb, int trans_b, int M, int N, int K, int epilogue, int ld_aux) {
     p->d_type = d_type; p->ldd = ldd; p->lda = lda; p->trans_a = trans_a; p->ldb = ldb; p->trans_b = trans_b;
     p->M = M; p->N = N; p->K = K; p->epilogue = epilogue; p->ld_aux = ld_aux;
     cublas_check(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -46,11 +48,17 @@ static inline void matmul_plan_make(MatmulPlan* p, const GpuContext* ctx, cudaDa
     cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     if (epilogue != MATMUL_EPILOGUE_NONE) {
         // cuBLASLt sees the column-major D^T (N, M): its rows are our columns, along which the bias runs
+        // (and its columns are cuBLASLt's first operand, our B: our op(A)'s sum over k is its BGRADB)
         static const cublasLtEpilogue_t lt_ep[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
-                                                   CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU};
+                                                   CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
+                                                   CUBLASLT_EPILOGUE_BGRADB};
         cublasLtEpilogue_t ep = lt_ep[epilogue];
         cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
-        if (epilogue != MATMUL_EPILOGUE_BIAS) {  // aux has D's shape, row stride ld_aux
+        if (epilogue == MATMUL_EPILOGUE_BGRAD_A) {  // an fp32 gradient
+            cudaDataType_t bt = CUDA_R_32F;
+            cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+        }
+        if (epilogue != MATMUL_EPILOGUE_BIAS && epilogue != MATMUL_EPILOGUE_BGRAD_A) {  // aux has D's shape, row stride ld_aux
             int64_t ld = ld_aux;
             cudaDataType_t at = CUDA_R_16BF;
             cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
@@ -61,21 +69,37 @@ static inline void matmul_plan_make(MatmulPlan* p, const GpuContext* ctx, cudaDa
     cublas_check(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb));
     cublas_check(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda));
     cublas_check(cublasLtMatrixLayoutCreate(&p->ld, d_type, N, M, ldd));
+}
+
+// Up to n algorithms for the described plan, the heuristic's best first; returns how many it found (0
+// also when cuBLASLt does not support the combination at all)
+static inline int matmul_plan_candidates(const MatmulPlan* p, const GpuContext* ctx, int n,
+                                         cublasLtMatmulHeuristicResult_t* out) {
     cublasLtMatmulPreference_t pref;
     cublas_check(cublasLtMatmulPreferenceCreate(&pref));
     cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &ctx->lt_workspace_bytes, sizeof(ctx->lt_workspace_bytes)));
-    cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    cublas_check(cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &heur, &found));
-    if (found == 0) {
-        fprintf(stderr, "error: cuBLASLt has no algorithm for M=%d N=%d K=%d (trans_a=%d trans_b=%d, lda=%d ldb=%d ldd=%d)\n"
-                "  hint: sizes and leading dimensions should be multiples of 8\n", M, N, K, trans_a, trans_b, lda, ldb, ldd);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, n, out, &found);
+    cublas_check(cublasLtMatmulPreferenceDestroy(pref));
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) return 0;
+    cublas_check(st);
+    return found;
+}
+
+static inline void matmul_plan_make(MatmulPlan* p, const GpuContext* ctx, cudaDataType_t d_type, int ldd,
+                                    int lda, int trans_a, int ldb, int trans_b, int M, int N, int K,
+                                    int epilogue, int ld_aux) {
+    matmul_plan_describe(p, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, epilogue, ld_aux);
+    cublasLtMatmulHeuristicResult_t heur;
+    if (matmul_plan_candidates(p, ctx, 1, &heur) == 0) {
+        fprintf(stderr, "error: cuBLASLt has no algorithm for M=%d N=%d K=%d (trans_a=%d trans_b=%d, lda=%d ldb=%d ldd=%d, "
+                "epilogue %d)\n  hint: sizes and leading dimensions should be multiples of 8\n", M, N, K, trans_a, trans_b,
+                lda, ldb, ldd, epilogue);
         exit(EXIT_FAILURE);
     }
     p->algo = heur.algo;
     p->waves = heur.wavesCount;
-    cublas_check(cublasLtMatmulPreferenceDestroy(pref));
 }
 
 static inline void matmul_plan_free(MatmulPlan* p) {
