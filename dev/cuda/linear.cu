@@ -6,8 +6,9 @@
 // Columns: forward (ours: y = x·Wᵀ + b; plain: y = x·Wᵀ), backward (ours: dx, dW += dyᵀ·x, db; plain: the
 // two GEMMs dx = dy·W, dW += dyᵀ·x), TF/s over the layer's 2·N·IC·OC (fwd) and 4·N·IC·OC (bwd) FLOPs.
 // The layers' correctness is tested against the CPU reference by dev/test/test_layers.cu.
-// Then, at C = 768, a candidate the trainer does not take: the fc layer's GELU in its GEMM's epilogue
-// (bench_gelu_fusion; dev/cuda/README.md says why not).
+// Then, at C = 768, two candidates the trainer does not take (dev/cuda/README.md says why): the bias
+// gradient in the dW GEMM's epilogue (bench_bias_epilogue) and the fc layer's GELU in its GEMM's
+// epilogue (bench_gelu_fusion). dev/cuda/gemm_algos.cu tries cuBLASLt's other algorithms for the GEMMs.
 //   build/dev/linear              N = 65536 (B = 64, T = 1024), C = 768 (d12) and C = 1600 (d48)
 //   build/dev/linear N C          one shape
 #include <stdio.h>
@@ -115,48 +116,7 @@ static void bench_gelu_fusion(int N, int C, const GpuContext* ctx) {
     for (bf16* q : bufs) cuda_check(cudaFree(q));
 }
 
-// --- the backward's GEMMs one by one: cuBLASLt's other algorithms, and the bias gradients in the epilogues ---
-
-// tile, stages, split-k, swizzle and cluster shape of an algorithm (cuBLASLt's enum values)
-static void describe_algo(const cublasLtMatmulAlgo_t* a, char* out, size_t n) {
-    uint32_t tile = 0, stages = 0, swz = 0, cluster = 0;
-    int32_t splitk = 0;
-    size_t w;
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk), &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof(swz), &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster), &w);
-    snprintf(out, n, "tile %u stages %u splitk %d swizzle %u cluster %u", tile, stages, splitk, swz, cluster);
-}
-
-// The median ms of the plan's heuristic pick (cand[0]) and of the fastest of up to 16 candidates; *best
-// the index of the fastest. -1 when cuBLASLt has no algorithm for the plan (an unsupported epilogue).
-static float time_plan(MatmulPlan* p, float* best_ms, int* best, void* D, const bf16* A, const bf16* B, float beta,
-                       const MatmulEpilogue* ep, const GpuContext* ctx) {
-    cublasLtMatmulHeuristicResult_t cand[16];
-    int n = matmul_plan_candidates(p, ctx, 16, cand);
-    *best = -1; *best_ms = -1.0f;
-    float first = -1.0f;
-    for (int i = 0; i < n; i++) {
-        p->algo = cand[i].algo;
-        float ms = time_ms([&] { matmul_plan_run(p, ctx, D, A, B, 1.0f, beta, ep); }, ctx->stream, 10);
-        if (i == 0) first = ms;
-        if (*best < 0 || ms < *best_ms) { *best_ms = ms; *best = i; }
-    }
-    if (*best > 0) {
-        char d0[96], db[96];
-        describe_algo(&cand[0].algo, d0, sizeof(d0));
-        describe_algo(&cand[*best].algo, db, sizeof(db));
-        printf("    heuristic: %s; fastest: %s\n", d0, db);
-    }
-    return first;
-}
-
-static void print_plan_times(const char* what, float first, float best_ms, int best) {
-    if (best < 0) { printf("  %-34s  cuBLASLt has no algorithm\n", what); return; }
-    printf("  %-34s  %7.3f  %7.3f (#%d)\n", what, first, best_ms, best);
-}
+// --- the bias gradient in the dW GEMM's epilogue (cuBLASLt BGRADB), against the bias kernel ---
 
 // max |a - b| over max |a|, n fp32 values on the GPU
 static double rel_diff(const float* a, const float* b, int n) {
@@ -168,65 +128,48 @@ static double rel_diff(const float* a, const float* b, int n) {
     return m > 0 ? e / m : e;
 }
 
-// One layer's backward GEMMs as linear_backward runs them, each timed with the heuristic's algorithm and
-// the fastest of its candidates; then dW's GEMM with the layer's bias gradient in its epilogue (BGRAD_A:
-// the sum of dy over the rows, checked against the bias kernel's on the same data). (cuBLASLt 13 has no
-// algorithm for DGELU_BGRAD with an fp32 bias gradient, which the fc layer's bias would need.)
-static void bench_backward_parts(const char* name, int N, int IC, int OC, int gelu, const GpuContext* ctx) {
+// One layer: dW += dyᵀ·x alone, the bias kernel alone, and dW's GEMM with the bias gradient in its
+// epilogue (MATMUL_EPILOGUE_BGRAD_A), whose sum is checked against the kernel's on the same dy.
+// (cuBLASLt 13 has no algorithm for DGELU_BGRAD with an fp32 bias gradient, which would give the fc
+// layer's bias from the fc projection's dx GEMM.)
+static void bench_bias_layer(const char* name, int N, int IC, int OC, const GpuContext* ctx) {
     bf16* x = alloc_filled((size_t)N * IC, 1.0f, 21, ctx);
-    bf16* u = alloc_filled((size_t)N * IC, 1.0f, 22, ctx);
-    bf16* W = alloc_filled((size_t)OC * IC, 0.02f, 23, ctx);
     bf16* dy = alloc_filled((size_t)N * OC, 0.01f, 24, ctx);
-    bf16* dx;
     float *dW, *db, *db_ep, *scratch;
-    cuda_check(cudaMalloc(&dx, (size_t)N * IC * sizeof(bf16)));
     cuda_check(cudaMalloc(&dW, (size_t)OC * IC * sizeof(float)));
     cuda_check(cudaMalloc(&db, OC * sizeof(float))); cuda_check(cudaMalloc(&db_ep, OC * sizeof(float)));
     cuda_check(cudaMalloc(&scratch, (size_t)LINEAR_BIAS_CHUNKS * OC * sizeof(float)));
     cuda_check(cudaMemsetAsync(dW, 0, (size_t)OC * IC * sizeof(float), ctx->stream));
-    printf("%s (%d -> %d)%*s  heuristic  fastest\n", name, IC, OC, 24 - (int)strlen(name), "");
-    auto bias_sum = [&](float* out, const bf16* g, int cols) {
-        cuda_check(cudaMemsetAsync(out, 0, cols * sizeof(float), ctx->stream));
-        linear_bias_partial_kernel<<<dim3(ceil_div(cols, 256), LINEAR_BIAS_CHUNKS), 256, 0, ctx->stream>>>(scratch, g, N, cols);
-        linear_bias_finish_kernel<<<ceil_div(cols, 256), 256, 0, ctx->stream>>>(out, scratch, cols);
+    cuda_check(cudaMemsetAsync(db, 0, OC * sizeof(float), ctx->stream));
+    const int reps = 20;
+    float gemm = time_ms([&] { matmul(ctx, dW, CUDA_R_32F, IC, dy, OC, 1, x, IC, 0, OC, IC, N, 1.0f, 1.0f); },
+                         ctx->stream, reps);
+    float kern = time_ms([&] {
+        linear_bias_partial_kernel<<<dim3(ceil_div(OC, 256), LINEAR_BIAS_CHUNKS), 256, 0, ctx->stream>>>(scratch, dy, N, OC);
+        linear_bias_finish_kernel<<<ceil_div(OC, 256), 256, 0, ctx->stream>>>(db, scratch, OC);
         cuda_check_launch();
-    };
-    float best_ms, first;
-    int best;
-    MatmulPlan p;
-    // dx = dy · W (N, IC), plain or through GELU'(u)
-    int ep_dx = gelu ? MATMUL_EPILOGUE_DGELU : MATMUL_EPILOGUE_NONE;
-    MatmulEpilogue e_dx = {ep_dx, NULL, u, IC};
-    matmul_plan_describe(&p, CUDA_R_16BF, IC, OC, 0, IC, 0, N, IC, OC, ep_dx, IC);
-    first = time_plan(&p, &best_ms, &best, dx, dy, W, 0.0f, gelu ? &e_dx : NULL, ctx);
-    print_plan_times(gelu ? "dx, DGELU" : "dx", first, best_ms, best);
-    matmul_plan_free(&p);
-    // dW += dyᵀ · x (OC, IC) fp32
-    matmul_plan_describe(&p, CUDA_R_32F, IC, OC, 1, IC, 0, OC, IC, N, MATMUL_EPILOGUE_NONE, 0);
-    first = time_plan(&p, &best_ms, &best, dW, dy, x, 1.0f, NULL, ctx);
-    print_plan_times("dW", first, best_ms, best);
-    matmul_plan_free(&p);
-    float kern = time_ms([&] { bias_sum(db, dy, OC); }, ctx->stream, 10);
-    printf("  %-34s  %7.3f\n", "bias kernel (dy)", kern);
-    // dW with the bias gradient of this layer in its epilogue
-    MatmulEpilogue e_bg = {MATMUL_EPILOGUE_BGRAD_A, db_ep, NULL, 0};
-    matmul_plan_describe(&p, CUDA_R_32F, IC, OC, 1, IC, 0, OC, IC, N, MATMUL_EPILOGUE_BGRAD_A, 0);
-    first = time_plan(&p, &best_ms, &best, dW, dy, x, 1.0f, &e_bg, ctx);
-    print_plan_times("dW, BGRAD_A", first, best_ms, best);
-    if (best >= 0) printf("  %-34s  %.2e of max |db|\n", "  its db against the kernel's", rel_diff(db, db_ep, OC));
-    matmul_plan_free(&p);
-    bf16* bufs[] = {x, u, W, dy, dx};
-    for (bf16* q : bufs) cuda_check(cudaFree(q));
+    }, ctx->stream, reps);
+    MatmulEpilogue ep = {MATMUL_EPILOGUE_BGRAD_A, db_ep, NULL, 0};
+    float fused = time_ms([&] { matmul_ex(ctx, dW, CUDA_R_32F, IC, dy, OC, 1, x, IC, 0, OC, IC, N, 1.0f, 1.0f, &ep); },
+                          ctx->stream, reps);
+    // the kernel adds into db over the timing runs: one more from zero, to compare
+    cuda_check(cudaMemsetAsync(db, 0, OC * sizeof(float), ctx->stream));
+    linear_bias_partial_kernel<<<dim3(ceil_div(OC, 256), LINEAR_BIAS_CHUNKS), 256, 0, ctx->stream>>>(scratch, dy, N, OC);
+    linear_bias_finish_kernel<<<ceil_div(OC, 256), 256, 0, ctx->stream>>>(db, scratch, OC);
+    cuda_check_launch();
+    printf("%-8s %5d -> %5d | dW %.3f + bias kernel %.3f = %.3f | dW with BGRAD_A %.3f (%+.3f) | db differs by %.1e of max |db|\n",
+           name, IC, OC, gemm, kern, gemm + kern, fused, fused - gemm - kern, rel_diff(db, db_ep, OC));
+    cuda_check(cudaFree(x)); cuda_check(cudaFree(dy));
     float* fbufs[] = {dW, db, db_ep, scratch};
     for (float* q : fbufs) cuda_check(cudaFree(q));
 }
 
-static void bench_backward(int N, int C, const GpuContext* ctx) {
-    printf("\nN = %d, C = %d: the backward's GEMMs, ms (heuristic's algorithm, fastest of its 16 candidates)\n", N, C);
-    bench_backward_parts("qkv", N, C, 3 * C, 0, ctx);
-    bench_backward_parts("attproj", N, C, C, 0, ctx);
-    bench_backward_parts("fc", N, C, 4 * C, 0, ctx);
-    bench_backward_parts("fcproj", N, 4 * C, C, 1, ctx);
+static void bench_bias_epilogue(int N, int C, const GpuContext* ctx) {
+    printf("\nN = %d, C = %d: the bias gradient, ms\n", N, C);
+    bench_bias_layer("qkv", N, C, 3 * C, ctx);
+    bench_bias_layer("attproj", N, C, C, ctx);
+    bench_bias_layer("fc", N, C, 4 * C, ctx);
+    bench_bias_layer("fcproj", N, 4 * C, C, ctx);
 }
 
 static void bench_block(int N, int C, const GpuContext* ctx) {
@@ -254,12 +197,12 @@ int main(int argc, char** argv) {
             return 2;
         }
         bench_block(N, C, &ctx);
-        bench_backward(N, C, &ctx);
+        bench_bias_epilogue(N, C, &ctx);
         bench_gelu_fusion(N, C, &ctx);
     } else {
         bench_block(65536, 768, &ctx);
         bench_block(65536, 1600, &ctx);
-        bench_backward(65536, 768, &ctx);
+        bench_bias_epilogue(65536, 768, &ctx);
         bench_gelu_fusion(65536, 768, &ctx);
     }
     gpu_context_free(&ctx);
