@@ -7,14 +7,17 @@
 // backward reads; the normalized xhat is never stored (recomputed from x, mean, rstd).
 // Backward: one kernel reads each row once (16-byte vectors, held in registers): the two row sums, dx
 // ACCUMULATED into the residual-stream gradient (bf16), and column sums for dw, db (C,) fp32 kept per
-// lane; LN_BWD_BLOCKS blocks write partial sums to scratch and one kernel adds them in order
-// (deterministic, no atomics). Napkin math at N = 65536, C = 768: 400 MB moved, ~0.1 ms.
+// warp in shared memory; its blocks (one wave, at most LN_BWD_BLOCKS) write partial sums to scratch
+// and one kernel adds them in order (deterministic, no atomics). Napkin math at N = 65536, C = 768:
+// 400 MB moved, ~0.1 ms.
 // Sizes: C % 8 == 0 and C <= LN_MAX_C (checked by the launchers).
 #pragma once
 #include "cuda_common.cuh"
 
 #define LN_EPS 1e-5f
-#define LN_BWD_BLOCKS 256    // blocks of the backward, each writing a partial (2, C) fp32 row of dw, db to scratch
+#define LN_BWD_BLOCKS 1024   // at most this many blocks in the backward, each writing a partial (2, C) fp32 row of
+                             // dw, db to scratch
+#define LN_BWD_WARPS 4       // warps per block of the backward
 #define LN_MAX_C ROW_MAX_C   // every kernel keeps a row in registers (llmc/cuda_common.cuh)
 #define LN_ROWS_PER_BLOCK 8  // warps per block in the row kernels
 
@@ -65,88 +68,93 @@ layernorm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* resid_out, c
     if (lane == 0) { mean[row] = m; rstd[row] = rs; }
 }
 
-// One kernel for dx and the per-block partial sums of dw, db. LN_BWD_BLOCKS blocks of 8 warps; warp
-// `w` of block `b` takes rows b·8 + w, then + LN_BWD_BLOCKS·8, ... Each lane holds K groups of 8
-// adjacent channels (channels 8·(lane + 32k) ..), read as 16-byte vectors, so one row is read once
-// into registers and used for both row sums, the dx update and the column sums it keeps for its
-// channels across its rows. At the end the 8 warps add their column sums into shared memory one
-// after the other (a fixed order) and the block writes its partial (2, C) row: no atomics.
+// One kernel for dx and the per-block partial sums of dw, db: blocks of LN_BWD_WARPS warps, as many as
+// fit on the GPU at once (at most LN_BWD_BLOCKS); warp `w` of block `b` takes rows b·LN_BWD_WARPS + w,
+// then + gridDim·LN_BWD_WARPS, ... (a fixed assignment, so the order of sums is fixed for a grid). Each
+// lane holds K groups of 8 adjacent channels (channels 8·(lane + 32k) ..), read as 16-byte vectors: a
+// row's dout, x and dinp are loaded together, once, into registers. The column sums of dw and db go to
+// the warp's own slice of shared memory (channel-major by element: lanes hit distinct banks), not to
+// registers: fewer registers, more warps in flight. At the end the block adds its warps' slices in
+// order and writes its partial (2, C) row: no atomics.
 // Per row: g = dout·w; dx = rstd·(g − mean(g) − xhat·mean(g·xhat)); dinp += dx; dw += dout·xhat, db += dout.
 template <int K>
-__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
+__global__ void __launch_bounds__(32 * LN_BWD_WARPS, K <= 3 ? 6 : K <= 7 ? 3 : 2)
 layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp, const float* mean,
                           const float* rstd, const bf16* w, int N, int C) {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, groups = C / 8;
-    // registers per group: w, dout, x as raw bf16 vectors, dw and db as fp32 (28 in all)
+    // shared: (LN_BWD_WARPS, 2, 8, groups): warp, dw or db, element e of a group, group: channel 8·g + e
+    extern __shared__ float sums[];
+    float* mine = sums + (size_t)warp * 2 * C;
+    for (int i = lane; i < 2 * C; i += 32) mine[i] = 0.0f;
+    __syncwarp();
     Bf16x8 wr[K];
-    float dw[K][8], db[K][8];
     for (int k = 0; k < K; k++) {
         int gi = lane + 32 * k;
         wr[k] = gi < groups ? load128(w + 8 * gi) : zero128();
-        for (int e = 0; e < 8; e++) dw[k][e] = db[k][e] = 0.0f;
     }
-    for (int row = blockIdx.x * LN_ROWS_PER_BLOCK + warp; row < N; row += LN_BWD_BLOCKS * LN_ROWS_PER_BLOCK) {
+    for (int row = blockIdx.x * LN_BWD_WARPS + warp; row < N; row += gridDim.x * LN_BWD_WARPS) {
         const bf16* drow = dout + (size_t)row * C;
         const bf16* xrow = inp + (size_t)row * C;
+        bf16* dxrow = dinp + (size_t)row * C;
         float m = mean[row], rs = rstd[row];
-        Bf16x8 dr[K], xr[K];
+        Bf16x8 dr[K], xr[K], dx[K];
         for (int k = 0; k < K; k++) {
             int gi = lane + 32 * k;
-            dr[k] = xr[k] = zero128();
-            if (gi < groups) { dr[k] = load128(drow + 8 * gi); xr[k] = load128(xrow + 8 * gi); }
+            dr[k] = xr[k] = dx[k] = zero128();
+            if (gi < groups) { dr[k] = load128(drow + 8 * gi); xr[k] = load128(xrow + 8 * gi); dx[k] = load128(dxrow + 8 * gi); }
         }
         float sg = 0.0f, sgx = 0.0f;
         for (int k = 0; k < K; k++) {
-            if (lane + 32 * k >= groups) continue;
+            int gi = lane + 32 * k;
+            if (gi >= groups) continue;
             for (int e = 0; e < 8; e++) {
                 float dv = bf16x8_get(dr[k], e), xhat = (bf16x8_get(xr[k], e) - m) * rs;
                 float g = dv * bf16x8_get(wr[k], e);
                 sg += g;
                 sgx += g * xhat;
-                dw[k][e] += dv * xhat;
-                db[k][e] += dv;
+                mine[e * groups + gi] += dv * xhat;
+                mine[(8 + e) * groups + gi] += dv;
             }
         }
         float mg = warp_reduce_sum(sg) / C, mgx = warp_reduce_sum(sgx) / C;
-        bf16* dxrow = dinp + (size_t)row * C;
         for (int k = 0; k < K; k++) {
             int gi = lane + 32 * k;
             if (gi >= groups) continue;
-            Bf16x8 dx = load128(dxrow + 8 * gi);
             float o[8];
             for (int e = 0; e < 8; e++) {
                 float xhat = (bf16x8_get(xr[k], e) - m) * rs, g = bf16x8_get(dr[k], e) * bf16x8_get(wr[k], e);
-                o[e] = bf16x8_get(dx, e) + rs * (g - mg - xhat * mgx);
+                o[e] = bf16x8_get(dx[k], e) + rs * (g - mg - xhat * mgx);
             }
             store128(dxrow + 8 * gi, bf16x8_from_floats(o));
         }
     }
-    extern __shared__ float sums[];  // (2, C): dw then db
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) sums[c] = 0.0f;
-    for (int turn = 0; turn < LN_ROWS_PER_BLOCK; turn++) {
-        __syncthreads();
-        if (warp != turn) continue;
-        for (int k = 0; k < K; k++) {
-            int gi = lane + 32 * k;
-            if (gi >= groups) continue;
-            for (int e = 0; e < 8; e++) { sums[8 * gi + e] += dw[k][e]; sums[C + 8 * gi + e] += db[k][e]; }
-        }
-    }
     __syncthreads();
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) partial[(size_t)blockIdx.x * 2 * C + c] = sums[c];
+    // the block's partial row: (2, C) in channel order, the warps' slices added in order
+    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+        int which = i / C, c = i % C, at = (which * 8 + c % 8) * groups + c / 8;
+        float acc = 0.0f;
+        for (int v = 0; v < LN_BWD_WARPS; v++) acc += sums[(size_t)v * 2 * C + at];
+        partial[(size_t)blockIdx.x * 2 * C + i] = acc;
+    }
 }
 
-// dweight[c] += Σ_block partial[block, 0, c], dbias[c] += Σ_block partial[block, 1, c], blocks in order.
-__global__ void layernorm_backward_finish_kernel(float* dweight, float* dbias, const float* partial, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float dw = 0.0f, db = 0.0f;
-    for (int k = 0; k < LN_BWD_BLOCKS; k++) {
-        dw += partial[((size_t)k * 2 + 0) * C + c];
-        db += partial[((size_t)k * 2 + 1) * C + c];
-    }
-    dweight[c] += dw;
-    dbias[c] += db;
+// dweight[c] += Σ_block partial[block, 0, c], dbias[c] += Σ_block partial[block, 1, c] over `blocks`
+// partial rows. Block (32, 16) per 32 of the 2·C columns: thread (x, y) adds rows y, y + 16, ... in
+// order, then thread (x, 0) adds the 16 in order: a fixed order, many loads in flight.
+__global__ void __launch_bounds__(512)
+layernorm_backward_finish_kernel(float* dweight, float* dbias, const float* partial, int blocks, int C) {
+    __shared__ float part[16][33];
+    int i = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.0f;
+    if (i < 2 * C)
+        for (int k = threadIdx.y; k < blocks; k += 16) acc += partial[(size_t)k * 2 * C + i];
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || i >= 2 * C) return;
+    float sum = 0.0f;
+    for (int y = 0; y < 16; y++) sum += part[y][threadIdx.x];
+    if (i < C) dweight[i] += sum;
+    else dbias[i - C] += sum;
 }
 
 // --- launchers -------------------------------------------------------------------------------
@@ -176,6 +184,32 @@ static inline void layernorm_forward(bf16* out, float* mean, float* rstd, const 
     residual_layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, ctx);
 }
 
+// The backward kernel for rows of up to 256·K channels: as many blocks as fit on the GPU at once (asked
+// once per K), at most LN_BWD_BLOCKS; returns the grid, the number of partial rows it writes.
+template <int K>
+static int ln_backward_launch(bf16* dinp, float* partial, const bf16* dout, const bf16* inp, const float* mean,
+                              const float* rstd, const bf16* w, int N, int C, cudaStream_t stream) {
+    size_t smem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float);
+    static int per_sm = 0, sms = 0;  // blocks per SM at smem_at bytes of shared memory
+    static size_t smem_at = 0;
+    if (sms == 0) {
+        int dev = 0;
+        cuda_check(cudaGetDevice(&dev));
+        cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        size_t most = (size_t)LN_BWD_WARPS * 2 * 256 * K * sizeof(float);
+        cuda_check(cudaFuncSetAttribute(layernorm_backward_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most));
+    }
+    if (smem != smem_at) {
+        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel<K>, 32 * LN_BWD_WARPS, smem));
+        smem_at = smem;
+    }
+    int grid = per_sm * sms;
+    grid = grid < 1 ? 1 : grid > LN_BWD_BLOCKS ? LN_BWD_BLOCKS : grid;
+    layernorm_backward_kernel<K><<<grid, 32 * LN_BWD_WARPS, smem, stream>>>(dinp, partial, dout, inp, mean, rstd, w, N, C);
+    cuda_check_launch();
+    return grid;
+}
+
 // dinp (N, C) bf16 +=, dweight, dbias (C,) fp32 += from dout (N, C) bf16 and the forward's inp, mean,
 // rstd; scratch (LN_BWD_BLOCKS * 2 * C) fp32.
 static inline void layernorm_backward(bf16* dinp, float* dweight, float* dbias, float* scratch,
@@ -183,10 +217,18 @@ static inline void layernorm_backward(bf16* dinp, float* dweight, float* dbias, 
                                       const bf16* weight, int N, int C, const GpuContext* ctx) {
     cudaStream_t stream = ctx->stream;
     layernorm_check_width(C);
-    ROW_DISPATCH(layernorm_backward_kernel, C, LN_BWD_BLOCKS, 32 * LN_ROWS_PER_BLOCK, 2 * (size_t)C * sizeof(float), stream,
-                dinp, scratch, dout, inp, mean, rstd, weight, N, C);
-    cuda_check_launch();
-    layernorm_backward_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, dbias, scratch, C);
+    int blocks = 0;
+    switch (ceil_div(C, 256)) {
+        case 1: blocks = ln_backward_launch<1>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
+        case 2: blocks = ln_backward_launch<2>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
+        case 3: blocks = ln_backward_launch<3>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
+        case 4: blocks = ln_backward_launch<4>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
+        case 5: blocks = ln_backward_launch<5>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
+        case 6: blocks = ln_backward_launch<6>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
+        case 7: blocks = ln_backward_launch<7>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
+        default: blocks = ln_backward_launch<8>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
+    }
+    layernorm_backward_finish_kernel<<<ceil_div(2 * C, 32), dim3(32, 16), 0, stream>>>(dweight, dbias, scratch, blocks, C);
     cuda_check_launch();
     profile_mark(ctx->prof, "layernorm backward", stream);
 }

@@ -1,0 +1,73 @@
+// dev/cuda/layernorm.cu: the LayerNorm kernels of llmc/layernorm.cuh timed at the trainer's shapes,
+// against the GPU's copy bandwidth: each time beside a device-to-device copy of as many bytes (half
+// read, half written), the floor for a kernel that moves them once. The kernels' correctness is tested
+// against the CPU reference by dev/test/test_layers.cu.
+//   build/dev/layernorm          N = 65536, C = 768 (d12, B = 64) and N = 16384, C = 1600 (d48, B = 16)
+//   build/dev/layernorm N C      one shape
+// Bytes per call: forward, residual form: a, b read, r and out written (4·N·C·2); backward: dout, x read,
+// dinp read and written (4·N·C·2), plus mean, rstd and the partial sums.
+#include <stdio.h>
+#include <stdlib.h>
+#include "../../llmc/layernorm.cuh"
+#include "timing.cuh"
+
+__global__ void fill_kernel(bf16* p, size_t n, float scale, unsigned seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)(i * 2654435761u) ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+        p[i] = __float2bfloat16(scale * ((float)(h & 0xffff) / 32768.0f - 1.0f));
+    }
+}
+
+static bf16* alloc_filled(size_t n, float scale, unsigned seed) {
+    bf16* p;
+    cuda_check(cudaMalloc(&p, n * sizeof(bf16)));
+    fill_kernel<<<1024, 256>>>(p, n, scale, seed);
+    cuda_check_launch();
+    return p;
+}
+
+static void bench(int N, int C, const GpuContext* ctx) {
+    size_t n = (size_t)N * C, bytes = 4 * n * sizeof(bf16);
+    bf16 *a = alloc_filled(n, 1.0f, 1), *b = alloc_filled(n, 1.0f, 2), *dout = alloc_filled(n, 0.01f, 3);
+    bf16 *dinp = alloc_filled(n, 0.01f, 4), *w = alloc_filled(C, 1.0f, 5), *bias = alloc_filled(C, 0.1f, 6);
+    bf16 *r, *out, *copy;
+    float *mean, *rstd, *dw, *db, *scratch;
+    cuda_check(cudaMalloc(&r, n * sizeof(bf16))); cuda_check(cudaMalloc(&out, n * sizeof(bf16)));
+    cuda_check(cudaMalloc(&copy, 4 * n * sizeof(bf16)));
+    cuda_check(cudaMalloc(&mean, N * sizeof(float))); cuda_check(cudaMalloc(&rstd, N * sizeof(float)));
+    cuda_check(cudaMalloc(&dw, C * sizeof(float))); cuda_check(cudaMalloc(&db, C * sizeof(float)));
+    cuda_check(cudaMalloc(&scratch, (size_t)LN_BWD_BLOCKS * 2 * C * sizeof(float)));
+    const int reps = 20;
+    float fwd = time_ms([&] { residual_layernorm_forward(r, out, mean, rstd, a, b, w, bias, N, C, ctx); }, ctx->stream, reps);
+    float bwd = time_ms([&] { layernorm_backward(dinp, dw, db, scratch, dout, r, mean, rstd, w, N, C, ctx); }, ctx->stream, reps);
+    // a copy of 2·N·C bf16: 4·N·C·2 bytes moved
+    float cp = time_ms([&] {
+        cuda_check(cudaMemcpyAsync(copy + 2 * n, copy, 2 * n * sizeof(bf16), cudaMemcpyDeviceToDevice, ctx->stream));
+    }, ctx->stream, reps);
+    printf("N = %5d, C = %4d | forward %.3f ms (%.2fx copy) | backward %.3f ms (%.2fx copy) | copy of %.0f MB %.3f ms, %.2f TB/s\n",
+           N, C, fwd, fwd / cp, bwd, bwd / cp, bytes * 1e-6, cp, bytes / cp * 1e-9);
+    bf16* bufs[] = {a, b, dout, dinp, w, bias, r, out, copy};
+    for (bf16* q : bufs) cuda_check(cudaFree(q));
+    float* fbufs[] = {mean, rstd, dw, db, scratch};
+    for (float* q : fbufs) cuda_check(cudaFree(q));
+}
+
+int main(int argc, char** argv) {
+    if (argc != 1 && argc != 3) { fprintf(stderr, "usage: %s [N C]\n", argv[0]); return 2; }
+    GpuContext ctx;
+    gpu_context_build(&ctx, 0);
+    if (argc == 3) {
+        int N = atoi(argv[1]), C = atoi(argv[2]);
+        if (N <= 0 || C <= 0 || C % 8 != 0 || C > LN_MAX_C) {
+            fprintf(stderr, "error: N = %s, C = %s: need N > 0 and C a multiple of 8, at most %d\n", argv[1], argv[2], LN_MAX_C);
+            return 2;
+        }
+        bench(N, C, &ctx);
+    } else {
+        bench(65536, 768, &ctx);
+        bench(16384, 1600, &ctx);
+    }
+    gpu_context_free(&ctx);
+    return 0;
+}
