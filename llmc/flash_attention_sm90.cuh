@@ -29,7 +29,7 @@
 // next sequence's rows (past the tensor's end: zeros); keys past T are later than every query < T, so the
 // causal mask removes them, and rows past T are not stored (and get lse = +inf, D = 0 in the backward).
 // Not yet: the two consumers taking turns, TMA stores of the outputs (dev/cuda/README.md has the
-// measurements). The backward kernels persistent as the forward were no faster (dev/cuda/README.md).
+// measurements). Backward kernels persistent as the forward were no faster (doc/results.md, Attention).
 #pragma once
 #include "sm90_wgmma.cuh"
 #include "flash_attention_backward.cuh"  // and the forward's: the tiles' helpers, the dot kernel, RoPE's

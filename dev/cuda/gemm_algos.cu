@@ -9,23 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/matmul.cuh"
+#include "fill.cuh"
 #include "timing.cuh"
-
-__global__ void fill_kernel(bf16* p, size_t n, float scale, unsigned seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)(i * 2654435761u) ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-        p[i] = __float2bfloat16(scale * ((float)(h & 0xffff) / 32768.0f - 1.0f));
-    }
-}
-
-static bf16* alloc_filled(size_t n, float scale, unsigned seed) {
-    bf16* p;
-    cuda_check(cudaMalloc(&p, n * sizeof(bf16)));
-    fill_kernel<<<1024, 256>>>(p, n, scale, seed);
-    cuda_check_launch();
-    return p;
-}
 
 // an order-independent 64-bit hash of n 32-bit words: Σ mix(word, index) mod 2^64
 __global__ void hash_kernel(unsigned long long* out, const uint32_t* w, size_t n) {

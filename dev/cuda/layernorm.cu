@@ -9,23 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "../../llmc/layernorm.cuh"
+#include "fill.cuh"
 #include "timing.cuh"
-
-__global__ void fill_kernel(bf16* p, size_t n, float scale, unsigned seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)(i * 2654435761u) ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-        p[i] = __float2bfloat16(scale * ((float)(h & 0xffff) / 32768.0f - 1.0f));
-    }
-}
-
-static bf16* alloc_filled(size_t n, float scale, unsigned seed) {
-    bf16* p;
-    cuda_check(cudaMalloc(&p, n * sizeof(bf16)));
-    fill_kernel<<<1024, 256>>>(p, n, scale, seed);
-    cuda_check_launch();
-    return p;
-}
 
 static void bench(int N, int C, const GpuContext* ctx) {
     size_t n = (size_t)N * C, bytes = 4 * n * sizeof(bf16);

@@ -18,32 +18,17 @@
 #include <vector>
 #include "../../llmc/linear.cuh"
 #include "../../llmc/gelu.cuh"
+#include "fill.cuh"
 #include "timing.cuh"
-
-__global__ void fill_kernel(bf16* p, size_t n, float scale, unsigned seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)(i * 2654435761u) ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-        p[i] = __float2bfloat16(scale * ((float)(h & 0xffff) / 32768.0f - 1.0f));
-    }
-}
-
-static bf16* alloc_filled(size_t n, float scale, unsigned seed, const GpuContext* ctx) {
-    bf16* p;
-    cuda_check(cudaMalloc(&p, n * sizeof(bf16)));
-    fill_kernel<<<1024, 256, 0, ctx->stream>>>(p, n, scale, seed);
-    cuda_check_launch();
-    return p;
-}
 
 // One layer IC -> OC over N rows; gelu: its input came out of a GELU (dx through GELU').
 // Adds its times to the totals t[4] (ours fwd, plain fwd, ours bwd, plain bwd).
 static void bench_layer(const char* name, int N, int IC, int OC, int gelu, float t[4], const GpuContext* ctx) {
-    bf16* x = alloc_filled((size_t)N * IC, 1.0f, 1, ctx);
-    bf16* u = alloc_filled((size_t)N * IC, 1.0f, 2, ctx);  // the GELU's input, for gelu layers
-    bf16* W = alloc_filled((size_t)OC * IC, 0.02f, 3, ctx);
-    bf16* b = alloc_filled(OC, 0.02f, 4, ctx);
-    bf16* dy = alloc_filled((size_t)N * OC, 0.01f, 5, ctx);
+    bf16* x = alloc_filled((size_t)N * IC, 1.0f, 1, ctx->stream);
+    bf16* u = alloc_filled((size_t)N * IC, 1.0f, 2, ctx->stream);  // the GELU's input, for gelu layers
+    bf16* W = alloc_filled((size_t)OC * IC, 0.02f, 3, ctx->stream);
+    bf16* b = alloc_filled(OC, 0.02f, 4, ctx->stream);
+    bf16* dy = alloc_filled((size_t)N * OC, 0.01f, 5, ctx->stream);
     bf16 *y, *dx;
     float *dW, *db, *scratch;
     cuda_check(cudaMalloc(&y, (size_t)N * OC * sizeof(bf16)));
@@ -87,9 +72,9 @@ static std::vector<bf16> download(const bf16* d, size_t n) {
 static void bench_gelu_fusion(int N, int C, const GpuContext* ctx) {
     const int reps = 20, H = 4 * C;
     size_t n = (size_t)N * H;
-    bf16* x = alloc_filled((size_t)N * C, 1.0f, 11, ctx);
-    bf16* W = alloc_filled((size_t)H * C, 0.02f, 12, ctx);
-    bf16* b = alloc_filled(H, 0.02f, 13, ctx);
+    bf16* x = alloc_filled((size_t)N * C, 1.0f, 11, ctx->stream);
+    bf16* W = alloc_filled((size_t)H * C, 0.02f, 12, ctx->stream);
+    bf16* b = alloc_filled(H, 0.02f, 13, ctx->stream);
     bf16 *u, *g, *u2, *g2;
     cuda_check(cudaMalloc(&u, n * sizeof(bf16))); cuda_check(cudaMalloc(&g, n * sizeof(bf16)));
     cuda_check(cudaMalloc(&u2, n * sizeof(bf16))); cuda_check(cudaMalloc(&g2, n * sizeof(bf16)));
@@ -133,8 +118,8 @@ static double rel_diff(const float* a, const float* b, int n) {
 // (cuBLASLt 13 has no algorithm for DGELU_BGRAD with an fp32 bias gradient, which would give the fc
 // layer's bias from the fc projection's dx GEMM.)
 static void bench_bias_layer(const char* name, int N, int IC, int OC, const GpuContext* ctx) {
-    bf16* x = alloc_filled((size_t)N * IC, 1.0f, 21, ctx);
-    bf16* dy = alloc_filled((size_t)N * OC, 0.01f, 24, ctx);
+    bf16* x = alloc_filled((size_t)N * IC, 1.0f, 21, ctx->stream);
+    bf16* dy = alloc_filled((size_t)N * OC, 0.01f, 24, ctx->stream);
     float *dW, *db, *db_ep, *scratch;
     cuda_check(cudaMalloc(&dW, (size_t)OC * IC * sizeof(float)));
     cuda_check(cudaMalloc(&db, OC * sizeof(float))); cuda_check(cudaMalloc(&db_ep, OC * sizeof(float)));
