@@ -7,7 +7,8 @@
 //   3. the unfused head agrees with the fused one; recompute gives bitwise the same gradients;
 //      the eval loss equals the training loss; accumulating a batch twice at dloss 1/2 equals once at 1
 //   4. the losses of 10 AdamW steps (with clipping and weight decay) vs the reference
-//   5. two runs with the same seed are bitwise identical (losses and final master weights)
+//   5. two runs with the same seed are bitwise identical (losses and final master weights), and a third
+//      with -gemm_tune's tuned GEMMs (llmc/matmul.cuh), the head's included, is bitwise the same too
 //   6. resume: 2N steps in one run equal N steps, a checkpoint file, a fresh model loaded from it and N
 //      more steps, bitwise (losses, master weights, AdamW m and v)
 // Both sides evaluate the same model: the reference's parameters are rounded to bf16 first, since the
@@ -282,6 +283,16 @@ int main(void) {
     printf("determinism: losses %.6f %.6f %.6f vs %.6f %.6f %.6f, master weights bitwise equal: %s\n",
            l1[0], l1[1], l1[2], l2[0], l2[1], l2[2], bitwise_equal(host, host2, n) ? "yes" : "no");
     EXPECT(same, "two runs with the same seed differ");
+
+    // 5, tuned: the same run with -gemm_tune's GEMMs
+    GpuContext tuned = ctx;
+    tuned.gemm_tune = 1;
+    train_run(l2, host2, &c, 7, 3, &tuned);
+    same = memcmp(l1, l2, sizeof(l1)) == 0 && bitwise_equal(host, host2, n);
+    printf("gemm_tune: losses %.6f %.6f %.6f vs %.6f %.6f %.6f untuned, master weights bitwise equal: %s (%d tuned plans)\n",
+           l2[0], l2[1], l2[2], l1[0], l1[1], l1[2], bitwise_equal(host, host2, n) ? "yes" : "no", matmul_tuned_n);
+    EXPECT(same, "tuned GEMMs change the run");
+    EXPECT(matmul_tuned_n > 0, "gemm_tune: no GEMM was tuned");
 
     test_resume(&c, &ctx);
 

@@ -69,6 +69,7 @@ typedef struct {
     int seed;                   // -seed
     int device;                 // -device
     int profile;                // -profile
+    int gemm_tune;              // -gemm_tune
     int max_bad_steps;          // -max_bad_steps
     int gpus;                   // -gpus
     const char* nccl_init;      // -nccl_init
@@ -117,6 +118,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-seed", FLAG_INT, &c->seed, "42", "run", "seed of the init, the data order and the sampler"},
         {"-device", FLAG_INT, &c->device, "0", "run", "CUDA device"},
         {"-profile", FLAG_INT, &c->profile, "0", "run", "1: print the GPU time per step by kind of work at the end"},
+        {"-gemm_tune", FLAG_INT, &c->gemm_tune, "0", "run", "1: at each GEMM shape's first call, keep cuBLASLt's fastest algorithm of those that give the heuristic's bits"},
         {"-max_bad_steps", FLAG_INT, &c->max_bad_steps, "5", "run", "stop (with a checkpoint) after N steps in a row with a non-finite loss or norm, each skipped"},
         {"-gpus", FLAG_INT, &c->gpus, "1", "multi-GPU", "GPUs of this machine: N > 1 starts one process per GPU (leave it out under mpirun, srun or torchrun-style variables)"},
         {"-nccl_init", FLAG_STR, &c->nccl_init, "tcp", "multi-GPU", "how the ranks meet: tcp (rank 0 at MASTER_ADDR:MASTER_PORT) | file:PATH (on a file system every rank sees)"},
@@ -243,6 +245,7 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
         strcmp(c->head, "unfused") != 0)
         BAD("-head", "-head %s: choose fused, blocks, chunks or unfused", c->head);
     if (c->profile != 0 && c->profile != 1) BAD("-profile", "-profile %d: choose 0 or 1", c->profile);
+    if (c->gemm_tune != 0 && c->gemm_tune != 1) BAD("-gemm_tune", "-gemm_tune %d: choose 0 or 1", c->gemm_tune);
     if (c->head_scratch < 1 || c->head_scratch > 65536)
         BAD("-head_scratch", "-head_scratch %d: MiB in [1, 65536] (the fused head needs room for 16 rows of logits: "
             "at least 4 MiB at this vocabulary)", c->head_scratch);
@@ -794,6 +797,7 @@ int main(int argc, char** argv) {
     GpuContext ctx;
     int device = dist_device(&dist, cfg.device);
     gpu_context_build(&ctx, device);
+    ctx.gemm_tune = cfg.gemm_tune;
     dist_connect(&dist);
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, device));

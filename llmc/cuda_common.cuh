@@ -22,6 +22,8 @@ typedef struct {
     cublasLtHandle_t lt;
     void* lt_workspace;      // (CUBLASLT_WORKSPACE_BYTES) scratch for cuBLASLt
     size_t lt_workspace_bytes;
+    int gemm_tune;           // 1: each GEMM shape's first call picks cuBLASLt's fastest algorithm of those giving
+                             // the heuristic's bits (llmc/matmul.cuh); 0: the heuristic's first pick
     Profile* prof;           // NULL, or where each launcher marks the end of its work (./train_gpt -profile 1)
 } GpuContext;
 
@@ -42,6 +44,7 @@ static inline void gpu_context_build(GpuContext* ctx, int device) {
     cublas_check(cublasLtCreate(&ctx->lt));
     ctx->lt_workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
     cuda_check(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
+    ctx->gemm_tune = 0;
     ctx->prof = NULL;
 }
 
@@ -82,6 +85,34 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
         case 7: kernel<7><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
         default: kernel<8><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                    \
     }
+
+// Calls fn<K>(...), K = ceil(C / 256), for C <= ROW_MAX_C (checked by the caller): for launchers that
+// pick their own grid.
+#define ROW_DISPATCH_FN(fn, C, ...)                                                              \
+    switch (ceil_div(C, 256)) {                                                                  \
+        case 1: fn<1>(__VA_ARGS__); break;                                                       \
+        case 2: fn<2>(__VA_ARGS__); break;                                                       \
+        case 3: fn<3>(__VA_ARGS__); break;                                                       \
+        case 4: fn<4>(__VA_ARGS__); break;                                                       \
+        case 5: fn<5>(__VA_ARGS__); break;                                                       \
+        case 6: fn<6>(__VA_ARGS__); break;                                                       \
+        case 7: fn<7>(__VA_ARGS__); break;                                                       \
+        default: fn<8>(__VA_ARGS__); break;                                                      \
+    }
+
+// How many blocks of `threads` threads and `smem` bytes of dynamic shared memory of `kernel` are
+// resident on the current GPU at once (one wave), between 1 and cap. Allows the kernel that much
+// shared memory first.
+template <typename Kernel>
+static inline int one_wave_grid(Kernel kernel, int threads, size_t smem, int cap) {
+    int dev = 0, sms = 0, per_sm = 0;
+    cuda_check(cudaGetDevice(&dev));
+    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    int grid = per_sm * sms;
+    return grid < 1 ? 1 : grid > cap ? cap : grid;
+}
 
 // --- 128-bit packed vectors ------------------------------------------------------------------
 // The elementwise kernels move 16 bytes per thread and access: 8 bf16 in one load or store instruction

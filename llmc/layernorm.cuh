@@ -184,30 +184,15 @@ static inline void layernorm_forward(bf16* out, float* mean, float* rstd, const 
     residual_layernorm_forward(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, ctx);
 }
 
-// The backward kernel for rows of up to 256·K channels: as many blocks as fit on the GPU at once (asked
-// once per K), at most LN_BWD_BLOCKS; returns the grid, the number of partial rows it writes.
+// The backward kernel for rows of up to 256·K channels, one wave of blocks (at most LN_BWD_BLOCKS);
+// *grid: how many, i.e. the partial rows it writes.
 template <int K>
-static int ln_backward_launch(bf16* dinp, float* partial, const bf16* dout, const bf16* inp, const float* mean,
-                              const float* rstd, const bf16* w, int N, int C, cudaStream_t stream) {
+static void ln_backward_launch(int* grid, bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
+                               const float* mean, const float* rstd, const bf16* w, int N, int C, cudaStream_t stream) {
     size_t smem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float);
-    static int per_sm = 0, sms = 0;  // blocks per SM at smem_at bytes of shared memory
-    static size_t smem_at = 0;
-    if (sms == 0) {
-        int dev = 0;
-        cuda_check(cudaGetDevice(&dev));
-        cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        size_t most = (size_t)LN_BWD_WARPS * 2 * 256 * K * sizeof(float);
-        cuda_check(cudaFuncSetAttribute(layernorm_backward_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most));
-    }
-    if (smem != smem_at) {
-        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layernorm_backward_kernel<K>, 32 * LN_BWD_WARPS, smem));
-        smem_at = smem;
-    }
-    int grid = per_sm * sms;
-    grid = grid < 1 ? 1 : grid > LN_BWD_BLOCKS ? LN_BWD_BLOCKS : grid;
-    layernorm_backward_kernel<K><<<grid, 32 * LN_BWD_WARPS, smem, stream>>>(dinp, partial, dout, inp, mean, rstd, w, N, C);
+    *grid = one_wave_grid(layernorm_backward_kernel<K>, 32 * LN_BWD_WARPS, smem, LN_BWD_BLOCKS);
+    layernorm_backward_kernel<K><<<*grid, 32 * LN_BWD_WARPS, smem, stream>>>(dinp, partial, dout, inp, mean, rstd, w, N, C);
     cuda_check_launch();
-    return grid;
 }
 
 // dinp (N, C) bf16 +=, dweight, dbias (C,) fp32 += from dout (N, C) bf16 and the forward's inp, mean,
@@ -218,16 +203,7 @@ static inline void layernorm_backward(bf16* dinp, float* dweight, float* dbias, 
     cudaStream_t stream = ctx->stream;
     layernorm_check_width(C);
     int blocks = 0;
-    switch (ceil_div(C, 256)) {
-        case 1: blocks = ln_backward_launch<1>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
-        case 2: blocks = ln_backward_launch<2>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
-        case 3: blocks = ln_backward_launch<3>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
-        case 4: blocks = ln_backward_launch<4>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
-        case 5: blocks = ln_backward_launch<5>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
-        case 6: blocks = ln_backward_launch<6>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
-        case 7: blocks = ln_backward_launch<7>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
-        default: blocks = ln_backward_launch<8>(dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream); break;
-    }
+    ROW_DISPATCH_FN(ln_backward_launch, C, &blocks, dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream);
     layernorm_backward_finish_kernel<<<ceil_div(2 * C, 32), dim3(32, 16), 0, stream>>>(dweight, dbias, scratch, blocks, C);
     cuda_check_launch();
     profile_mark(ctx->prof, "layernorm backward", stream);

@@ -109,6 +109,14 @@ static inline void matmul_plan_free(MatmulPlan* p) {
     cublas_check(cublasLtMatmulDescDestroy(p->op));
 }
 
+// whether plan q is for this GEMM shape (its key)
+static inline int matmul_plan_matches(const MatmulPlan* q, cudaDataType_t d_type, int ldd, int lda, int trans_a,
+                                      int ldb, int trans_b, int M, int N, int K, int epilogue, int ld_aux) {
+    return q->d_type == d_type && q->ldd == ldd && q->lda == lda && q->trans_a == trans_a && q->ldb == ldb &&
+           q->trans_b == trans_b && q->M == M && q->N == N && q->K == K && q->epilogue == epilogue &&
+           q->ld_aux == ld_aux;
+}
+
 // ep: the pointers of the plan's epilogue (NULL when it has none)
 static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, void* D, const bf16* A,
                                    const bf16* B, float alpha, float beta, const MatmulEpilogue* ep) {
@@ -123,6 +131,121 @@ static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, v
                                 ctx->lt_workspace, ctx->lt_workspace_bytes, ctx->stream));
 }
 
+// --- tuning: the fastest algorithm that gives the heuristic's bits --------------------------------
+// cuBLASLt's heuristic pick is not always its fastest candidate (dev/cuda/gemm_algos.cu: the fc
+// projection's dx GEMM with the GELU backward runs 10% faster on its third candidate on an H200).
+// With ctx->gemm_tune, the first call of each GEMM shape runs the heuristic's first MATMUL_TUNE_CANDIDATES
+// candidates on the call's own operands, hashes each result, times those whose result is bitwise the
+// first candidate's, and keeps the fastest of them for the process: candidates that sum in another
+// order (another split-k) are never taken, so tuning changes the time, never the numbers, and a run
+// resumed in another process computes the same bits. D is saved and restored around the trials when
+// beta != 0 (the caller's own run comes after). Epilogues that write beyond D (GELU_AUX_BIAS, BGRAD_A)
+// are not tuned.
+#define MATMUL_TUNE_CANDIDATES 8
+#define MATMUL_TUNE_REPS 3
+
+// an order-independent 64-bit hash of n 32-bit words, added into *out: Σ mix(word, index) mod 2^64
+__global__ void matmul_hash_kernel(unsigned long long* out, const uint32_t* w, size_t n) {
+    unsigned long long acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned long long x = ((unsigned long long)w[i] << 32 | (unsigned)i) * 0x9E3779B97F4A7C15ull;
+        acc += x ^ (x >> 29);
+    }
+    atomicAdd(out, acc);  // integer addition: the same sum in any order
+}
+
+// the hash of the first bytes / 4 words at p (slot: one device word of scratch)
+static inline unsigned long long matmul_hash(const void* p, size_t bytes, unsigned long long* slot, cudaStream_t st) {
+    unsigned long long h = 0;
+    cuda_check(cudaMemsetAsync(slot, 0, sizeof(h), st));
+    matmul_hash_kernel<<<512, 256, 0, st>>>(slot, (const uint32_t*)p, bytes / 4);
+    cuda_check_launch();
+    cuda_check(cudaMemcpyAsync(&h, slot, sizeof(h), cudaMemcpyDeviceToHost, st));
+    cuda_check(cudaStreamSynchronize(st));
+    return h;
+}
+
+// The tuning rule: of n candidates with result hashes hash[] and times ms[], the fastest whose hash is
+// candidate 0's (0 when none is faster)
+static inline int matmul_tune_pick(int n, const unsigned long long* hash, const float* ms) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (hash[i] == hash[0] && ms[i] < ms[best]) best = i;
+    return best;
+}
+
+// Sets p->algo by the rule above, trying the candidates on this call's operands (see above).
+static inline void matmul_plan_tune(MatmulPlan* p, const GpuContext* ctx, void* D, const bf16* A, const bf16* B,
+                                    float alpha, float beta, const MatmulEpilogue* ep) {
+    if (p->epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS || p->epilogue == MATMUL_EPILOGUE_BGRAD_A) return;
+    cublasLtMatmulHeuristicResult_t cand[MATMUL_TUNE_CANDIDATES];
+    int n = matmul_plan_candidates(p, ctx, MATMUL_TUNE_CANDIDATES, cand);
+    if (n <= 1) return;
+    cudaStream_t st = ctx->stream;
+    size_t bytes = ((size_t)(p->M - 1) * p->ldd + p->N) * (p->d_type == CUDA_R_32F ? 4 : 2);
+    void* saved = NULL;
+    unsigned long long* slot = NULL;
+    if (cudaMalloc(&slot, sizeof(*slot)) != cudaSuccess ||
+        (beta != 0.0f && cudaMalloc(&saved, bytes) != cudaSuccess)) {  // no room: the heuristic's pick
+        cudaGetLastError();
+        if (slot) cuda_check(cudaFree(slot));
+        return;
+    }
+    if (saved) cuda_check(cudaMemcpyAsync(saved, D, bytes, cudaMemcpyDeviceToDevice, st));
+    cudaEvent_t e0, e1;
+    cuda_check(cudaEventCreate(&e0));
+    cuda_check(cudaEventCreate(&e1));
+    unsigned long long hash[MATMUL_TUNE_CANDIDATES];
+    float ms[MATMUL_TUNE_CANDIDATES];
+    for (int i = 0; i < n; i++) {
+        p->algo = cand[i].algo;
+        if (saved) cuda_check(cudaMemcpyAsync(D, saved, bytes, cudaMemcpyDeviceToDevice, st));
+        matmul_plan_run(p, ctx, D, A, B, alpha, beta, ep);
+        hash[i] = matmul_hash(D, bytes, slot, st);
+        ms[i] = INFINITY;
+        if (hash[i] != hash[0]) continue;
+        for (int r = 0; r < MATMUL_TUNE_REPS; r++) {  // the fastest of a few runs (D's values do not matter now)
+            float t;
+            cuda_check(cudaEventRecord(e0, st));
+            matmul_plan_run(p, ctx, D, A, B, alpha, beta, ep);
+            cuda_check(cudaEventRecord(e1, st));
+            cuda_check(cudaEventSynchronize(e1));
+            cuda_check(cudaEventElapsedTime(&t, e0, e1));
+            ms[i] = fminf(ms[i], t);
+        }
+    }
+    int best = matmul_tune_pick(n, hash, ms);
+    p->algo = cand[best].algo;
+    p->waves = cand[best].wavesCount;
+    if (saved) cuda_check(cudaMemcpyAsync(D, saved, bytes, cudaMemcpyDeviceToDevice, st));
+    cuda_check(cudaStreamSynchronize(st));
+    cuda_check(cudaEventDestroy(e0));
+    cuda_check(cudaEventDestroy(e1));
+    if (saved) cuda_check(cudaFree(saved));
+    cuda_check(cudaFree(slot));
+}
+
+// The tuned plans of this process, one per GEMM shape, kept until it ends (with ctx->gemm_tune).
+#define MATMUL_TUNED_PLANS 64
+static MatmulPlan matmul_tuned[MATMUL_TUNED_PLANS];
+static int matmul_tuned_n = 0;
+
+// The tuned plan for this shape, tuned now on this call's operands if it is the shape's first call;
+// NULL when the table is full (the caller plans as without tuning).
+static inline MatmulPlan* matmul_tuned_plan(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
+                                            const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
+                                            int M, int N, int K, float alpha, float beta, const MatmulEpilogue* ep) {
+    int epi = ep ? ep->kind : MATMUL_EPILOGUE_NONE, ld_aux = ep ? ep->ld_aux : 0;
+    for (int i = 0; i < matmul_tuned_n; i++)
+        if (matmul_plan_matches(&matmul_tuned[i], d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, epi, ld_aux))
+            return &matmul_tuned[i];
+    if (matmul_tuned_n == MATMUL_TUNED_PLANS) return NULL;
+    MatmulPlan* p = &matmul_tuned[matmul_tuned_n++];
+    matmul_plan_make(p, ctx, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, epi, ld_aux);
+    matmul_plan_tune(p, ctx, D, A, B, alpha, beta, ep);
+    return p;
+}
+
 // matmul_ex: the general form, with an epilogue (ep NULL: none). BIAS needs a bf16 D (the linear layer's
 // forward, y = x Wᵀ + b, in one GEMM); GELU_AUX_BIAS too (the MLP's first layer and its GELU in one
 // GEMM: dev/cuda/linear.cu times it; the trainer keeps its own GELU kernel, see llmc/gelu.cuh); DGELU:
@@ -132,6 +255,10 @@ static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, v
 static inline void matmul_ex(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
                              const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
                              int M, int N, int K, float alpha, float beta, const MatmulEpilogue* ep) {
+    if (ctx->gemm_tune) {
+        MatmulPlan* t = matmul_tuned_plan(ctx, D, d_type, ldd, A, lda, trans_a, B, ldb, trans_b, M, N, K, alpha, beta, ep);
+        if (t) { matmul_plan_run(t, ctx, D, A, B, alpha, beta, ep); return; }
+    }
     MatmulPlan p;
     matmul_plan_make(&p, ctx, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, ep ? ep->kind : MATMUL_EPILOGUE_NONE,
                      ep ? ep->ld_aux : 0);
@@ -159,16 +286,14 @@ static inline void matmul_cached(const GpuContext* ctx, MatmulCache* c, void* D,
                                  const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
                                  int M, int N, int K, float alpha, float beta) {
     MatmulPlan* p = NULL;
-    for (int i = 0; i < c->n && !p; i++) {
-        MatmulPlan* q = &c->plan[i];
-        if (q->d_type == d_type && q->ldd == ldd && q->lda == lda && q->trans_a == trans_a && q->ldb == ldb &&
-            q->trans_b == trans_b && q->M == M && q->N == N && q->K == K)
-            p = q;
-    }
+    for (int i = 0; i < c->n && !p; i++)
+        if (matmul_plan_matches(&c->plan[i], d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, MATMUL_EPILOGUE_NONE, 0))
+            p = &c->plan[i];
     if (!p) {
         if (c->n < MATMUL_CACHE_PLANS) p = &c->plan[c->n++];
         else { p = &c->plan[c->next]; c->next = (c->next + 1) % MATMUL_CACHE_PLANS; matmul_plan_free(p); }
         matmul_plan_make(p, ctx, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, MATMUL_EPILOGUE_NONE, 0);
+        if (ctx->gemm_tune) matmul_plan_tune(p, ctx, D, A, B, alpha, beta, NULL);
     }
     matmul_plan_run(p, ctx, D, A, B, alpha, beta, NULL);
 }

@@ -9,8 +9,8 @@
 // fp32 product rounded once, which is closer to the exact value.)
 // Backward: one kernel reads each row of dout and x once (16-byte vectors, held in registers): the row
 // sum mean(g · xhat), dx ACCUMULATED into the residual-stream gradient (bf16), and column sums for
-// dw (C,) fp32 kept per lane; RMS_BWD_BLOCKS blocks write partial sums to scratch and one kernel adds
-// them in block order (deterministic, no atomics).
+// dw (C,) fp32 kept per warp in shared memory; its blocks (one wave, at most RMS_BWD_BLOCKS) write
+// partial sums to scratch and one kernel adds them in block order (deterministic, no atomics).
 // Napkin math at N = 65536, C = 2048 (bf16): forward reads and writes 2 · 268 MB (residual form 4 ·),
 // backward reads dout, x, dinp and writes dinp: 1.07 GB, ~0.25 ms at ~4.5 TB/s; ~10 FLOPs an element,
 // far under the roofline's ridge: memory-bound.
@@ -18,7 +18,9 @@
 #pragma once
 #include "cuda_common.cuh"
 
-#define RMS_BWD_BLOCKS 256    // blocks of the backward, each writing a partial (C,) fp32 row of dw to scratch
+#define RMS_BWD_BLOCKS 1024   // at most this many blocks in the backward, each writing a partial (C,) fp32 row
+                              // of dw to scratch
+#define RMS_BWD_WARPS 4       // warps per block of the backward
 #define RMS_MAX_C ROW_MAX_C   // every kernel keeps a row in registers (llmc/cuda_common.cuh)
 #define RMS_ROWS_PER_BLOCK 8  // warps per block in the row kernels
 
@@ -63,83 +65,99 @@ rmsnorm_forward_kernel(bf16* out, float* rstd, bf16* resid_out, const bf16* a, c
     if (lane == 0) rstd[row] = rs;
 }
 
-// One kernel for dx and the per-block partial sums of dw. RMS_BWD_BLOCKS blocks of 8 warps; warp `w`
-// of block `b` takes rows b·8 + w, then + RMS_BWD_BLOCKS·8, ... (a fixed assignment, so the order of
-// every sum is fixed). Each lane holds K groups of 8 adjacent channels (channels 8·(lane + 32k) ..),
-// read as 16-byte vectors, so one row is read once into registers and used for the row sum, the dx
-// update and the column sums it keeps for its channels across its rows. At the end the 8 warps add
-// their column sums into shared memory one after the other (a fixed order) and the block writes its
-// partial (C,) row: no atomics.
+// One kernel for dx and the per-block partial sums of dw, as layernorm.cuh's backward: blocks of
+// RMS_BWD_WARPS warps, one wave of them (at most RMS_BWD_BLOCKS); warp `w` of block `b` takes rows
+// b·RMS_BWD_WARPS + w, then + gridDim·RMS_BWD_WARPS, ... (a fixed assignment, so the order of every sum
+// is fixed for a grid). Each lane holds K groups of 8 adjacent channels (channels 8·(lane + 32k) ..),
+// read as 16-byte vectors: a row's dout, x and dinp are loaded together, once, into registers. The
+// column sums of dw go to the warp's own slice of shared memory (element-major: lanes hit distinct
+// banks); at the end the block adds its warps' slices in order and writes its partial (C,) row.
 // Per row, with xhat = x · rstd and g = dout · w:
 //   dx = rstd · (g − xhat · mean(g · xhat));  dinp += dx;  dw += dout · xhat.
 template <int K>
-__global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
+__global__ void __launch_bounds__(32 * RMS_BWD_WARPS, K <= 3 ? 6 : K <= 7 ? 3 : 2)
 rmsnorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp, const float* rstd,
                         const bf16* w, int N, int C) {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, groups = C / 8;
-    // registers per group: w, dout, x as raw bf16 vectors, dw as fp32 (20 in all)
+    // shared: (RMS_BWD_WARPS, 8, groups): warp, element e of a group, group: channel 8·g + e
+    extern __shared__ float sums[];
+    float* mine = sums + (size_t)warp * C;
+    for (int i = lane; i < C; i += 32) mine[i] = 0.0f;
+    __syncwarp();
     Bf16x8 wr[K];
-    float dw[K][8];
     for (int k = 0; k < K; k++) {
         int gi = lane + 32 * k;
         wr[k] = gi < groups ? load128(w + 8 * gi) : zero128();
-        for (int e = 0; e < 8; e++) dw[k][e] = 0.0f;
     }
-    for (int row = blockIdx.x * RMS_ROWS_PER_BLOCK + warp; row < N; row += RMS_BWD_BLOCKS * RMS_ROWS_PER_BLOCK) {
+    for (int row = blockIdx.x * RMS_BWD_WARPS + warp; row < N; row += gridDim.x * RMS_BWD_WARPS) {
         const bf16* drow = dout + (size_t)row * C;
         const bf16* xrow = inp + (size_t)row * C;
+        bf16* dxrow = dinp + (size_t)row * C;
         float rs = rstd[row];
-        Bf16x8 dr[K], xr[K];
+        Bf16x8 dr[K], xr[K], dx[K];
         for (int k = 0; k < K; k++) {
             int gi = lane + 32 * k;
-            dr[k] = xr[k] = zero128();
-            if (gi < groups) { dr[k] = load128(drow + 8 * gi); xr[k] = load128(xrow + 8 * gi); }
+            dr[k] = xr[k] = dx[k] = zero128();
+            if (gi < groups) { dr[k] = load128(drow + 8 * gi); xr[k] = load128(xrow + 8 * gi); dx[k] = load128(dxrow + 8 * gi); }
         }
         float sgx = 0.0f;
         for (int k = 0; k < K; k++) {
-            if (lane + 32 * k >= groups) continue;
+            int gi = lane + 32 * k;
+            if (gi >= groups) continue;
             for (int e = 0; e < 8; e++) {
                 float dv = bf16x8_get(dr[k], e), xhat = bf16x8_get(xr[k], e) * rs;
                 sgx += dv * bf16x8_get(wr[k], e) * xhat;
-                dw[k][e] += dv * xhat;
+                mine[e * groups + gi] += dv * xhat;
             }
         }
         float mgx = warp_reduce_sum(sgx) / C;
-        bf16* dxrow = dinp + (size_t)row * C;
         for (int k = 0; k < K; k++) {
             int gi = lane + 32 * k;
             if (gi >= groups) continue;
-            Bf16x8 dx = load128(dxrow + 8 * gi);
             float o[8];
             for (int e = 0; e < 8; e++) {
                 float xhat = bf16x8_get(xr[k], e) * rs, g = bf16x8_get(dr[k], e) * bf16x8_get(wr[k], e);
-                o[e] = bf16x8_get(dx, e) + rs * (g - xhat * mgx);
+                o[e] = bf16x8_get(dx[k], e) + rs * (g - xhat * mgx);
             }
             store128(dxrow + 8 * gi, bf16x8_from_floats(o));
         }
     }
-    extern __shared__ float sums[];  // (C,) this block's dw
-    for (int c = threadIdx.x; c < C; c += blockDim.x) sums[c] = 0.0f;
-    for (int turn = 0; turn < RMS_ROWS_PER_BLOCK; turn++) {
-        __syncthreads();
-        if (warp != turn) continue;
-        for (int k = 0; k < K; k++) {
-            int gi = lane + 32 * k;
-            if (gi >= groups) continue;
-            for (int e = 0; e < 8; e++) sums[8 * gi + e] += dw[k][e];
-        }
-    }
     __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) partial[(size_t)blockIdx.x * C + c] = sums[c];
+    // the block's partial row: (C,) in channel order, the warps' slices added in order
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        int at = (c % 8) * groups + c / 8;
+        float acc = 0.0f;
+        for (int v = 0; v < RMS_BWD_WARPS; v++) acc += sums[(size_t)v * C + at];
+        partial[(size_t)blockIdx.x * C + c] = acc;
+    }
 }
 
-// dweight[c] += Σ_block partial[block, c], blocks in order.
-__global__ void rmsnorm_backward_finish_kernel(float* dweight, const float* partial, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float dw = 0.0f;
-    for (int k = 0; k < RMS_BWD_BLOCKS; k++) dw += partial[(size_t)k * C + c];
-    dweight[c] += dw;
+// dweight[c] += Σ_block partial[block, c] over `blocks` partial rows. Block (32, 16) per 32 columns:
+// thread (x, y) adds rows y, y + 16, ... in order, then thread (x, 0) adds the 16 in order.
+__global__ void __launch_bounds__(512)
+rmsnorm_backward_finish_kernel(float* dweight, const float* partial, int blocks, int C) {
+    __shared__ float part[16][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.0f;
+    if (c < C)
+        for (int k = threadIdx.y; k < blocks; k += 16) acc += partial[(size_t)k * C + c];
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C) return;
+    float sum = 0.0f;
+    for (int y = 0; y < 16; y++) sum += part[y][threadIdx.x];
+    dweight[c] += sum;
+}
+
+// The backward kernel for rows of up to 256·K channels, one wave of blocks (at most RMS_BWD_BLOCKS);
+// *grid: how many, i.e. the partial rows it writes.
+template <int K>
+static void rms_backward_launch(int* grid, bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
+                                const float* rstd, const bf16* w, int N, int C, cudaStream_t stream) {
+    size_t smem = (size_t)RMS_BWD_WARPS * C * sizeof(float);
+    *grid = one_wave_grid(rmsnorm_backward_kernel<K>, 32 * RMS_BWD_WARPS, smem, RMS_BWD_BLOCKS);
+    rmsnorm_backward_kernel<K><<<*grid, 32 * RMS_BWD_WARPS, smem, stream>>>(dinp, partial, dout, inp, rstd, w, N, C);
+    cuda_check_launch();
 }
 
 // --- launchers -------------------------------------------------------------------------------
@@ -176,10 +194,9 @@ static inline void rmsnorm_backward(bf16* dinp, float* dweight, float* scratch, 
                                     const float* rstd, const bf16* weight, int N, int C, const GpuContext* ctx) {
     cudaStream_t stream = ctx->stream;
     rmsnorm_check_width(C);
-    ROW_DISPATCH(rmsnorm_backward_kernel, C, RMS_BWD_BLOCKS, 32 * RMS_ROWS_PER_BLOCK, (size_t)C * sizeof(float), stream,
-                 dinp, scratch, dout, inp, rstd, weight, N, C);
-    cuda_check_launch();
-    rmsnorm_backward_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, scratch, C);
+    int blocks = 0;
+    ROW_DISPATCH_FN(rms_backward_launch, C, &blocks, dinp, scratch, dout, inp, rstd, weight, N, C, stream);
+    rmsnorm_backward_finish_kernel<<<ceil_div(C, 32), dim3(32, 16), 0, stream>>>(dweight, scratch, blocks, C);
     cuda_check_launch();
     profile_mark(ctx->prof, "rmsnorm backward", stream);
 }

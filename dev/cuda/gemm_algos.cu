@@ -1,8 +1,8 @@
 // dev/cuda/gemm_algos.cu: cuBLASLt's candidate algorithms for the trainer's linear-layer GEMMs (the
 // forward with its bias, dx (through GELU' for the fc projection), dW accumulated in fp32), each timed,
 // described (tile, stages, split-k, reduction scheme, swizzle, cluster shape) and hashed: whether its
-// result is bitwise the same as the heuristic's first pick. A candidate that is faster and bitwise the
-// same could be taken without changing what the trainer computes.
+// result is bitwise the same as the heuristic's first pick. `-gemm_tune 1` (llmc/matmul.cuh) takes the
+// fastest candidate that is bitwise the same.
 //   build/dev/gemm_algos            N = 65536, C = 768 (GPT-2 124M at B = 64, T = 1024)
 //   build/dev/gemm_algos N C
 #include <stdio.h>
@@ -12,25 +12,11 @@
 #include "fill.cuh"
 #include "timing.cuh"
 
-// an order-independent 64-bit hash of n 32-bit words: Σ mix(word, index) mod 2^64
-__global__ void hash_kernel(unsigned long long* out, const uint32_t* w, size_t n) {
-    unsigned long long acc = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned long long x = ((unsigned long long)w[i] << 32 | (unsigned)i) * 0x9E3779B97F4A7C15ull;
-        acc += x ^ (x >> 29);
-    }
-    atomicAdd(out, acc);
-}
-
 static unsigned long long hash_bytes(const void* p, size_t bytes) {
-    unsigned long long* d;
-    unsigned long long h = 0;
-    cuda_check(cudaMalloc(&d, sizeof(h)));
-    cuda_check(cudaMemset(d, 0, sizeof(h)));
-    hash_kernel<<<1024, 256>>>(d, (const uint32_t*)p, bytes / 4);
-    cuda_check_launch();
-    cuda_check(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
-    cuda_check(cudaFree(d));
+    unsigned long long* slot;
+    cuda_check(cudaMalloc(&slot, sizeof(*slot)));
+    unsigned long long h = matmul_hash(p, bytes, slot, 0);
+    cuda_check(cudaFree(slot));
     return h;
 }
 

@@ -1,7 +1,8 @@
-// dev/cuda/layernorm.cu: the LayerNorm kernels of llmc/layernorm.cuh timed at the trainer's shapes,
+// dev/cuda/layernorm.cu: the LayerNorm kernels of llmc/layernorm.cuh and the RMSNorm ones of
+// llmc/rmsnorm.cuh timed at the trainer's shapes,
 // against the GPU's copy bandwidth: each time beside a device-to-device copy of as many bytes (half
 // read, half written), the floor for a kernel that moves them once. The kernels' correctness is tested
-// against the CPU reference by dev/test/test_layers.cu.
+// against the CPU references by dev/test/test_layers.cu and dev/test/test_llama_layers.cu.
 //   build/dev/layernorm          N = 65536, C = 768 (d12, B = 64) and N = 16384, C = 1600 (d48, B = 16)
 //   build/dev/layernorm N C      one shape
 // Bytes per call: forward, residual form: a, b read, r and out written (4·N·C·2); backward: dout, x read,
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "../../llmc/layernorm.cuh"
+#include "../../llmc/rmsnorm.cuh"
 #include "fill.cuh"
 #include "timing.cuh"
 
@@ -22,7 +24,8 @@ static void bench(int N, int C, const GpuContext* ctx) {
     cuda_check(cudaMalloc(&copy, 4 * n * sizeof(bf16)));
     cuda_check(cudaMalloc(&mean, N * sizeof(float))); cuda_check(cudaMalloc(&rstd, N * sizeof(float)));
     cuda_check(cudaMalloc(&dw, C * sizeof(float))); cuda_check(cudaMalloc(&db, C * sizeof(float)));
-    cuda_check(cudaMalloc(&scratch, (size_t)LN_BWD_BLOCKS * 2 * C * sizeof(float)));
+    size_t sf = (size_t)LN_BWD_BLOCKS * 2 * C > (size_t)RMS_BWD_BLOCKS * C ? (size_t)LN_BWD_BLOCKS * 2 * C : (size_t)RMS_BWD_BLOCKS * C;
+    cuda_check(cudaMalloc(&scratch, sf * sizeof(float)));
     const int reps = 20;
     float fwd = time_ms([&] { residual_layernorm_forward(r, out, mean, rstd, a, b, w, bias, N, C, ctx); }, ctx->stream, reps);
     float bwd = time_ms([&] { layernorm_backward(dinp, dw, db, scratch, dout, r, mean, rstd, w, N, C, ctx); }, ctx->stream, reps);
@@ -30,8 +33,11 @@ static void bench(int N, int C, const GpuContext* ctx) {
     float cp = time_ms([&] {
         cuda_check(cudaMemcpyAsync(copy + 2 * n, copy, 2 * n * sizeof(bf16), cudaMemcpyDeviceToDevice, ctx->stream));
     }, ctx->stream, reps);
-    printf("N = %5d, C = %4d | forward %.3f ms (%.2fx copy) | backward %.3f ms (%.2fx copy) | copy of %.0f MB %.3f ms, %.2f TB/s\n",
-           N, C, fwd, fwd / cp, bwd, bwd / cp, bytes * 1e-6, cp, bytes / cp * 1e-9);
+    float rfwd = time_ms([&] { residual_rmsnorm_forward(r, out, rstd, a, b, w, N, C, 1e-5f, ctx); }, ctx->stream, reps);
+    float rbwd = time_ms([&] { rmsnorm_backward(dinp, dw, scratch, dout, r, rstd, w, N, C, ctx); }, ctx->stream, reps);
+    printf("N = %5d, C = %4d | copy of %.0f MB %.3f ms, %.2f TB/s\n", N, C, bytes * 1e-6, cp, bytes / cp * 1e-9);
+    printf("  layernorm: forward %.3f ms (%.2fx copy), backward %.3f ms (%.2fx copy)\n", fwd, fwd / cp, bwd, bwd / cp);
+    printf("  rmsnorm:   forward %.3f ms (%.2fx copy), backward %.3f ms (%.2fx copy)\n", rfwd, rfwd / cp, rbwd, rbwd / cp);
     bf16* bufs[] = {a, b, dout, dinp, w, bias, r, out, copy};
     for (bf16* q : bufs) cuda_check(cudaFree(q));
     float* fbufs[] = {mean, rstd, dw, db, scratch};

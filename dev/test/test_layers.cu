@@ -8,7 +8,8 @@
 // the bf16 outputs (≤ 2^-9 relative per element: tolerance relative L2 4e-3) and fp32 sums against
 // fp64 (tolerance 1e-4 relative, 1e-5 absolute for the row means: far above fp32's ~1e-6 here and far
 // below any indexing mistake, which gives O(1)).
-// The backward runs twice on the same inputs and must give identical bits.
+// The backward runs twice on the same inputs and must give identical bits. With -gemm_tune's tuned GEMMs
+// (llmc/matmul.cuh) the layer must give the untuned bits, and the tuning rule is checked on its own.
 #define GPT_REF_DOUBLE
 #include <stdlib.h>
 #include <math.h>
@@ -186,6 +187,64 @@ static void test_linear_backward(int N, int IC, int OC, int gelu, float* scratch
     cuda_check(cudaFree(d_dW)); cuda_check(cudaFree(d_db)); cuda_check(cudaFree(d_dx));
 }
 
+// -gemm_tune (llmc/matmul.cuh): the rule takes the fastest candidate whose result hash is the first's
+static void test_tune_pick(void) {
+    unsigned long long h1[] = {5, 5, 7, 5};
+    float t1[] = {1.0f, 0.9f, 0.5f, 0.95f};
+    EXPECT(matmul_tune_pick(4, h1, t1) == 1, "tune pick: %d, expected 1 (2 is faster but sums otherwise)",
+           matmul_tune_pick(4, h1, t1));
+    unsigned long long h2[] = {5, 6};
+    float t2[] = {1.0f, 0.1f};
+    EXPECT(matmul_tune_pick(2, h2, t2) == 0, "tune pick: %d, expected 0 (the only same-bits candidate)",
+           matmul_tune_pick(2, h2, t2));
+    unsigned long long h3[] = {5, 5};
+    float t3[] = {1.0f, INFINITY};
+    EXPECT(matmul_tune_pick(2, h3, t3) == 0, "tune pick: %d, expected 0", matmul_tune_pick(2, h3, t3));
+}
+
+// The layer's forward and backward with tuned GEMMs give bitwise what they give untuned (tuning runs
+// the candidates on the call's own operands, dW accumulated included: D must come back as it was).
+static void test_linear_tuned(int N, int IC, int OC, int gelu, float* scratch, const GpuContext* ctx) {
+    GpuContext tuned = *ctx;
+    tuned.gemm_tune = 1;
+    std::vector<double> h;
+    bf16* d_x = make_bf16(h, (size_t)N * IC, -1.0, 1.0);
+    bf16* d_u = make_bf16(h, (size_t)N * IC, -3.0, 3.0);
+    bf16* d_W = make_bf16(h, (size_t)OC * IC, -0.1, 0.1);
+    bf16* d_b = make_bf16(h, OC, -0.1, 0.1);
+    bf16* d_dy = make_bf16(h, (size_t)N * OC, -1.0, 1.0);
+    float* dW0 = make_f32(h, (size_t)OC * IC);
+    float* db0 = make_f32(h, OC);
+    bf16 *y[2], *dx[2];
+    float *dW[2], *db[2];
+    int before = matmul_tuned_n;
+    for (int t = 0; t < 2; t++) {
+        cuda_check(cudaMalloc(&y[t], (size_t)N * OC * sizeof(bf16)));
+        cuda_check(cudaMalloc(&dx[t], (size_t)N * IC * sizeof(bf16)));
+        cuda_check(cudaMalloc(&dW[t], (size_t)OC * IC * sizeof(float)));
+        cuda_check(cudaMalloc(&db[t], OC * sizeof(float)));
+        const GpuContext* c = t ? &tuned : ctx;
+        cuda_check(cudaMemcpyAsync(dW[t], dW0, (size_t)OC * IC * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+        cuda_check(cudaMemcpyAsync(db[t], db0, OC * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+        linear_forward(y[t], d_x, d_W, d_b, N, IC, OC, c);
+        linear_backward(dx[t], dW[t], db[t], scratch, d_dy, d_x, d_W, N, IC, OC, gelu ? d_u : NULL, c);
+        cuda_check(cudaStreamSynchronize(c->stream));
+    }
+    int same = same_bits(y[0], y[1], (size_t)N * OC * sizeof(bf16)) && same_bits(dx[0], dx[1], (size_t)N * IC * sizeof(bf16)) &&
+               same_bits(dW[0], dW[1], (size_t)OC * IC * sizeof(float)) && same_bits(db[0], db[1], OC * sizeof(float));
+    printf("linear    N=%5d IC=%4d OC=%4d%s, GEMMs tuned: %d new tuned plans, outputs bitwise as untuned: %s\n", N, IC,
+           OC, gelu ? " (dx through GELU')" : "", matmul_tuned_n - before, same ? "yes" : "no");
+    EXPECT(same, "linear N=%d IC=%d OC=%d: tuned GEMMs change the outputs", N, IC, OC);
+    EXPECT(matmul_tuned_n - before == 3, "linear N=%d IC=%d OC=%d: %d tuned plans, expected 3 (forward, dx, dW)", N, IC,
+           OC, matmul_tuned_n - before);
+    for (int t = 0; t < 2; t++) {
+        cuda_check(cudaFree(y[t])); cuda_check(cudaFree(dx[t])); cuda_check(cudaFree(dW[t])); cuda_check(cudaFree(db[t]));
+    }
+    bf16* bfs[] = {d_x, d_u, d_W, d_b, d_dy};
+    for (bf16* p : bfs) cuda_check(cudaFree(p));
+    cuda_check(cudaFree(dW0)); cuda_check(cudaFree(db0));
+}
+
 int main(void) {
     test_require_cuda("test_layers");
     GpuContext ctx;
@@ -200,6 +259,9 @@ int main(void) {
     for (const auto& c : lin_cases) test_linear_backward(c[0], c[1], c[2], 0, scratch, &ctx);
     const int gelu_cases[][3] = {{7, 64, 24}, {1100, 3072, 768}, {64, 4096, 200}};  // IC = the GELU's width
     for (const auto& c : gelu_cases) test_linear_backward(c[0], c[1], c[2], 1, scratch, &ctx);
+    test_tune_pick();
+    const int tune_cases[][4] = {{4096, 768, 2304, 0}, {4096, 3072, 768, 1}, {513, 96, 776, 0}};
+    for (const auto& c : tune_cases) test_linear_tuned(c[0], c[1], c[2], c[3], scratch, &ctx);
     cuda_check(cudaFree(scratch));
     gpu_context_free(&ctx);
     return test_summary("test_layers");
