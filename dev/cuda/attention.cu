@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/attention.cuh"
-#include "../ref/attention_check.cuh"
+#include "../ref/attention_kernels.cuh"
 #include "timing.cuh"
 
 // --- variant 1: naive ------------------------------------------------------------------------
@@ -156,14 +156,6 @@ static void simple_backward(void*, bf16* dqkv, float* D, const bf16* dout, const
                             int B, int T, int C, int NH, int NKV, cudaStream_t st) {
     attention_simple_backward(dqkv, D, dout, qkv, lse, B, T, C, NH, NKV, st);
 }
-static void flash_forward(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
-                          cudaStream_t st) {
-    flash_attention_forward(out, lse, qkv, NULL, B, T, C, NH, NKV, st);
-}
-static void flash_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
-                           const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    flash_attention_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
-}
 
 // RoPE's table for the variants that rotate: one, grown to the largest T asked for at a head size.
 #define BENCH_ROPE_THETA 5e5
@@ -208,25 +200,15 @@ static void rope_fused_backward(void*, bf16* dqkv, float* D, const bf16* dout, c
     flash_attention_backward(dqkv, D, dout, out, qkv, rope_table(T, C / NH, st), lse, B, T, C, NH, NKV, st);
 }
 
-static void wgmma_forward(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
-                          cudaStream_t st) {
-    flash_sm90_forward(out, lse, qkv, B, T, C, NH, NKV, st);
-}
-
-static void wgmma_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
-                           const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    flash_sm90_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
-}
-
 typedef struct { int id; const char* name; AttFwdFn fwd; AttBwdFn bwd; double theta; } Variant;
 static const Variant VARIANTS[] = {
     {1, "naive (B,NH,T,T) fp32 scores", naive_forward, naive_backward, 0},
     {2, "simple exact (llmc/attention)", simple_forward, simple_backward, 0},
-    {3, "flash mma.sync (llmc/flash_attn)", flash_forward, flash_backward, 0},
+    {3, "flash mma.sync (llmc/flash_attn)", att_flash_forward, att_flash_backward, 0},
     {4, "flash + RoPE passes (llmc/rope)", rope_pass_forward, rope_pass_backward, BENCH_ROPE_THETA},
     {5, "flash, RoPE fused", rope_fused_forward, rope_fused_backward, BENCH_ROPE_THETA},
-    {6, "wgmma fwd (sm_90a), flash bwd", wgmma_forward, flash_backward, 0},
-    {7, "wgmma fwd and bwd (sm_90a)", wgmma_forward, wgmma_backward, 0},
+    {6, "wgmma fwd (sm_90a), flash bwd", att_sm90_forward, att_flash_backward, 0},
+    {7, "wgmma fwd and bwd (sm_90a)", att_sm90_forward, att_sm90_backward, 0},
 };
 #define NUM_VARIANTS ((int)(sizeof(VARIANTS) / sizeof(VARIANTS[0])))
 

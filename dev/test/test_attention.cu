@@ -6,28 +6,9 @@
 // test_attention_gqa.cu). Outputs are poisoned before each run; the backward runs
 // twice and must be bitwise identical. Tolerances (relative L2 1e-2 for out and the gradients, lse 1e-3
 // absolute) are justified in attention_check.cuh.
-#include "../../llmc/flash_attention_sm90.cuh"
-#include "../ref/attention_check.cuh"
+#include "../ref/attention_kernels.cuh"
 #include "gpu_testing.cuh"
 #include "testing.h"
-
-static void fa_fwd(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
-                   cudaStream_t st) {
-    flash_attention_forward(out, lse, qkv, NULL, B, T, C, NH, NKV, st);
-}
-static void fa_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
-                   int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    flash_attention_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
-}
-
-static void sm90_fwd(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
-                     cudaStream_t st) {
-    flash_sm90_forward(out, lse, qkv, B, T, C, NH, NKV, st);
-}
-static void sm90_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
-                     int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    flash_sm90_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
-}
 
 static void check_kernels(const char* name, AttFwdFn fwd, AttBwdFn bwd, cudaStream_t st) {
     typedef struct { int B, T, NH, hs; } Case;
@@ -60,8 +41,8 @@ int main(void) {
     test_require_cuda("test_attention");
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
-    check_kernels("mma.sync", fa_fwd, fa_bwd, ctx.stream);
-    if (flash_sm90_available()) check_kernels("sm90", sm90_fwd, sm90_bwd, ctx.stream);
+    check_kernels("mma.sync", att_flash_forward, att_flash_backward, ctx.stream);
+    if (flash_sm90_available()) check_kernels("sm90", att_sm90_forward, att_sm90_backward, ctx.stream);
     else printf("sm90: not run (needs an sm_90 GPU and an sm_90a build)\n");
     gpu_context_free(&ctx);
     return test_summary("test_attention");

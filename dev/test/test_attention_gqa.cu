@@ -16,27 +16,10 @@
 //      tolerance 1e-2: the multi-head run rounds each head's part to bf16 before the sum).
 // A failed check prints the case and the error; the last line is `test_attention_gqa: N passed, M failed`.
 #include "../../llmc/attention.cuh"
-#include "../ref/attention_check.cuh"
+#include "../ref/attention_kernels.cuh"
 #include "gpu_testing.cuh"
 #include "testing.h"
 
-static void fa_fwd(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
-                   cudaStream_t st) {
-    flash_attention_forward(out, lse, qkv, NULL, B, T, C, NH, NKV, st);
-}
-static void fa_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
-                   int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    flash_attention_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
-}
-// the sm_90a kernels (llmc/flash_attention_sm90.cuh), checked where they can run
-static void sm90_fwd(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
-                     cudaStream_t st) {
-    flash_sm90_forward(out, lse, qkv, B, T, C, NH, NKV, st);
-}
-static void sm90_bwd(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv, const float* lse,
-                     int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    flash_sm90_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
-}
 // the layer's entry points (self: the GpuContext); at hs = 32 and 96 they run the simple kernels
 static void layer_fwd(void* self, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
                       cudaStream_t) {
@@ -84,8 +67,8 @@ static void check_repeated_kv(Case c, uint64_t seed, cudaStream_t st) {
                 memcpy(qm + r * Wm + (size_t)(1 + kv) * NH * hs + (size_t)h * hs,
                        qg + r * Wg + (size_t)NH * hs + (size_t)(kv * NKV + h / G) * hs, hs * sizeof(bf16));
     }
-    AttRun g = att_run(fa_fwd, fa_bwd, NULL, qg, dout, B, T, NH, NKV, hs, st);
-    AttRun m = att_run(fa_fwd, fa_bwd, NULL, qm, dout, B, T, NH, NH, hs, st);
+    AttRun g = att_run(att_flash_forward, att_flash_backward, NULL, qg, dout, B, T, NH, NKV, hs, st);
+    AttRun m = att_run(att_flash_forward, att_flash_backward, NULL, qm, dout, B, T, NH, NH, hs, st);
     int dq_same = 1;
     for (size_t r = 0; r < rows; r++)
         dq_same &= memcmp(g.dqkv + r * Wg, m.dqkv + r * Wm, (size_t)NH * hs * sizeof(bf16)) == 0;
@@ -131,9 +114,10 @@ int main(void) {
                 for (int T : Ts)
                     for (int B = 1; B <= 2; B++) {
                         Case c = {B, T, NH, NKV, hs};
-                        check_reference("flash", fa_fwd, fa_bwd, NULL, c, seed += 2, ctx.stream);
+                        check_reference("flash", att_flash_forward, att_flash_backward, NULL, c, seed += 2, ctx.stream);
                         if (flash_sm90_available())  // its own inputs: the mma.sync checks keep theirs
-                            check_reference("sm90", sm90_fwd, sm90_bwd, NULL, c, seed + 100001, ctx.stream);
+                            check_reference("sm90", att_sm90_forward, att_sm90_backward, NULL, c, seed + 100001,
+                                            ctx.stream);
                         if (NKV < NH) check_repeated_kv(c, seed += 2, ctx.stream);
                     }
     for (int hs : {32, 96})
