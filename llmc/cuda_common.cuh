@@ -100,17 +100,23 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
         default: fn<8>(__VA_ARGS__); break;                                                      \
     }
 
+// SMs of the current device (for launchers that size their grid and have no GpuContext)
+static inline int current_sm_count(void) {
+    int dev = 0, sms = 0;
+    cuda_check(cudaGetDevice(&dev));
+    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+}
+
 // How many blocks of `threads` threads and `smem` bytes of dynamic shared memory of `kernel` are
 // resident on the current GPU at once (one wave), between 1 and cap. Allows the kernel that much
 // shared memory first.
 template <typename Kernel>
 static inline int one_wave_grid(Kernel kernel, int threads, size_t smem, int cap) {
-    int dev = 0, sms = 0, per_sm = 0;
-    cuda_check(cudaGetDevice(&dev));
-    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int per_sm = 0;
     cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-    int grid = per_sm * sms;
+    int grid = per_sm * current_sm_count();
     return grid < 1 ? 1 : grid > cap ? cap : grid;
 }
 

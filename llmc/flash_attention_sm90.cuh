@@ -303,22 +303,11 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
 #endif
 }
 
-// SMs of the current device, asked once
-static inline int fa90_sm_count(void) {
-    static int n = 0;
-    if (n == 0) {
-        int dev = 0;
-        cuda_check(cudaGetDevice(&dev));
-        cuda_check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return n;
-}
-
 template <int HS>
 static void fa90_forward_launch(const CUtensorMap& map, bf16* out, float* lse, int B, int T, int NH, int NKV,
                               cudaStream_t st) {
     size_t smem = Fa90Cfg<HS>::smem;
-    int items = B * NH * ceil_div(T, FA90_BQ), grid = items < fa90_sm_count() ? items : fa90_sm_count();
+    int items = B * NH * ceil_div(T, FA90_BQ), sms = current_sm_count(), grid = items < sms ? items : sms;
     cuda_check(cudaFuncSetAttribute(fa90_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     fa90_forward_kernel<HS><<<grid, FA90_THREADS, smem, st>>>(map, out, lse, B, T, NH, NKV);
     cuda_check_launch();

@@ -164,9 +164,7 @@ static inline void fused_lce_build(FusedLce* h, const FlceConfig* cfg) {
         check_fail("fused_lce_build: a backward hook needs path chunks", "build the experiment with path chunks");
     if (hk && hk->block_gemms && path != FLCE_PATH_BLOCKS)
         check_fail("fused_lce_build: a block GEMM hook needs path blocks", "build the experiment with path blocks");
-    int sms = 0, dev = 0;
-    cuda_check(cudaGetDevice(&dev));
-    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int sms = current_sm_count();
     h->sm90 = path != FLCE_PATH_UNFUSED && C % WG_BK == 0 && !(cfg->fallbacks & FLCE_NO_SM90) && flce_wgmma_available();
     if (h->sm90) flce_wgmma_setup();
     size_t bytes = 0;
