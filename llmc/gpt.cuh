@@ -258,8 +258,11 @@ static inline void gpt_backward_impl(GptModel* m, const int* targets, float dlos
     model_loss_accumulate(a.loss, m->head.loss, dloss, ctx);
     cuda_check(cudaMemsetAsync(a.dresidual, 0, (size_t)BT * C * sizeof(bf16), st));
     profile_mark(ctx->prof, "head: other", st);
-    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.scratch, a.dln, a.residual3 + (L - 1) * lc, a.lnf_mean, a.lnf_rstd,
-                       p.lnfw, BT, C, ctx);
+    // The two projections' bias gradients are the column sums of the residual gradient they see, which
+    // the LayerNorm backward that completes it adds up as it writes it: the last block's fcprojb here,
+    // block l's attprojb in ln2's backward, block l - 1's fcprojb in block l's ln1 backward.
+    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, g.fcprojb + (L - 1) * C, a.scratch, a.dln,
+                       a.residual3 + (L - 1) * lc, a.lnf_mean, a.lnf_rstd, p.lnfw, BT, C, ctx);
     gpt_bucket_done(m, L, reduce, ctx);
     for (int l = L - 1; l >= 0; l--) {
         const bf16* resid = l == 0 ? a.encoded : a.residual3 + (l - 1) * lc;
@@ -268,21 +271,23 @@ static inline void gpt_backward_impl(GptModel* m, const int* targets, float dlos
         if (m->recompute) gelu_forward(gelu, fch, (size_t)BT * 4 * C, ctx);
         // a.dresidual = dL/d(residual3 of layer l): the MLP half
         // dfch = dL/d(fch): the GELU's backward rides in the dx GEMM (fch is the GELU's input)
-        linear_backward(a.dfch, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, a.scratch, a.dresidual, gelu,
+        linear_backward(a.dfch, g.fcprojw + (size_t)l * 4 * C * C, NULL, a.scratch, a.dresidual, gelu,
                         p.fcprojw + (size_t)l * 4 * C * C, BT, 4 * C, C, fch, ctx);
         linear_backward(a.dln, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.scratch, a.dfch, a.ln2 + l * lc,
                         p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, NULL, ctx);
-        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.scratch, a.dln, a.residual2 + l * lc,
-                           a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, p.ln2w + l * C, BT, C, ctx);
+        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, g.attprojb + l * C, a.scratch, a.dln,
+                           a.residual2 + l * lc, a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, p.ln2w + l * C, BT, C,
+                           ctx);
         // now dL/d(residual2): the attention half
-        linear_backward(a.datty, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.scratch, a.dresidual,
+        linear_backward(a.datty, g.attprojw + (size_t)l * C * C, NULL, a.scratch, a.dresidual,
                         a.atty + l * lc, p.attprojw + (size_t)l * C * C, BT, C, C, NULL, ctx);
         attention_backward(a.dqkv, a.att_D, a.datty, a.atty + l * lc, a.qkv + 3 * l * lc, NULL,
                            a.att_lse + l * maxBT * NH, B, T, C, NH, NH, ctx);
         linear_backward(a.dln, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, a.scratch, a.dqkv, a.ln1 + l * lc,
                         p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, NULL, ctx);
-        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.scratch, a.dln, resid,
-                           a.ln1_mean + l * maxBT, a.ln1_rstd + l * maxBT, p.ln1w + l * C, BT, C, ctx);
+        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, l > 0 ? g.fcprojb + (l - 1) * C : NULL,
+                           a.scratch, a.dln, resid, a.ln1_mean + l * maxBT, a.ln1_rstd + l * maxBT, p.ln1w + l * C,
+                           BT, C, ctx);
         gpt_bucket_done(m, l, reduce, ctx);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, &a.buckets, nu, B, T, C, ctx);

@@ -10,13 +10,17 @@
 // warp in shared memory; its blocks (one wave, at most LN_BWD_BLOCKS) write partial sums to scratch
 // and one kernel adds them in order (deterministic, no atomics). Napkin math at N = 65536, C = 768:
 // 400 MB moved, ~0.1 ms.
+// The accumulated residual gradient it writes is also the output gradient of the projection whose
+// output joined the stream there (GPT-2: the attention projection after ln2's backward, the previous
+// block's MLP projection after ln1's and lnf's), so the backward can also sum the rows it writes into
+// that layer's bias gradient (dsum): the bias kernel's read of the same rows is saved.
 // Sizes: C % 8 == 0 and C <= LN_MAX_C (checked by the launchers).
 #pragma once
 #include "cuda_common.cuh"
 
 #define LN_EPS 1e-5f
-#define LN_BWD_BLOCKS 1024   // at most this many blocks in the backward, each writing a partial (2, C) fp32 row of
-                             // dw, db to scratch
+#define LN_BWD_BLOCKS 1024   // at most this many blocks in the backward, each writing a partial (3, C) fp32 row of
+                             // dw, db and the written rows' sum (or (2, C) without it) to scratch
 #define LN_BWD_WARPS 4       // warps per block of the backward
 #define LN_MAX_C ROW_MAX_C   // every kernel keeps a row in registers (llmc/cuda_common.cuh)
 #define LN_ROWS_PER_BLOCK 8  // warps per block in the row kernels
@@ -75,17 +79,18 @@ layernorm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* resid_out, c
 // row's dout, x and dinp are loaded together, once, into registers. The column sums of dw and db go to
 // the warp's own slice of shared memory (channel-major by element: lanes hit distinct banks), not to
 // registers: fewer registers, more warps in flight. At the end the block adds its warps' slices in
-// order and writes its partial (2, C) row: no atomics.
-// Per row: g = dout·w; dx = rstd·(g − mean(g) − xhat·mean(g·xhat)); dinp += dx; dw += dout·xhat, db += dout.
+// order and writes its partial (nsums, C) row: no atomics.
+// Per row: g = dout·w; dx = rstd·(g − mean(g) − xhat·mean(g·xhat)); dinp += dx; dw += dout·xhat, db += dout,
+// and with nsums = 3 the third sum += the new dinp as rounded to bf16 and stored.
 template <int K>
 __global__ void __launch_bounds__(32 * LN_BWD_WARPS, K <= 3 ? 6 : K <= 7 ? 3 : 2)
 layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp, const float* mean,
-                          const float* rstd, const bf16* w, int N, int C) {
+                          const float* rstd, const bf16* w, int N, int C, int nsums) {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, groups = C / 8;
-    // shared: (LN_BWD_WARPS, 2, 8, groups): warp, dw or db, element e of a group, group: channel 8·g + e
+    // shared: (LN_BWD_WARPS, nsums, 8, groups): warp, which sum, element e of a group, group: channel 8·g + e
     extern __shared__ float sums[];
-    float* mine = sums + (size_t)warp * 2 * C;
-    for (int i = lane; i < 2 * C; i += 32) mine[i] = 0.0f;
+    float* mine = sums + (size_t)warp * nsums * C;
+    for (int i = lane; i < nsums * C; i += 32) mine[i] = 0.0f;
     __syncwarp();
     Bf16x8 wr[K];
     for (int k = 0; k < K; k++) {
@@ -125,36 +130,20 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf
                 float xhat = (bf16x8_get(xr[k], e) - m) * rs, g = bf16x8_get(dr[k], e) * bf16x8_get(wr[k], e);
                 o[e] = bf16x8_get(dx[k], e) + rs * (g - mg - xhat * mgx);
             }
-            store128(dxrow + 8 * gi, bf16x8_from_floats(o));
+            Bf16x8 out = bf16x8_from_floats(o);
+            store128(dxrow + 8 * gi, out);
+            if (nsums == 3)
+                for (int e = 0; e < 8; e++) mine[(16 + e) * groups + gi] += bf16x8_get(out, e);
         }
     }
     __syncthreads();
-    // the block's partial row: (2, C) in channel order, the warps' slices added in order
-    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) {
+    // the block's partial row: (nsums, C) in channel order, the warps' slices added in order
+    for (int i = threadIdx.x; i < nsums * C; i += blockDim.x) {
         int which = i / C, c = i % C, at = (which * 8 + c % 8) * groups + c / 8;
         float acc = 0.0f;
-        for (int v = 0; v < LN_BWD_WARPS; v++) acc += sums[(size_t)v * 2 * C + at];
-        partial[(size_t)blockIdx.x * 2 * C + i] = acc;
+        for (int v = 0; v < LN_BWD_WARPS; v++) acc += sums[(size_t)v * nsums * C + at];
+        partial[(size_t)blockIdx.x * nsums * C + i] = acc;
     }
-}
-
-// dweight[c] += Σ_block partial[block, 0, c], dbias[c] += Σ_block partial[block, 1, c] over `blocks`
-// partial rows. Block (32, 16) per 32 of the 2·C columns: thread (x, y) adds rows y, y + 16, ... in
-// order, then thread (x, 0) adds the 16 in order: a fixed order, many loads in flight.
-__global__ void __launch_bounds__(512)
-layernorm_backward_finish_kernel(float* dweight, float* dbias, const float* partial, int blocks, int C) {
-    __shared__ float part[16][33];
-    int i = blockIdx.x * 32 + threadIdx.x;
-    float acc = 0.0f;
-    if (i < 2 * C)
-        for (int k = threadIdx.y; k < blocks; k += 16) acc += partial[(size_t)k * 2 * C + i];
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y != 0 || i >= 2 * C) return;
-    float sum = 0.0f;
-    for (int y = 0; y < 16; y++) sum += part[y][threadIdx.x];
-    if (i < C) dweight[i] += sum;
-    else dbias[i - C] += sum;
 }
 
 // --- launchers -------------------------------------------------------------------------------
@@ -188,23 +177,26 @@ static inline void layernorm_forward(bf16* out, float* mean, float* rstd, const 
 // *grid: how many, i.e. the partial rows it writes.
 template <int K>
 static void ln_backward_launch(int* grid, bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
-                               const float* mean, const float* rstd, const bf16* w, int N, int C, cudaStream_t stream) {
-    size_t smem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float);
+                               const float* mean, const float* rstd, const bf16* w, int N, int C, int nsums,
+                               cudaStream_t stream) {
+    size_t smem = (size_t)LN_BWD_WARPS * nsums * C * sizeof(float);
     *grid = one_wave_grid(layernorm_backward_kernel<K>, 32 * LN_BWD_WARPS, smem, LN_BWD_BLOCKS);
-    layernorm_backward_kernel<K><<<*grid, 32 * LN_BWD_WARPS, smem, stream>>>(dinp, partial, dout, inp, mean, rstd, w, N, C);
+    layernorm_backward_kernel<K><<<*grid, 32 * LN_BWD_WARPS, smem, stream>>>(dinp, partial, dout, inp, mean, rstd, w,
+                                                                            N, C, nsums);
     cuda_check_launch();
 }
 
 // dinp (N, C) bf16 +=, dweight, dbias (C,) fp32 += from dout (N, C) bf16 and the forward's inp, mean,
-// rstd; scratch (LN_BWD_BLOCKS * 2 * C) fp32.
-static inline void layernorm_backward(bf16* dinp, float* dweight, float* dbias, float* scratch,
+// rstd; and, unless dsum is NULL, dsum (C,) fp32 += Σ_n dinp[n, :] as written (the bias gradient of the
+// layer whose output gradient dinp now is). scratch (LN_BWD_BLOCKS * 3 * C) fp32.
+static inline void layernorm_backward(bf16* dinp, float* dweight, float* dbias, float* dsum, float* scratch,
                                       const bf16* dout, const bf16* inp, const float* mean, const float* rstd,
                                       const bf16* weight, int N, int C, const GpuContext* ctx) {
     cudaStream_t stream = ctx->stream;
     layernorm_check_width(C);
-    int blocks = 0;
-    ROW_DISPATCH_FN(ln_backward_launch, C, &blocks, dinp, scratch, dout, inp, mean, rstd, weight, N, C, stream);
-    layernorm_backward_finish_kernel<<<ceil_div(2 * C, 32), dim3(32, 16), 0, stream>>>(dweight, dbias, scratch, blocks, C);
-    cuda_check_launch();
+    int blocks = 0, nsums = dsum ? 3 : 2;
+    ROW_DISPATCH_FN(ln_backward_launch, C, &blocks, dinp, scratch, dout, inp, mean, rstd, weight, N, C, nsums, stream);
+    ColumnSumsOut to = {{dweight, dbias, dsum}};
+    column_sums_finish(to, scratch, blocks, C, nsums, stream);
     profile_mark(ctx->prof, "layernorm backward", stream);
 }

@@ -132,34 +132,6 @@ rmsnorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16
     }
 }
 
-// dweight[c] += Σ_block partial[block, c] over `blocks` partial rows. Block (32, 16) per 32 columns:
-// thread (x, y) adds rows y, y + 16, ... in order, then thread (x, 0) adds the 16 in order.
-__global__ void __launch_bounds__(512)
-rmsnorm_backward_finish_kernel(float* dweight, const float* partial, int blocks, int C) {
-    __shared__ float part[16][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    float acc = 0.0f;
-    if (c < C)
-        for (int k = threadIdx.y; k < blocks; k += 16) acc += partial[(size_t)k * C + c];
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y != 0 || c >= C) return;
-    float sum = 0.0f;
-    for (int y = 0; y < 16; y++) sum += part[y][threadIdx.x];
-    dweight[c] += sum;
-}
-
-// The backward kernel for rows of up to 256·K channels, one wave of blocks (at most RMS_BWD_BLOCKS);
-// *grid: how many, i.e. the partial rows it writes.
-template <int K>
-static void rms_backward_launch(int* grid, bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
-                                const float* rstd, const bf16* w, int N, int C, cudaStream_t stream) {
-    size_t smem = (size_t)RMS_BWD_WARPS * C * sizeof(float);
-    *grid = one_wave_grid(rmsnorm_backward_kernel<K>, 32 * RMS_BWD_WARPS, smem, RMS_BWD_BLOCKS);
-    rmsnorm_backward_kernel<K><<<*grid, 32 * RMS_BWD_WARPS, smem, stream>>>(dinp, partial, dout, inp, rstd, w, N, C);
-    cuda_check_launch();
-}
-
 // --- launchers -------------------------------------------------------------------------------
 
 // C % 8 == 0 and C <= RMS_MAX_C (the row lives in registers), for every kernel here.
@@ -188,6 +160,17 @@ static inline void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, cons
     residual_rmsnorm_forward(NULL, out, rstd, inp, NULL, weight, N, C, eps, ctx);
 }
 
+// The backward kernel for rows of up to 256·K channels, one wave of blocks (at most RMS_BWD_BLOCKS);
+// *grid: how many, i.e. the partial rows it writes.
+template <int K>
+static void rms_backward_launch(int* grid, bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
+                                const float* rstd, const bf16* w, int N, int C, cudaStream_t stream) {
+    size_t smem = (size_t)RMS_BWD_WARPS * C * sizeof(float);
+    *grid = one_wave_grid(rmsnorm_backward_kernel<K>, 32 * RMS_BWD_WARPS, smem, RMS_BWD_BLOCKS);
+    rmsnorm_backward_kernel<K><<<*grid, 32 * RMS_BWD_WARPS, smem, stream>>>(dinp, partial, dout, inp, rstd, w, N, C);
+    cuda_check_launch();
+}
+
 // dinp (N, C) bf16 +=, dweight (C,) fp32 += from dout (N, C) bf16 and the forward's inp (N, C) bf16,
 // rstd (N,) fp32, weight (C,) bf16; scratch (RMS_BWD_BLOCKS * C) fp32. eps is not needed: it is in rstd.
 static inline void rmsnorm_backward(bf16* dinp, float* dweight, float* scratch, const bf16* dout, const bf16* inp,
@@ -196,7 +179,7 @@ static inline void rmsnorm_backward(bf16* dinp, float* dweight, float* scratch, 
     rmsnorm_check_width(C);
     int blocks = 0;
     ROW_DISPATCH_FN(rms_backward_launch, C, &blocks, dinp, scratch, dout, inp, rstd, weight, N, C, stream);
-    rmsnorm_backward_finish_kernel<<<ceil_div(C, 32), dim3(32, 16), 0, stream>>>(dweight, scratch, blocks, C);
-    cuda_check_launch();
+    ColumnSumsOut to = {{dweight, NULL, NULL}};
+    column_sums_finish(to, scratch, blocks, C, 1, stream);
     profile_mark(ctx->prof, "rmsnorm backward", stream);
 }

@@ -5,11 +5,15 @@
 // against the CPU references by dev/test/test_layers.cu and dev/test/test_llama_layers.cu.
 //   build/dev/layernorm          N = 65536, C = 768 (d12, B = 64) and N = 16384, C = 1600 (d48, B = 16)
 //   build/dev/layernorm N C      one shape
+// The LayerNorm backward runs twice: alone, and with the column sums of the rows it writes (the bias
+// gradient of the projection below it, llmc/gpt.cuh), beside the bias kernels of llmc/linear.cuh that
+// those sums replace.
 // Bytes per call: forward, residual form: a, b read, r and out written (4·N·C·2); backward: dout, x read,
 // dinp read and written (4·N·C·2), plus mean, rstd and the partial sums.
 #include <stdio.h>
 #include <stdlib.h>
 #include "../../llmc/layernorm.cuh"
+#include "../../llmc/linear.cuh"
 #include "../../llmc/rmsnorm.cuh"
 #include "fill.cuh"
 #include "timing.cuh"
@@ -19,16 +23,27 @@ static void bench(int N, int C, const GpuContext* ctx) {
     bf16 *a = alloc_filled(n, 1.0f, 1), *b = alloc_filled(n, 1.0f, 2), *dout = alloc_filled(n, 0.01f, 3);
     bf16 *dinp = alloc_filled(n, 0.01f, 4), *w = alloc_filled(C, 1.0f, 5), *bias = alloc_filled(C, 0.1f, 6);
     bf16 *r, *out, *copy;
-    float *mean, *rstd, *dw, *db, *scratch;
+    float *mean, *rstd, *dw, *db, *ds, *scratch;
     cuda_check(cudaMalloc(&r, n * sizeof(bf16))); cuda_check(cudaMalloc(&out, n * sizeof(bf16)));
     cuda_check(cudaMalloc(&copy, 4 * n * sizeof(bf16)));
     cuda_check(cudaMalloc(&mean, N * sizeof(float))); cuda_check(cudaMalloc(&rstd, N * sizeof(float)));
     cuda_check(cudaMalloc(&dw, C * sizeof(float))); cuda_check(cudaMalloc(&db, C * sizeof(float)));
-    size_t sf = (size_t)LN_BWD_BLOCKS * 2 * C > (size_t)RMS_BWD_BLOCKS * C ? (size_t)LN_BWD_BLOCKS * 2 * C : (size_t)RMS_BWD_BLOCKS * C;
+    cuda_check(cudaMalloc(&ds, C * sizeof(float)));
+    size_t sf = (size_t)LN_BWD_BLOCKS * 3 * C;  // the most of the three: RMS_BWD_BLOCKS · C, LINEAR_BIAS_CHUNKS · C
+    if (sf < (size_t)RMS_BWD_BLOCKS * C) sf = (size_t)RMS_BWD_BLOCKS * C;
+    if (sf < (size_t)LINEAR_BIAS_CHUNKS * C) sf = (size_t)LINEAR_BIAS_CHUNKS * C;
     cuda_check(cudaMalloc(&scratch, sf * sizeof(float)));
     const int reps = 20;
     float fwd = time_ms([&] { residual_layernorm_forward(r, out, mean, rstd, a, b, w, bias, N, C, ctx); }, ctx->stream, reps);
-    float bwd = time_ms([&] { layernorm_backward(dinp, dw, db, scratch, dout, r, mean, rstd, w, N, C, ctx); }, ctx->stream, reps);
+    float bwd = time_ms([&] { layernorm_backward(dinp, dw, db, NULL, scratch, dout, r, mean, rstd, w, N, C, ctx); },
+                        ctx->stream, reps);
+    float bwds = time_ms([&] { layernorm_backward(dinp, dw, db, ds, scratch, dout, r, mean, rstd, w, N, C, ctx); },
+                         ctx->stream, reps);
+    // what linear_backward runs for the same bias gradient from the same rows
+    float biask = time_ms([&] {
+        linear_bias_partial_kernel<<<dim3(ceil_div(C, 256), LINEAR_BIAS_CHUNKS), 256, 0, ctx->stream>>>(scratch, dinp, N, C);
+        linear_bias_finish_kernel<<<ceil_div(C, 256), 256, 0, ctx->stream>>>(ds, scratch, C);
+    }, ctx->stream, reps);
     // a copy of 2·N·C bf16: 4·N·C·2 bytes moved
     float cp = time_ms([&] {
         cuda_check(cudaMemcpyAsync(copy + 2 * n, copy, 2 * n * sizeof(bf16), cudaMemcpyDeviceToDevice, ctx->stream));
@@ -37,10 +52,12 @@ static void bench(int N, int C, const GpuContext* ctx) {
     float rbwd = time_ms([&] { rmsnorm_backward(dinp, dw, scratch, dout, r, rstd, w, N, C, ctx); }, ctx->stream, reps);
     printf("N = %5d, C = %4d | copy of %.0f MB %.3f ms, %.2f TB/s\n", N, C, bytes * 1e-6, cp, bytes / cp * 1e-9);
     printf("  layernorm: forward %.3f ms (%.2fx copy), backward %.3f ms (%.2fx copy)\n", fwd, fwd / cp, bwd, bwd / cp);
+    printf("  layernorm backward + the written rows' column sums %.3f ms, against %.3f + %.3f ms of bias kernels: "
+           "%.3f ms saved\n", bwds, bwd, biask, bwd + biask - bwds);
     printf("  rmsnorm:   forward %.3f ms (%.2fx copy), backward %.3f ms (%.2fx copy)\n", rfwd, rfwd / cp, rbwd, rbwd / cp);
     bf16* bufs[] = {a, b, dout, dinp, w, bias, r, out, copy};
     for (bf16* q : bufs) cuda_check(cudaFree(q));
-    float* fbufs[] = {mean, rstd, dw, db, scratch};
+    float* fbufs[] = {mean, rstd, dw, db, ds, scratch};
     for (float* q : fbufs) cuda_check(cudaFree(q));
 }
 

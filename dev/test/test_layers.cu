@@ -1,8 +1,9 @@
 // test_layers.cu: GPU test of the row and column kernels of llmc/layernorm.cuh and llmc/linear.cuh
 // against the fp64 CPU reference (dev/ref/gpt_ref_layers.h), at widths the model does not reach in
 // test_gpt (C = 8 .. 2048, partial lane groups, N not a multiple of the 8 rows of a block, N = 1):
-//   layernorm_forward: out, mean, rstd (and the residual form: r = bf16(a + b) stored, out);  layernorm_backward: dx ACCUMULATED onto a non-zero dinp,
-//   dw and db ACCUMULATED onto non-zero values;  linear_backward: dx, dW and the bias gradient db, and
+//   layernorm_forward: out, mean, rstd (and the residual form: r = bf16(a + b) stored, out);
+//   layernorm_backward: dx ACCUMULATED onto a non-zero dinp, dw and db ACCUMULATED onto non-zero values,
+//   with and without the column sums of the dinp it writes (ACCUMULATED too);  linear_backward: dx, dW and the bias gradient db, and
 //   dx through the GELU of the layer's input (the DGELU epilogue) against the reference GELU backward.
 // The inputs are bf16 (the reference reads the same rounded values); what differs is the rounding of
 // the bf16 outputs (≤ 2^-9 relative per element: tolerance relative L2 4e-3) and fp32 sums against
@@ -87,9 +88,11 @@ static int same_bits(const void* a, const void* b, size_t bytes) {
     return memcmp(ha.data(), hb.data(), bytes) == 0;
 }
 
-static void test_layernorm(int N, int C, float* scratch, const GpuContext* ctx) {
+// with_sum: the backward also adds the column sums of the dinp it writes into ds (the bias gradient of
+// the layer below, llmc/gpt.cuh); both runs do, and the repeat must match bitwise, ds included.
+static void test_layernorm(int N, int C, int with_sum, float* scratch, const GpuContext* ctx) {
     cudaStream_t st = ctx->stream;
-    std::vector<double> x, w, b, dout, dinp0, dw0, db0;
+    std::vector<double> x, w, b, dout, dinp0, dw0, db0, ds0;
     bf16* d_x = make_bf16(x, (size_t)N * C, -2.0, 2.0);
     bf16* d_w = make_bf16(w, C, 0.5, 1.5);
     bf16* d_b = make_bf16(b, C, -0.5, 0.5);
@@ -97,23 +100,27 @@ static void test_layernorm(int N, int C, float* scratch, const GpuContext* ctx) 
     bf16* d_dinp = make_bf16(dinp0, (size_t)N * C, -0.5, 0.5);
     float* d_dw = make_f32(dw0, C);
     float* d_db = make_f32(db0, C);
+    float* d_ds = make_f32(ds0, C);
     bf16 *d_out, *d_dinp2;
-    float *d_mean, *d_rstd, *d_dw2, *d_db2;
+    float *d_mean, *d_rstd, *d_dw2, *d_db2, *d_ds2;
     cuda_check(cudaMalloc(&d_out, (size_t)N * C * sizeof(bf16)));
     cuda_check(cudaMalloc(&d_dinp2, (size_t)N * C * sizeof(bf16)));
     cuda_check(cudaMalloc(&d_mean, N * sizeof(float)));
     cuda_check(cudaMalloc(&d_rstd, N * sizeof(float)));
     cuda_check(cudaMalloc(&d_dw2, C * sizeof(float)));
     cuda_check(cudaMalloc(&d_db2, C * sizeof(float)));
+    cuda_check(cudaMalloc(&d_ds2, C * sizeof(float)));
     // second copies of the accumulated outputs, for the repeat run
     cuda_check(cudaMemcpy(d_dinp2, d_dinp, (size_t)N * C * sizeof(bf16), cudaMemcpyDeviceToDevice));
     cuda_check(cudaMemcpy(d_dw2, d_dw, C * sizeof(float), cudaMemcpyDeviceToDevice));
     cuda_check(cudaMemcpy(d_db2, d_db, C * sizeof(float), cudaMemcpyDeviceToDevice));
+    cuda_check(cudaMemcpy(d_ds2, d_ds, C * sizeof(float), cudaMemcpyDeviceToDevice));
     cuda_check(cudaDeviceSynchronize());  // device-to-device copies are asynchronous, on the legacy stream
 
     layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, ctx);
-    layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C, ctx);
-    layernorm_backward(d_dinp2, d_dw2, d_db2, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C, ctx);
+    layernorm_backward(d_dinp, d_dw, d_db, with_sum ? d_ds : NULL, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C, ctx);
+    layernorm_backward(d_dinp2, d_dw2, d_db2, with_sum ? d_ds2 : NULL, scratch, d_dout, d_x, d_mean, d_rstd, d_w, N, C,
+                       ctx);
     cuda_check(cudaStreamSynchronize(st));
 
     std::vector<double> out(N * (size_t)C), mean(N), rstd(N);
@@ -127,16 +134,23 @@ static void test_layernorm(int N, int C, float* scratch, const GpuContext* ctx) 
     double e_mean = rms_diff(gmean, mean), e_rstd = rel_l2(grstd, rstd);
     double e_dx = rel_l2(get_bf16(d_dinp, (size_t)N * C), dinp);
     double e_dw = rel_l2(get_f32(d_dw, C), dw), e_db = rel_l2(get_f32(d_db, C), db);
+    // ds: ds0 + the column sums of dinp as the GPU wrote it (bf16), in fp64; untouched without the sum
+    std::vector<double> got_dinp = get_bf16(d_dinp, (size_t)N * C), ds = ds0;
+    if (with_sum)
+        for (size_t i = 0; i < got_dinp.size(); i++) ds[i % C] += got_dinp[i];
+    double e_ds = rel_l2(get_f32(d_ds, C), ds);
     int repeat = same_bits(d_dinp, d_dinp2, (size_t)N * C * sizeof(bf16)) && same_bits(d_dw, d_dw2, C * sizeof(float)) &&
-                 same_bits(d_db, d_db2, C * sizeof(float));
-    printf("layernorm N=%5d C=%4d: out %.1e mean(abs) %.1e rstd %.1e | dx %.1e dw %.1e db %.1e | repeat %s\n", N, C, e_out,
-           e_mean, e_rstd, e_dx, e_dw, e_db, repeat ? "bitwise" : "DIFFERS");
+                 same_bits(d_db, d_db2, C * sizeof(float)) && same_bits(d_ds, d_ds2, C * sizeof(float));
+    printf("layernorm N=%5d C=%4d sum %d: out %.1e mean(abs) %.1e rstd %.1e | dx %.1e dw %.1e db %.1e ds %.1e | repeat %s\n",
+           N, C, with_sum, e_out, e_mean, e_rstd, e_dx, e_dw, e_db, e_ds, repeat ? "bitwise" : "DIFFERS");
     EXPECT(e_out <= TOL_BF16, "layernorm N=%d C=%d: out rel L2 %.2e > %.0e", N, C, e_out, TOL_BF16);
     EXPECT(e_mean <= TOL_MEAN, "layernorm N=%d C=%d: mean RMS error %.2e > %.0e", N, C, e_mean, TOL_MEAN);
     EXPECT(e_rstd <= TOL_FP32, "layernorm N=%d C=%d: rstd rel L2 %.2e > %.0e", N, C, e_rstd, TOL_FP32);
     EXPECT(e_dx <= TOL_BF16, "layernorm N=%d C=%d: dx rel L2 %.2e > %.0e", N, C, e_dx, TOL_BF16);
     EXPECT(e_dw <= TOL_FP32 && e_db <= TOL_FP32, "layernorm N=%d C=%d: dw %.2e db %.2e > %.0e", N, C, e_dw, e_db, TOL_FP32);
-    EXPECT(repeat, "layernorm N=%d C=%d: two backward runs differ", N, C);
+    if (with_sum) EXPECT(e_ds <= TOL_FP32, "layernorm N=%d C=%d: ds rel L2 %.2e > %.0e", N, C, e_ds, TOL_FP32);
+    else EXPECT(e_ds == 0.0, "layernorm N=%d C=%d: ds changed without a sum asked (rel L2 %.2e)", N, C, e_ds);
+    EXPECT(repeat, "layernorm N=%d C=%d sum %d: two backward runs differ", N, C, with_sum);
     // the residual form: r = bf16(x + y) stored, then normalized as rounded
     std::vector<double> y, r((size_t)N * C);
     bf16* d_y = make_bf16(y, (size_t)N * C, -2.0, 2.0);
@@ -151,7 +165,7 @@ static void test_layernorm(int N, int C, float* scratch, const GpuContext* ctx) 
     EXPECT(e_r == 0.0, "residual layernorm N=%d C=%d: r = bf16(a + b) differs (rel L2 %.2e)", N, C, e_r);
     EXPECT(e_rout <= TOL_BF16, "residual layernorm N=%d C=%d: out rel L2 %.2e > %.0e", N, C, e_rout, TOL_BF16);
     bf16* bfs[] = {d_x, d_w, d_b, d_dout, d_dinp, d_out, d_dinp2, d_y, d_r};
-    float* fs[] = {d_dw, d_db, d_mean, d_rstd, d_dw2, d_db2};
+    float* fs[] = {d_dw, d_db, d_ds, d_mean, d_rstd, d_dw2, d_db2, d_ds2};
     for (bf16* p : bfs) cuda_check(cudaFree(p));
     for (float* p : fs) cuda_check(cudaFree(p));
 }
@@ -249,12 +263,13 @@ int main(void) {
     test_require_cuda("test_layers");
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
-    size_t scratch_floats = (size_t)LN_BWD_BLOCKS * 2 * LN_MAX_C;
+    size_t scratch_floats = (size_t)LN_BWD_BLOCKS * 3 * LN_MAX_C;
     if (scratch_floats < (size_t)LINEAR_BIAS_CHUNKS * 4096) scratch_floats = (size_t)LINEAR_BIAS_CHUNKS * 4096;
     float* scratch;
     cuda_check(cudaMalloc(&scratch, scratch_floats * sizeof(float)));
     const int ln_cases[][2] = {{1, 8}, {7, 128}, {1003, 200}, {517, 768}, {4099, 768}, {300, 1600}, {64, 2048}};
-    for (const auto& c : ln_cases) test_layernorm(c[0], c[1], scratch, &ctx);
+    for (int with_sum = 0; with_sum < 2; with_sum++)
+        for (const auto& c : ln_cases) test_layernorm(c[0], c[1], with_sum, scratch, &ctx);
     const int lin_cases[][3] = {{1, 64, 8}, {7, 64, 24}, {513, 96, 776}, {1100, 128, 3072}, {64, 200, 4096}};
     for (const auto& c : lin_cases) test_linear_backward(c[0], c[1], c[2], 0, scratch, &ctx);
     const int gelu_cases[][3] = {{7, 64, 24}, {1100, 3072, 768}, {64, 4096, 200}};  // IC = the GELU's width
