@@ -4,8 +4,9 @@
 // Checks, each printed with its numbers:
 //   1. the model's init equals the reference's init for the same seed, bitwise (same RNG and recipe)
 //   2. loss and every parameter gradient vs the reference (targets include ignored positions)
-//   3. the unfused head agrees with the fused one; recompute gives bitwise the same gradients;
-//      the eval loss equals the training loss; accumulating a batch twice at dloss 1/2 equals once at 1
+//   3. the unfused head agrees with the fused one; recompute agrees with no recompute (its GELU is a
+//      kernel, not the fc GEMM's epilogue); the eval loss equals the training loss; accumulating a
+//      batch twice at dloss 1/2 equals once at 1
 //   4. the losses of 10 AdamW steps (with clipping and weight decay) vs the reference
 //   5. two runs with the same seed are bitwise identical (losses and final master weights), and a third
 //      with -gemm_tune's tuned GEMMs (llmc/matmul.cuh), the head's included, is bitwise the same too
@@ -221,12 +222,17 @@ int main(void) {
     EXPECT(fabs(acc_loss - loss) <= 1e-6f * loss, "accumulated loss %.7f vs %.7f", acc_loss, loss);
     compare_tensors("accum", host, grads, &m, 1e-6);
 
-    // 3c. recompute: the GELU rerun in the backward is the same kernel on the same input: bitwise
+    // 3c. recompute: the forward's GELU is then llmc/gelu.cuh's kernel on the stored bf16 u (what the
+    // backward reruns), where without recompute it is the fc GEMM's epilogue on the fp32 u: the GELU
+    // outputs differ by one bf16 rounding in some elements (~2e-3 relative L2), so the loss agrees to
+    // 1e-3 relative and each gradient tensor to 1e-2 relative L2 (a GELU rerun on the wrong input or
+    // layer is O(1) off), and against the reference within the same tolerance as the run above
     {
         float rl = grads_with(&c, 1, FLCE_PATH_BLOCKS, ref.params_memory, in, tg, host, &ctx);
-        int same = bitwise_equal(host, grads, n) && rl == loss;
-        printf("recompute: loss %.6f, gradients bitwise equal to no recompute: %s\n", rl, same ? "yes" : "no");
-        EXPECT(same, "recompute changes the loss or the gradients");
+        printf("recompute: loss %.6f vs %.6f without (rel diff %.2e, tol 1e-3)\n", rl, loss, fabs(rl - loss) / loss);
+        EXPECT(fabs(rl - loss) <= 1e-3 * loss, "recompute loss %.6f vs %.6f without", rl, loss);
+        compare_tensors("recompute", host, grads, &m, 1e-2);
+        compare_tensors("recomp/ref", host, ref.grads_memory, &m, 5e-2);
     }
 
     // 3d. unfused head (bf16 logits, rounded before the softmax) vs fused (fp32 logits): logits near 0

@@ -1,7 +1,9 @@
 // gelu.cuh: GELU in GPT-2's tanh approximation, gelu(x) = x/2 · (1 + tanh(√(2/π) (x + 0.044715 x³))),
-// elementwise in fp32 on bf16 tensors (8 elements, one 16-byte access, per thread). The forward runs
-// here (and again in the backward under activation recompute, from the saved pre-GELU input: the same
-// kernel on the same input, so recompute changes no bit). The backward is not a kernel of its own: it
+// elementwise in fp32 on bf16 tensors (8 elements, one 16-byte access, per thread). The trainer runs
+// this kernel under activation recompute only, in the forward and again in the backward from the saved
+// pre-GELU input (the same kernel on the same input: the rerun is bitwise the forward's); otherwise the
+// forward's GELU rides in the fc GEMM's epilogue (llmc/linear.cuh), which takes it of the fp32 product
+// rather than of its bf16 rounding. The backward is not a kernel of its own: it
 // rides in the epilogue of the GEMM that produces the MLP's input gradient (cuBLASLt DGELU, the same
 // tanh form; llmc/linear.cuh), which saves a read and a write of the (B·T, 4C) gradient.
 #pragma once

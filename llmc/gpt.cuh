@@ -186,8 +186,13 @@ static inline void gpt_forward(GptModel* m, const int* inputs, int B, int T, con
         linear_forward(res2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, BT, C, C, ctx);
         residual_layernorm_forward(res2, ln2, a.ln2_mean + l * maxBT, a.ln2_rstd + l * maxBT, res2, resid,
                                    p.ln2w + l * C, p.ln2b + l * C, BT, C, ctx);
-        linear_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C, ctx);
-        gelu_forward(gelu, fch, (size_t)BT * 4 * C, ctx);
+        // the MLP's GELU: in the fc GEMM's epilogue, or under recompute as the kernel the backward reruns
+        if (m->recompute) {
+            linear_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C, ctx);
+            gelu_forward(gelu, fch, (size_t)BT * 4 * C, ctx);
+        } else {
+            linear_forward_gelu(gelu, fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C, ctx);
+        }
         linear_forward(res3, gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, BT, 4 * C, C, ctx);
         // the block output, and the LayerNorm that reads it next: ln1 of layer l+1, or lnf
         int last = l == L - 1;

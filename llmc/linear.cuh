@@ -1,8 +1,11 @@
 // linear.cuh: the linear layer y (N, OC) = x (N, IC) · Wᵀ + b with W (OC, IC), forward and backward,
 // as cuBLASLt GEMMs (llmc/matmul.cuh) plus a deterministic bias-gradient kernel.
 //
-// Fused: the bias add rides in the forward GEMM's epilogue (y is written once); in the backward of a
-// layer whose input came out of a GELU, the GELU's backward rides in the dx GEMM's epilogue. The backward is
+// Fused: the bias add rides in the forward GEMM's epilogue (y is written once); so can a GELU after it
+// (linear_forward_gelu: u = x·Wᵀ + b and GELU(u) both stored by one GEMM, the GELU taken of the fp32 u;
+// llmc/gelu.cuh's kernel takes it of the stored bf16 u, so the two differ by a bf16 rounding in some
+// elements); in the backward of a layer whose input came out of a GELU, the GELU's backward rides in the
+// dx GEMM's epilogue. The backward is
 //   dx (N, IC) bf16  = dy · W            (assigned; ⊙ GELU'(u) for x = GELU(u))
 //   dW (OC, IC) fp32 += dyᵀ · x          (accumulated in the GEMM with beta = 1: gradient accumulation
 //                                          over micro-steps costs nothing extra)
@@ -56,6 +59,15 @@ __global__ void linear_bias_finish_kernel(float* dbias, const float* partial, in
 static inline void linear_forward(bf16* y, const bf16* x, const bf16* weight, const bf16* bias,
                                   int N, int IC, int OC, const GpuContext* ctx) {
     matmul_bias(ctx, y, CUDA_R_16BF, OC, x, IC, 0, weight, IC, 1, N, OC, IC, 1.0f, 0.0f, bias);
+    profile_mark(ctx->prof, "linear forward", ctx->stream);
+}
+
+// u (N, OC) bf16 = x (N, IC) · weightᵀ + bias, and y (N, OC) bf16 = GELU(u) (GPT-2's tanh form,
+// cuBLASLt's GELU_AUX_BIAS epilogue, applied before u is rounded): the MLP's first layer in one GEMM.
+static inline void linear_forward_gelu(bf16* y, bf16* u, const bf16* x, const bf16* weight, const bf16* bias,
+                                       int N, int IC, int OC, const GpuContext* ctx) {
+    MatmulEpilogue ep = {MATMUL_EPILOGUE_GELU_AUX_BIAS, bias, u, OC};
+    matmul_ex(ctx, y, CUDA_R_16BF, OC, x, IC, 0, weight, IC, 1, N, OC, IC, 1.0f, 0.0f, &ep);
     profile_mark(ctx->prof, "linear forward", ctx->stream);
 }
 

@@ -6,9 +6,10 @@
 // Columns: forward (ours: y = x·Wᵀ + b; plain: y = x·Wᵀ), backward (ours: dx, dW += dyᵀ·x, db; plain: the
 // two GEMMs dx = dy·W, dW += dyᵀ·x), TF/s over the layer's 2·N·IC·OC (fwd) and 4·N·IC·OC (bwd) FLOPs.
 // The layers' correctness is tested against the CPU reference by dev/test/test_layers.cu.
-// Then, at C = 768, two candidates the trainer does not take (dev/cuda/README.md says why): the bias
-// gradient in the dW GEMM's epilogue (bench_bias_epilogue) and the fc layer's GELU in its GEMM's
-// epilogue (bench_gelu_fusion). dev/cuda/gemm_algos.cu tries cuBLASLt's other algorithms for the GEMMs.
+// Then, at C = 768: the bias gradient in the dW GEMM's epilogue, which the trainer does not take
+// (bench_bias_epilogue), and the fc layer's GELU as the trainer runs it with and without -recompute:
+// a kernel after the GEMM, or in the GEMM's epilogue (bench_gelu_fusion; dev/cuda/README.md says why
+// both). dev/cuda/gemm_algos.cu tries cuBLASLt's other algorithms for the GEMMs.
 //   build/dev/linear              N = 65536 (B = 64, T = 1024), C = 768 (d12) and C = 1600 (d48)
 //   build/dev/linear N C          one shape
 #include <stdio.h>
@@ -57,7 +58,7 @@ static void bench_layer(const char* name, int N, int IC, int OC, int gelu, float
     cuda_check(cudaFree(db)); cuda_check(cudaFree(scratch));
 }
 
-// --- the MLP's GELU in the fc GEMM's epilogue (cuBLASLt GELU_AUX_BIAS), against what the trainer runs ---
+// --- the MLP's GELU in the fc GEMM's epilogue (cuBLASLt GELU_AUX_BIAS), against the GELU kernel --------
 
 static std::vector<bf16> download(const bf16* d, size_t n) {
     std::vector<bf16> h(n);
@@ -65,8 +66,9 @@ static std::vector<bf16> download(const bf16* d, size_t n) {
     return h;
 }
 
-// fc forward, x (N, C) -> u (N, 4C) -> GELU(u): the trainer's GEMM with the bias, then its GELU kernel
-// (llmc/gelu.cuh), against one GEMM that stores u and GELU(u). Prints both times, whether the two u are
+// fc forward, x (N, C) -> u (N, 4C) -> GELU(u): the GEMM with the bias, then the GELU kernel
+// (llmc/gelu.cuh; the trainer at -recompute 1), against one GEMM that stores u and GELU(u)
+// (linear_forward_gelu; the trainer at -recompute 0). Prints both times, whether the two u are
 // bitwise equal, how many GELU(u) differ and by how much at most (relative to max |GELU(u)|), and whether
 // two runs of the fused GEMM give the same bits.
 static void bench_gelu_fusion(int N, int C, const GpuContext* ctx) {
@@ -79,8 +81,7 @@ static void bench_gelu_fusion(int N, int C, const GpuContext* ctx) {
     cuda_check(cudaMalloc(&u, n * sizeof(bf16))); cuda_check(cudaMalloc(&g, n * sizeof(bf16)));
     cuda_check(cudaMalloc(&u2, n * sizeof(bf16))); cuda_check(cudaMalloc(&g2, n * sizeof(bf16)));
     float now = time_ms([&] { linear_forward(u, x, W, b, N, C, H, ctx); gelu_forward(g, u, n, ctx); }, ctx->stream, reps);
-    MatmulEpilogue ep = {MATMUL_EPILOGUE_GELU_AUX_BIAS, b, u2, H};
-    auto fused = [&] { matmul_ex(ctx, g2, CUDA_R_16BF, H, x, C, 0, W, C, 1, N, H, C, 1.0f, 0.0f, &ep); };
+    auto fused = [&] { linear_forward_gelu(g2, u2, x, W, b, N, C, H, ctx); };
     float cand = time_ms(fused, ctx->stream, reps);
     std::vector<bf16> hu = download(u, n), hu2 = download(u2, n), hg = download(g, n), hg2 = download(g2, n);
     fused();
