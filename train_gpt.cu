@@ -74,6 +74,7 @@ typedef struct {
     int gpus;                   // -gpus
     const char* nccl_init;      // -nccl_init
     int nccl_timeout;           // -nccl_timeout
+    int zero;                   // -zero
 } TrainConfig;
 
 // The one declaration of every flag: name, destination, default, help.
@@ -123,6 +124,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-gpus", FLAG_INT, &c->gpus, "1", "multi-GPU", "GPUs of this machine: N > 1 starts one process per GPU (leave it out under mpirun, srun or torchrun-style variables)"},
         {"-nccl_init", FLAG_STR, &c->nccl_init, "tcp", "multi-GPU", "how the ranks meet: tcp (rank 0 at MASTER_ADDR:MASTER_PORT) | file:PATH (on a file system every rank sees)"},
         {"-nccl_timeout", FLAG_INT, &c->nccl_timeout, "600", "multi-GPU", "seconds the ranks' meeting, or a collective, may make no progress before the run stops"},
+        {"-zero", FLAG_INT, &c->zero, "1", "multi-GPU", "1: shard the fp32 master weights and AdamW state over the GPUs (ZeRO-1); 0: keep all of it on every GPU, the gradients all-reduced (for comparison)"},
     };
     int n = (int)(sizeof(table) / sizeof(table[0]));
     memcpy(f, table, sizeof(table));
@@ -266,6 +268,7 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
     if (strcmp(c->nccl_init, "tcp") != 0 && (strncmp(c->nccl_init, "file:", 5) != 0 || !c->nccl_init[5]))
         BAD("-nccl_init", "-nccl_init %s: choose tcp or file:PATH (a path every rank can read)", c->nccl_init);
     if (c->nccl_timeout < 1) BAD("-nccl_timeout", "-nccl_timeout %d: seconds, 1 or more", c->nccl_timeout);
+    if (c->zero != 0 && c->zero != 1) BAD("-zero", "-zero %d: choose 1 (ZeRO-1, the default) or 0 (unsharded)", c->zero);
     return NULL;
 }
 #undef BAD
@@ -798,7 +801,7 @@ int main(int argc, char** argv) {
     int device = dist_device(&dist, cfg.device);
     gpu_context_build(&ctx, device);
     ctx.gemm_tune = cfg.gemm_tune;
-    dist_connect(&dist);
+    dist_connect(&dist, cfg.zero);
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, device));
     const char* peak_source = "";
@@ -881,14 +884,16 @@ int main(int argc, char** argv) {
     if (dist.launched) {
         table_row("ranks", "%d (%s), %d on this machine, GPU = local rank", world, dist.env.source,
                   dist.env.local_world_size);
-        table_row("data parallel", "NCCL, met by %s; ZeRO-1 optimizer state", cfg.nccl_init);
+        table_row("data parallel", "NCCL, met by %s; %s", cfg.nccl_init,
+                  cfg.zero ? "ZeRO-1 optimizer state" : "optimizer state whole on every GPU (-zero 0)");
     }
     if (peak > 0) table_row("peak bf16", "%.1f TFLOP/s (%s) per GPU, the MFU's base", peak / 1e12, peak_source);
     else table_row("peak bf16", "unknown for this architecture: no MFU");
     printf("%s", rule);
     size_t n = model.num_params, shard = model.zero->shard_size;
     char zero_note[96] = "";
-    if (world > 1) snprintf(zero_note, sizeof(zero_note), " (ZeRO-1: 1/%d of %.1f MiB)", world, mib(3 * n * sizeof(float)));
+    if (world > 1 && cfg.zero)
+        snprintf(zero_note, sizeof(zero_note), " (ZeRO-1: 1/%d of %.1f MiB)", world, mib(3 * n * sizeof(float)));
     printf("memory per GPU: parameters %.1f MiB | gradients %.1f MiB | optimizer (master, m, v) %.1f MiB%s | "
            "activations %.1f MiB | head scratch %.1f MiB\n", mib(n * sizeof(bf16)), mib(n * sizeof(float)),
            mib(3 * shard * sizeof(float)), zero_note, mib(model.acts_bytes),

@@ -25,6 +25,8 @@ typedef struct {
 
 struct Comm {
     int rank, world;
+    int zero;            // 1: the models shard their optimizer state over the ranks (ZeRO-1, llmc/zero.cuh,
+                         // the default); 0: every rank keeps all of it (-zero 0)
     const CommOps* ops;  // NULL: world 1
     void* impl;          // the backend's state
 };
@@ -32,6 +34,7 @@ struct Comm {
 static inline void comm_single(Comm* c) {
     c->rank = 0;
     c->world = 1;
+    c->zero = 1;
     c->ops = NULL;
     c->impl = NULL;
 }

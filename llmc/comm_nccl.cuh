@@ -100,6 +100,7 @@ static inline void comm_nccl_init(Comm* c, CommNccl* n, const ncclUniqueId* id, 
     comm_nccl_wait(n, r, "joining the communicator");
     c->rank = rank;
     c->world = world;
+    c->zero = 1;
     c->ops = &COMM_NCCL_OPS;
     c->impl = n;
 }

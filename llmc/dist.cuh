@@ -6,7 +6,7 @@
 //   dist_detect(&d, 600.0);            // world 1 when nothing launched us
 //   dist_join(&d, "tcp");              // after the flags are valid
 //   ... data, gpu_context_build(&ctx, dist_device(&d, -device)) ...
-//   dist_connect(&d);                  // the NCCL communicator (after the CUDA device is set)
+//   dist_connect(&d, 1);               // the NCCL communicator (after the CUDA device is set); 1: ZeRO-1
 //   gpt_build_dist(&model, ..., dist_comm(&d));
 //   ...
 //   dist_leave(&d);
@@ -98,11 +98,13 @@ static inline int dist_device(const DistRun* d, int requested) {
 }
 
 // The NCCL communicator of the run, from the id dist_join received. The CUDA device must be set
-// (gpu_context_build).
-static inline void dist_connect(DistRun* d) {
+// (gpu_context_build). zero: 1, the models shard their optimizer state over the ranks (ZeRO-1); 0, every
+// rank keeps all of it (Comm.zero).
+static inline void dist_connect(DistRun* d, int zero) {
     if (!d->launched) return;
 #ifdef LLMC_NCCL
     comm_nccl_init(&d->comm, &d->nccl, &d->nccl_id, d->env.rank, d->env.world_size, d->timeout_s);
+    d->comm.zero = zero;
 #endif
 }
 

@@ -9,7 +9,8 @@
 // norm of the whole gradient, since the plan's one part per slice covers it.
 // Deterministic, no atomics: one partial sum of squares per block of the plan's grid (fixed tree), one
 // block adds a rank's partials in a fixed order, and the ranks' sums are all-gathered (16 bytes each)
-// and added in rank order, so every rank computes the same bits.
+// and added in rank order, so every rank computes the same bits. Unsharded (zero.cuh), each rank's
+// parts are the whole gradient, the same on every rank: rank 0's sum alone counts.
 // Napkin math: 4 bytes read per parameter of the shard: ~0.1 ms for 124M parameters at 4.8 TB/s.
 #pragma once
 #include "cuda_common.cuh"
@@ -60,10 +61,13 @@ __global__ void global_norm_rank_kernel(float* stats, const float* partial, unsi
     }
 }
 
-__global__ void global_norm_finish_kernel(float* out, float* loss, const float* stats, int world, float clip) {
+// the ranks' rows: the sums of squares of the first `shards` (unsharded, rank 0's alone: every rank
+// summed the whole gradient), the losses and stop flags of all `world`
+__global__ void global_norm_finish_kernel(float* out, float* loss, const float* stats, int world, int shards,
+                                          float clip) {
     float s = stats[0], l = stats[1], stop = stats[2];
     for (int r = 1; r < world; r++) {
-        s += stats[r * ZERO_STATS];
+        if (r < shards) s += stats[r * ZERO_STATS];
         l += stats[r * ZERO_STATS + 1];
         stop = fmaxf(stop, stats[r * ZERO_STATS + 2]);
     }
@@ -89,7 +93,7 @@ static inline void global_norm(float* out, float* loss, const float* grad, const
                                                                z->blocks, loss, stop ? 1.0f : 0.0f);
     cuda_check_launch();
     comm_all_gather(comm, z->stats, ZERO_STATS * sizeof(float), ctx->stream);
-    global_norm_finish_kernel<<<1, 1, 0, ctx->stream>>>(out, loss, z->stats, z->world, clip);
+    global_norm_finish_kernel<<<1, 1, 0, ctx->stream>>>(out, loss, z->stats, z->world, z->shards, clip);
     cuda_check_launch();
     profile_mark(ctx->prof, "grad norm", ctx->stream);
 }

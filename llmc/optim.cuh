@@ -23,12 +23,13 @@ typedef struct {
     Comm* comm;            // the ranks (world 1: no backend)
 } OptimState;
 
-// The ZeRO plan of a model's slices over comm's ranks; exits with a hint when a slice does not divide
-// by the world size. C and Vp are named in the hint: every slice of both families is a multiple of one.
+// The ZeRO plan of a model's slices over comm's ranks (sharded unless comm->zero is 0); exits with a
+// hint when a slice does not divide by the world size. C and Vp are named in the hint: every slice of
+// both families is a multiple of one.
 static inline void optim_plan_build(ZeroPlan* z, const ZeroSlice* slices, int n, const Comm* comm, int C, int Vp) {
     char err[256];
-    if (zero_plan_build(z, slices, n, comm->rank, comm->world, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: the model's optimizer state cannot be sharded over %d GPUs: %s\n  hint: use a number "
+    if (zero_plan_build(z, slices, n, comm->rank, comm->world, comm->zero, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: the model's gradients cannot be reduced over %d GPUs: %s\n  hint: use a number "
                 "of GPUs that divides the model's channels (%d) and its padded vocabulary (%d), e.g. 1, 2, 4 or 8\n",
                 comm->world, err, C, Vp);
         exit(EXIT_FAILURE);
@@ -51,15 +52,16 @@ static inline void optim_set_params(const OptimState* o, const float* values, co
 
 // One optimizer step: the gradient norm, clip scale and the step's flags into norm (4,) on the device
 // (llmc/global_norm.cuh; loss (1,) becomes its sum over the ranks), AdamW at step t = 1, 2, ... on this
-// rank's parts (weight decay on the slices that ask for it), then (world > 1) the updated bf16
-// parameters gathered from every rank. The gradients must have been reduced (world > 1). Collective.
+// rank's parts (weight decay on the slices that ask for it), then (when sharded over world > 1) the
+// updated bf16 parameters gathered from every rank. The gradients must have been reduced (world > 1).
+// Collective.
 static inline void optim_update(const OptimState* o, float* norm, float* loss, float lr, float beta1, float beta2,
                                 float eps, float weight_decay, float clip, int t, int stop_request,
                                 const GpuContext* ctx) {
     global_norm(norm, loss, o->grads, o->zero, clip, stop_request, o->comm, ctx);
     adamw_update(o->params, o->master, o->m, o->v, o->grads, o->zero, norm + 1, norm + 2, lr, beta1, beta2, eps,
                  weight_decay, t, ctx);
-    if (o->comm->world > 1) {
+    if (o->zero->shards > 1) {
         zero_gather_params(o->zero, o->comm, o->params, ctx->stream);
         profile_mark(ctx->prof, "param all-gather", ctx->stream);
     }

@@ -1,6 +1,9 @@
 // zero.cuh: ZeRO-1, the optimizer state sharded over the ranks of a data-parallel run. Each rank keeps
 // 1/world of the fp32 master weights and of AdamW's m and v; the bf16 parameters and the fp32
-// gradients stay whole on every rank (the forward and backward need them).
+// gradients stay whole on every rank (the forward and backward need them). Or, when the plan is built
+// unsharded (-zero 0, for comparison): every rank keeps all of the state, the gradients are
+// all-reduced (a reduce-scatter, then an all-gather of the summed parts) and every rank updates every
+// parameter, so nothing is gathered after AdamW.
 //
 // The unit of sharding is a slice: one layer's part of one tensor (or a whole tensor that has no
 // layers), a contiguous range of the flat parameter array. Each slice is cut into `world` equal parts,
@@ -40,31 +43,33 @@ typedef struct {
 } ZeroSlice;
 
 typedef struct {  // rank r's part of slice s
-    size_t param;           // its first element in the flat arrays: offset + r·size/world
+    size_t param;           // its first element in the flat arrays: offset + r·size/shards (r = 0 unsharded)
     size_t shard;           // its first element in the shard (master, m, v)
-    size_t n;               // elements: size/world
+    size_t n;               // elements: size/shards
     unsigned first_block;   // its first block in the shard kernels' grid
     int decay;
 } ZeroPart;
 
 typedef struct {
     int rank, world;
+    int shards;            // ranks the state is split over: world (ZeRO-1), or 1 (unsharded: all on every rank)
     int n_slices;
     ZeroSlice* slices;     // (n_slices) host
     ZeroPart* h_parts;     // (n_slices) host
     ZeroPart* parts;       // (n_slices) device
     unsigned blocks;       // grid of the shard kernels
     size_t num_params;     // elements of the flat arrays (the sum of the slices)
-    size_t shard_size;     // elements this rank owns: num_params / world
+    size_t shard_size;     // elements this rank owns: num_params / shards
     float* partial;        // (blocks) device: per-block sums of the gradient norm
     float* stats;          // (world, ZERO_STATS) device: every rank's contribution to the step's totals
 } ZeroPlan;
 
 // --- plan --------------------------------------------------------------------------------------
 
-// Returns 0, or -1 with the slice that does not divide by world in err.
-static inline int zero_plan_build(ZeroPlan* z, const ZeroSlice* slices, int n, int rank, int world, char* err,
-                                  size_t errlen) {
+// sharded: 1 for ZeRO-1, 0 for the whole state on every rank. Returns 0, or -1 with the slice that does
+// not divide by world in err (the gradients' reduce-scatter needs it either way).
+static inline int zero_plan_build(ZeroPlan* z, const ZeroSlice* slices, int n, int rank, int world, int sharded,
+                                  char* err, size_t errlen) {
     memset(z, 0, sizeof(*z));
     for (int s = 0; s < n; s++)
         if (slices[s].size % (size_t)world != 0) {
@@ -74,6 +79,8 @@ static inline int zero_plan_build(ZeroPlan* z, const ZeroSlice* slices, int n, i
         }
     z->rank = rank;
     z->world = world;
+    z->shards = sharded ? world : 1;
+    int owner = sharded ? rank : 0;  // which part of each slice this rank keeps
     z->n_slices = n;
     z->slices = (ZeroSlice*)malloc_check(n * sizeof(ZeroSlice));
     memcpy(z->slices, slices, n * sizeof(ZeroSlice));
@@ -82,8 +89,8 @@ static inline int zero_plan_build(ZeroPlan* z, const ZeroSlice* slices, int n, i
     unsigned blocks = 0;
     for (int s = 0; s < n; s++) {
         ZeroPart* p = &z->h_parts[s];
-        p->n = slices[s].size / world;
-        p->param = slices[s].offset + (size_t)rank * p->n;
+        p->n = slices[s].size / z->shards;
+        p->param = slices[s].offset + (size_t)owner * p->n;
         p->shard = shard;
         p->first_block = blocks;
         p->decay = slices[s].decay;
@@ -137,7 +144,8 @@ __global__ void zero_copy_parts_kernel(float* shard, float* full, const ZeroPart
 // --- launchers -------------------------------------------------------------------------------
 
 // Reduce-scatters, in place in grad (num_params) fp32, the slices of `bucket` (all the slices when
-// bucket is -2), as one group of collectives on stream.
+// bucket is -2), as one group of collectives on stream; unsharded, then all-gathers the summed parts
+// as a second group (an all-reduce), so that every rank has every sum.
 static inline void zero_reduce(const ZeroPlan* z, Comm* comm, float* grad, int bucket, cudaStream_t stream) {
     if (z->world == 1) return;
     comm_group_start(comm);
@@ -145,24 +153,30 @@ static inline void zero_reduce(const ZeroPlan* z, Comm* comm, float* grad, int b
         if (bucket == -2 || z->slices[s].bucket == bucket)
             comm_reduce_scatter(comm, grad + z->slices[s].offset, z->slices[s].size / z->world, stream);
     comm_group_end(comm);
+    if (z->shards > 1) return;
+    comm_group_start(comm);
+    for (int s = 0; s < z->n_slices; s++)
+        if (bucket == -2 || z->slices[s].bucket == bucket)
+            comm_all_gather(comm, grad + z->slices[s].offset, z->slices[s].size / z->world * sizeof(float), stream);
+    comm_group_end(comm);
 }
 
 // Every rank's parts of params (num_params) bf16 to every rank, in place: the whole model after AdamW
-// updated each rank's parts.
+// updated each rank's parts (unsharded, every rank updated all of it: nothing to do).
 static inline void zero_gather_params(const ZeroPlan* z, Comm* comm, bf16* params, cudaStream_t stream) {
-    if (z->world == 1) return;
+    if (z->shards == 1) return;
     comm_group_start(comm);
     for (int s = 0; s < z->n_slices; s++)
         comm_all_gather(comm, params + z->slices[s].offset, z->slices[s].size / z->world * sizeof(bf16), stream);
     comm_group_end(comm);
 }
 
-// The whole fp32 tensor of which `shard` (shard_size) is this rank's share: `shard` itself with world 1;
-// else every rank's parts gathered into full (num_params, scratch; the gradient buffer serves outside
-// the step), which is returned. Collective: every rank calls it.
+// The whole fp32 tensor of which `shard` (shard_size) is this rank's share: `shard` itself when it is
+// whole (world 1, or unsharded); else every rank's parts gathered into full (num_params, scratch; the
+// gradient buffer serves outside the step), which is returned. Collective: every rank calls it.
 static inline const float* zero_gather_full(const ZeroPlan* z, Comm* comm, float* full, const float* shard,
                                             cudaStream_t stream) {
-    if (z->world == 1) return shard;
+    if (z->shards == 1) return shard;
     zero_copy_parts_kernel<<<z->blocks, ZERO_THREADS, 0, stream>>>((float*)shard, full, z->parts, z->n_slices, 1);
     cuda_check_launch();
     comm_group_start(comm);
@@ -173,14 +187,14 @@ static inline const float* zero_gather_full(const ZeroPlan* z, Comm* comm, float
 }
 
 // Where a whole tensor should be written so that zero_take_shard can keep this rank's share: `shard`
-// itself with world 1, else the scratch `full` (num_params).
+// itself when it is whole, else the scratch `full` (num_params).
 static inline float* zero_full_target(const ZeroPlan* z, float* full, float* shard) {
-    return z->world == 1 ? shard : full;
+    return z->shards == 1 ? shard : full;
 }
 
 // shard (shard_size) = this rank's parts of full (num_params), written through zero_full_target.
 static inline void zero_take_shard(const ZeroPlan* z, float* shard, const float* full, cudaStream_t stream) {
-    if (z->world == 1) return;
+    if (z->shards == 1) return;
     zero_copy_parts_kernel<<<z->blocks, ZERO_THREADS, 0, stream>>>(shard, (float*)full, z->parts, z->n_slices, 0);
     cuda_check_launch();
 }

@@ -9,13 +9,12 @@
 #       the memory in use after step 1; then the largest count again with -profile 1: the GPU time per
 #       step by kind, whose "grad reduce: exposed" line is the communication the backward waits for
 #   bash scripts/multi_gpu_scaling.sh d48   GPT-2 d48 (1.5B), B 16 per GPU, T 1024: memory per GPU and
-#       tokens/s at 1 GPU and at the largest count
+#       tokens/s at 1 GPU and at the largest count, there with ZeRO-1 (the default) and without it
+#       (-zero 0: the optimizer state whole on every GPU)
 #   bash scripts/multi_gpu_scaling.sh       both
-# Each part fits in 10 minutes even when every run reaches its deadline (timeout: 90 s a d12 run, 240 s a
-# d48 run); both together usually do as well.
-# With and without ZeRO-1 cannot be compared: train_gpt has no flag to turn the sharding off, the
-# optimizer state is always sharded over the ranks. The tables show the optimizer state per GPU (the
-# trainer's `memory per GPU:` line) beside the memory in use, and 1 GPU is the unsharded case.
+# Each part fits in 10 minutes even when every run reaches its deadline (timeout: 90 s a d12 run, 190 s a
+# d48 run); both together usually do as well. The tables show the optimizer state per GPU (the
+# trainer's `memory per GPU:` line) beside the memory in use.
 # Memory in use is the trainer's `memory: ... in use on the GPU after the first step`, which rank 0
 # prints for its own GPU. Logs stay in out/multi_gpu_scaling/. NCCL's variables are left as the
 # machine sets them. Needs ./train_gpt built with NCCL and the starter data (make data); the GPUs are
@@ -129,5 +128,10 @@ if [ "$part" != d12 ]; then
     d48_counts=(1)
     [ "$max" -gt 1 ] && d48_counts+=("$max")
     echo "**d48 (GPT-2 1.5B), B = 16 per GPU, T = 1024, fused head, at $(commas "${d48_counts[@]}") GPUs.**"
-    table d48 "-depth 48 -b 16" 240 "${d48_counts[@]}"
+    table d48 "-depth 48 -b 16" 190 "${d48_counts[@]}"
+    if [ "$max" -gt 1 ]; then
+        echo
+        echo "**The same without ZeRO-1 (\`-zero 0\`: master weights and AdamW state whole on every GPU) at $max GPUs.**"
+        table d48_zero0 "-depth 48 -b 16 -zero 0" 190 "$max"
+    fi
 fi

@@ -92,6 +92,7 @@ static const CommOps COMM_LOCAL_OPS = {comm_local_reduce_scatter, comm_local_all
 static void comm_local(Comm* c, CommLocal* g, int rank) {
     c->rank = rank;
     c->world = g->world;
+    c->zero = 1;
     c->ops = &COMM_LOCAL_OPS;
     c->impl = g;
 }

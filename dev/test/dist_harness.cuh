@@ -23,6 +23,7 @@
 // m and v.
 typedef struct {
     int world, accum;
+    int zero;            // 1: the optimizer state sharded over the ranks (ZeRO-1), 0: whole on every rank
     uint64_t seed;
     const char* load;    // NULL: init from seed
     int from, to;
@@ -68,7 +69,7 @@ static int run_job(const Job* j) {
 static Job job(int world, int accum, int from, int to) {
     Job j;
     memset(&j, 0, sizeof(j));
-    j.world = world; j.accum = accum; j.seed = 11; j.from = from; j.to = to;
+    j.world = world; j.accum = accum; j.zero = 1; j.seed = 11; j.from = from; j.to = to;
     return j;
 }
 

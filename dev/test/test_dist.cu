@@ -6,7 +6,10 @@
 //   1. N ranks with a micro-batch each equal 1 rank accumulating the same N micro-batches (and N=2 with
 //      2 micro-steps each): losses and master weights within the rounding of the gradient sums' order
 //   2. ZeRO-1's sharded AdamW equals the unsharded one bitwise, given the same reduced gradients:
-//      master, m, v and the bf16 parameters after two steps, at N=2 and N=4
+//      master, m, v and the bf16 parameters after two steps, at N=2 and N=4; so does -zero 0's (the
+//      state whole on every rank, the gradients all-reduced), on every rank, with the whole state's size
+//   1 and 3 also run N=2 with -zero 0: its training within check 1's tolerance of ZeRO-1's (the norm
+//      sums the same numbers in another grouping), its checkpoint round trip byte-identical
 //   3. checkpoints hold the whole state: one written at N=2 and loaded at N=1 is written back
 //      byte-identical, and the reverse; a run resumed at the same N is bitwise the uninterrupted one;
 //      resumed at the other N it continues within the tolerance of check 1 (dist_harness.cuh states it)
@@ -51,6 +54,7 @@ static void* rank_main(void* arg) {
     gpu_context_build(&ctx, 0);
     Comm comm;
     if (rr->group) comm_local(&comm, rr->group, rr->rank);
+    comm.zero = j->zero;
     GptModel m;
     gpt_build_dist(&m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, rr->group ? &comm : NULL);
     char err[CHECKPOINT_ERR_LEN];
@@ -110,24 +114,27 @@ static void init_master(float* out) {
 
 // 1. data parallel against accumulation
 static void test_data_parallel(size_t n, const float* init) {
-    float l1[MAX_STEPS], l2[MAX_STEPS], l4[MAX_STEPS];
+    float l1[MAX_STEPS], l2[MAX_STEPS], l4[MAX_STEPS], lz[MAX_STEPS];
     float* m1 = (float*)malloc_check(n * sizeof(float));
     float* m2 = (float*)malloc_check(n * sizeof(float));
     float* m4 = (float*)malloc_check(n * sizeof(float));
-    Job a = job(1, 4, 0, 3), b = job(2, 2, 0, 3), d = job(4, 1, 0, 3);
+    float* mz = (float*)malloc_check(n * sizeof(float));
+    Job a = job(1, 4, 0, 3), b = job(2, 2, 0, 3), d = job(4, 1, 0, 3), z = job(2, 2, 0, 3);
     a.losses = l1; a.master = m1;
     b.losses = l2; b.master = m2;
     d.losses = l4; d.master = m4;
-    EXPECT(run_job(&a) == 0 && run_job(&b) == 0 && run_job(&d) == 0, "a data-parallel run failed");
+    z.losses = lz; z.master = mz; z.zero = 0;
+    EXPECT(run_job(&a) == 0 && run_job(&b) == 0 && run_job(&d) == 0 && run_job(&z) == 0, "a data-parallel run failed");
     compare_runs("N=2 x 2 micro-steps vs N=1 x 4", l2, l1, 0, 3, m2, m1, init, n);
     compare_runs("N=4 x 1 micro-step  vs N=1 x 4", l4, l1, 0, 3, m4, m1, init, n);
-    free(m4); free(m2); free(m1);
+    compare_runs("N=2 -zero 0 vs ZeRO-1", lz, l2, 0, 3, mz, m2, init, n);
+    free(mz); free(m4); free(m2); free(m1);
 }
 
 // 2. Sharded AdamW: every rank's gradient is G/world (exact: a power of two) and its loss 3/world, so the
 // reduced gradient is exactly G and the total loss 3 on every side. No clipping (the norm's own sum is
 // ordered by rank and may differ in its last bit; a clip scale of exactly 1 keeps it out).
-typedef struct { CommLocal* group; int rank, world; const float* grads[2]; float* out[4]; } ShardRun;
+typedef struct { CommLocal* group; int rank, world, zero; const float* grads[2]; float* out[4]; } ShardRun;
 
 static void* shard_main(void* arg) {
     ShardRun* sr = (ShardRun*)arg;
@@ -136,8 +143,12 @@ static void* shard_main(void* arg) {
     gpu_context_build(&ctx, 0);
     Comm comm;
     if (sr->group) comm_local(&comm, sr->group, sr->rank);
+    comm.zero = sr->zero;
     GptModel m;
     gpt_build_dist(&m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, sr->group ? &comm : NULL);
+    size_t want = sr->zero ? m.num_params / sr->world : m.num_params;
+    EXPECT(m.zero.shard_size == want, "N=%d zero %d: rank %d keeps %zu elements of the state, not %zu", sr->world,
+           sr->zero, sr->rank, m.zero.shard_size, want);
     gpt_init_params(&m, 5, &ctx);
     float loss = 3.0f / sr->world;
     for (int t = 1; t <= 2; t++) {
@@ -176,10 +187,11 @@ static void test_sharded_adamw(size_t n) {
     }
     float* ref[4];
     for (int k = 0; k < 4; k++) ref[k] = (float*)malloc_check(n * sizeof(float));
-    ShardRun one = {NULL, 0, 1, {g[0], g[1]}, {ref[0], ref[1], ref[2], ref[3]}};
+    ShardRun one = {NULL, 0, 1, 1, {g[0], g[1]}, {ref[0], ref[1], ref[2], ref[3]}};
     shard_main(&one);
     const char* names[4] = {"master", "m", "v", "bf16 params"};
-    for (int world = 2; world <= 4; world *= 2) {
+    for (int run = 0; run < 4; run++) {
+        int world = run % 2 ? 4 : 2, zero = run < 2;  // N=2 and N=4, ZeRO-1 then -zero 0
         for (int t = 0; t < 2; t++)
             for (size_t i = 0; i < n; i++) g_part[t][i] = g[t][i] / world;
         CommLocal group;
@@ -189,7 +201,7 @@ static void test_sharded_adamw(size_t n) {
         float* out[COMM_LOCAL_MAX][4];
         for (int r = 0; r < world; r++) {
             for (int k = 0; k < 4; k++) out[r][k] = (float*)malloc_check(n * sizeof(float));
-            ShardRun s = {&group, r, world, {g_part[0], g_part[1]}, {out[r][0], out[r][1], out[r][2], out[r][3]}};
+            ShardRun s = {&group, r, world, zero, {g_part[0], g_part[1]}, {out[r][0], out[r][1], out[r][2], out[r][3]}};
             sr[r] = s;
             pthread_create(&th[r], NULL, shard_main, &sr[r]);
         }
@@ -200,9 +212,9 @@ static void test_sharded_adamw(size_t n) {
             int same = 1;
             for (int r = 0; r < world; r++) same &= memcmp(out[r][k], ref[k], bytes) == 0;
             float d = k == 3 ? 0.0f : max_abs_diff(out[0][k], ref[k], n, &where);
-            printf("sharded AdamW N=%d: %-11s on every rank %s the unsharded one (rank 0 max |diff| %.1e)\n", world,
-                   names[k], same ? "bitwise equal to" : "DIFFERENT from", d);
-            EXPECT(same, "N=%d: %s after sharded AdamW differs from the unsharded update", world, names[k]);
+            printf("%s AdamW N=%d: %-11s on every rank %s one rank's (rank 0 max |diff| %.1e)\n",
+                   zero ? "sharded" : "-zero 0", world, names[k], same ? "bitwise equal to" : "DIFFERENT from", d);
+            EXPECT(same, "N=%d zero %d: %s after AdamW differs from one rank's update", world, zero, names[k]);
         }
         for (int r = 0; r < world; r++)
             for (int k = 0; k < 4; k++) free(out[r][k]);
@@ -215,11 +227,12 @@ static void test_sharded_adamw(size_t n) {
 static void test_checkpoints(size_t n, const float* init) {
     char dir[] = "/tmp/test_dist.XXXXXX";
     if (!mkdtemp(dir)) { perror("mkdtemp"); exit(EXIT_FAILURE); }
-    char pa[256], pb[256], pc[256], pd[256];
+    char pa[256], pb[256], pc[256], pd[256], pe[256];
     snprintf(pa, sizeof(pa), "%s/a_n2.bin", dir);
     snprintf(pb, sizeof(pb), "%s/b_n1.bin", dir);
     snprintf(pc, sizeof(pc), "%s/c_n1.bin", dir);
     snprintf(pd, sizeof(pd), "%s/d_n2.bin", dir);
+    snprintf(pe, sizeof(pe), "%s/e_n2_zero0.bin", dir);
     float lf[MAX_STEPS], lr2[MAX_STEPS], lr1[MAX_STEPS];
     float* mf = (float*)malloc_check(n * sizeof(float));
     float* mr2 = (float*)malloc_check(n * sizeof(float));
@@ -231,12 +244,17 @@ static void test_checkpoints(size_t n, const float* init) {
     Job b = job(1, 2, 2, 2);  b.load = pa; b.save = pb;   // no steps: load at N=1, write back
     Job c = job(1, 2, 0, 2);  c.save = pc;
     Job d = job(2, 1, 2, 2);  d.load = pc; d.save = pd;   // load at N=2, write back
-    EXPECT(run_job(&a) == 0 && run_job(&b) == 0 && run_job(&c) == 0 && run_job(&d) == 0, "a checkpoint job failed");
-    int ab = files_equal(pa, pb), cd = files_equal(pc, pd);
+    Job e = job(2, 1, 2, 2);  e.load = pa; e.save = pe; e.zero = 0;  // load at N=2 unsharded, write back
+    EXPECT(run_job(&a) == 0 && run_job(&b) == 0 && run_job(&c) == 0 && run_job(&d) == 0 && run_job(&e) == 0,
+           "a checkpoint job failed");
+    int ab = files_equal(pa, pb), cd = files_equal(pc, pd), ae = files_equal(pa, pe);
     printf("checkpoint written at N=2, loaded at N=1 and written again: %s\n", ab ? "byte-identical" : "DIFFERENT");
     printf("checkpoint written at N=1, loaded at N=2 and written again: %s\n", cd ? "byte-identical" : "DIFFERENT");
+    printf("checkpoint written at N=2, loaded at N=2 with -zero 0 and written again: %s\n",
+           ae ? "byte-identical" : "DIFFERENT");
     EXPECT(ab, "N=2 -> N=1 round trip changed the checkpoint");
     EXPECT(cd, "N=1 -> N=2 round trip changed the checkpoint");
+    EXPECT(ae, "N=2 -> N=2 -zero 0 round trip changed the checkpoint");
 
     Job full = job(2, 1, 0, 4);        full.losses = lf; full.master = mf; full.v = vf;
     Job same = job(2, 1, 2, 4);        same.load = pa; same.losses = lr2; same.master = mr2; same.v = vr2;
@@ -249,7 +267,7 @@ static void test_checkpoints(size_t n, const float* init) {
     EXPECT(bitwise, "resuming at the same N is not bitwise the uninterrupted run");
     compare_runs("resume at N=1 of an N=2 checkpoint vs N=2 uninterrupted", lr1, lf, 2, 4, mr1, mf, init, n);
     free(mf); free(mr2); free(mr1); free(vf); free(vr2);
-    remove(pa); remove(pb); remove(pc); remove(pd);
+    remove(pa); remove(pb); remove(pc); remove(pd); remove(pe);
     rmdir(dir);
 }
 

@@ -198,6 +198,7 @@ expect_error "-gpus 0" "-gpus 0: GPUs of this machine" -gpus 0
 expect_error "-nccl_init bad" "-nccl_init udp: choose tcp or file:PATH" -nccl_init udp
 expect_error "-nccl_init file: without a path" "-nccl_init file:: choose tcp or file:PATH" -nccl_init file:
 expect_error "-nccl_timeout 0" "-nccl_timeout 0: seconds, 1 or more" -nccl_timeout 0
+expect_error "-zero 2" "-zero 2: choose 1 (ZeRO-1, the default) or 0 (unsharded)" -zero 2
 # expect_env_error "what" "fragment" VAR=VALUE... -- args...: the same, with these variables set
 expect_env_error() {
     local what=$1 frag=$2; shift 2

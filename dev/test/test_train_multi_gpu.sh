@@ -15,7 +15,9 @@
 #   d. failures: SIGKILL to rank 1, then to rank 0, of two ranks started here while steps run: the other
 #      rank exits within 60 s, non-zero, with a message naming the killed rank; SIGKILL to rank 1 of
 #      -gpus 2: the launcher exits 1 within 60 s and rank 0 names rank 1; SIGTERM to the launcher of
-#      -gpus 2: one checkpoint, exit 0, and -gpus 2 -resume latest continues from that step.
+#      -gpus 2: one checkpoint, exit 0, and -gpus 2 -resume latest continues from that step;
+#   e. -zero 0 (the optimizer state whole on both GPUs): 4 steps within LOSS_RTOL of c's -gpus 2 run,
+#      the table and the memory line saying so, the optimizer memory per GPU twice ZeRO-1's at 2 GPUs.
 # NCCL's variables (NVLink multicast, NCCL_NVLS_ENABLE, included) are left as the machine sets them.
 # Needs 2 GPUs (else it prints SKIPPED and exits 0; CUDA_VISIBLE_DEVICES, if set, must show 2), the
 # starter data (make data) and ./train_gpt built with NCCL. Every run of the trainer has a deadline
@@ -259,6 +261,19 @@ check "d. -resume latest: resumed from step $stop" has "$tmp/term2.txt" "\| resu
 check "d. -resume latest: steps $((stop + 1)) and $((stop + 2)) logged" \
     [ "$(grep -cE "^step ($((stop + 1))|$((stop + 2))) train_loss " "$tmp/term/log.txt")" = 2 ]
 note_failures "$f0" "$tmp/term.txt" "$tmp/term2.txt"
+
+# e. -zero 0 against c's -gpus 2 (ZeRO-1) run
+f0=$failed
+run "$tmp/zero0.txt" "${short[@]}" -gpus 2 -zero 0 -out "$tmp/zero0"
+check "e. -gpus 2 -zero 0: exit 0 (rc $rc)" [ "$rc" = 0 ]
+check "e. -zero 0: the table says the state is whole on every GPU" has "$tmp/zero0.txt" 'whole on every GPU \(-zero 0\)'
+optim() { sed -nE 's/^memory per GPU: .*optimizer \(master, m, v\) ([0-9.]+) MiB.*/\1/p' "$1"; }
+o1=$(optim "$tmp/gpus.txt"); o0=$(optim "$tmp/zero0.txt")
+check "e. -zero 0: optimizer memory per GPU ${o0:-?} MiB, twice ZeRO-1's ${o1:-?} MiB at 2 GPUs" \
+    awk -v a="${o0:-0}" -v b="${o1:-0}" 'BEGIN { exit !(b > 0 && a > 1.99 * b && a < 2.01 * b) }'
+check "e. -zero 0 against -gpus 2 (ZeRO-1): losses within $LOSS_RTOL" \
+    same_losses "e. -zero 0 against ZeRO-1, 2 GPUs" "$tmp/gpus/log.txt" "$tmp/zero0/log.txt" 1 4
+note_failures "$f0" "$tmp/zero0.txt"
 
 echo "test_train_multi_gpu: $passed passed, $failed failed"
 [ "$failed" = 0 ]
