@@ -16,11 +16,14 @@ enum {
     MATMUL_EPILOGUE_DGELU,          // ⊙ GELU'(aux), aux (M, N) bf16 (the MLP's backward through its GELU)
     MATMUL_EPILOGUE_BGRAD_A,        // bias (M,) fp32 = Σ over k of op(A) (M, K), written (a linear layer's
                                     // bias gradient in its dW GEMM: op(A) = dyᵀ)
+    MATMUL_EPILOGUE_DGELU_BGRAD,    // DGELU, and bias (N,) bf16 = Σ over the rows of the bf16 D, written (the
+                                    // fc layer's bias gradient from the fc projection's dx GEMM; cuBLASLt 13
+                                    // has no algorithm for it with an fp32 bias)
 };
 typedef struct {
     int kind;          // MATMUL_EPILOGUE_*
-    const void* bias;  // BIAS, GELU_AUX_BIAS: the bias; BGRAD_A: where the bias gradient goes
-    const void* aux;   // GELU_AUX_BIAS: u, written; DGELU: the GELU's input, read
+    const void* bias;  // BIAS, GELU_AUX_BIAS: the bias; BGRAD_A, DGELU_BGRAD: where the bias gradient goes
+    const void* aux;   // GELU_AUX_BIAS: u, written; DGELU, DGELU_BGRAD: the GELU's input, read
     int ld_aux;        // aux's row stride in elements
 } MatmulEpilogue;
 
@@ -51,7 +54,7 @@ static inline void matmul_plan_describe(MatmulPlan* p, cudaDataType_t d_type, in
         // (and its columns are cuBLASLt's first operand, our B: our op(A)'s sum over k is its BGRADB)
         static const cublasLtEpilogue_t lt_ep[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
                                                    CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
-                                                   CUBLASLT_EPILOGUE_BGRADB};
+                                                   CUBLASLT_EPILOGUE_BGRADB, CUBLASLT_EPILOGUE_DGELU_BGRAD};
         cublasLtEpilogue_t ep = lt_ep[epilogue];
         cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
         if (epilogue == MATMUL_EPILOGUE_BGRAD_A) {  // an fp32 gradient
@@ -139,8 +142,8 @@ static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, v
 // first candidate's, and keeps the fastest of them for the process: candidates that sum in another
 // order (another split-k) are never taken, so tuning changes the time, never the numbers, and a run
 // resumed in another process computes the same bits. D is saved and restored around the trials when
-// beta != 0 (the caller's own run comes after). Epilogues that write beyond D (GELU_AUX_BIAS, BGRAD_A)
-// are not tuned.
+// beta != 0 (the caller's own run comes after). Epilogues that write beyond D (GELU_AUX_BIAS, BGRAD_A,
+// DGELU_BGRAD) are not tuned.
 #define MATMUL_TUNE_CANDIDATES 8
 #define MATMUL_TUNE_REPS 3
 
@@ -177,7 +180,9 @@ static inline int matmul_tune_pick(int n, const unsigned long long* hash, const 
 // Sets p->algo by the rule above, trying the candidates on this call's operands (see above).
 static inline void matmul_plan_tune(MatmulPlan* p, const GpuContext* ctx, void* D, const bf16* A, const bf16* B,
                                     float alpha, float beta, const MatmulEpilogue* ep) {
-    if (p->epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS || p->epilogue == MATMUL_EPILOGUE_BGRAD_A) return;
+    if (p->epilogue == MATMUL_EPILOGUE_GELU_AUX_BIAS || p->epilogue == MATMUL_EPILOGUE_BGRAD_A ||
+        p->epilogue == MATMUL_EPILOGUE_DGELU_BGRAD)
+        return;
     cublasLtMatmulHeuristicResult_t cand[MATMUL_TUNE_CANDIDATES];
     int n = matmul_plan_candidates(p, ctx, MATMUL_TUNE_CANDIDATES, cand);
     if (n <= 1) return;

@@ -6,8 +6,11 @@
 // Columns: forward (ours: y = x·Wᵀ + b; plain: y = x·Wᵀ), backward (ours: dx, dW += dyᵀ·x, db; plain: the
 // two GEMMs dx = dy·W, dW += dyᵀ·x), TF/s over the layer's 2·N·IC·OC (fwd) and 4·N·IC·OC (bwd) FLOPs.
 // The layers' correctness is tested against the CPU reference by dev/test/test_layers.cu.
+// The attention and fc projections' bias gradients are not in their layers' backward here, as in the
+// trainer: the LayerNorm backward adds them up (llmc/gpt.cuh), timed by dev/cuda/layernorm.cu.
 // Then, at C = 768: the bias gradient in the dW GEMM's epilogue, which the trainer does not take
-// (bench_bias_epilogue), and the fc layer's GELU as the trainer runs it with and without -recompute:
+// (bench_bias_epilogue); the fc layer's bias gradient in the fc projection's dx GEMM, in bf16
+// (bench_dgelu_bgrad); and the fc layer's GELU as the trainer runs it with and without -recompute:
 // a kernel after the GEMM, or in the GEMM's epilogue (bench_gelu_fusion; dev/cuda/README.md says why
 // both). dev/cuda/gemm_algos.cu tries cuBLASLt's other algorithms for the GEMMs.
 //   build/dev/linear              N = 65536 (B = 64, T = 1024), C = 768 (d12) and C = 1600 (d48)
@@ -22,9 +25,11 @@
 #include "fill.cuh"
 #include "timing.cuh"
 
-// One layer IC -> OC over N rows; gelu: its input came out of a GELU (dx through GELU').
-// Adds its times to the totals t[4] (ours fwd, plain fwd, ours bwd, plain bwd).
-static void bench_layer(const char* name, int N, int IC, int OC, int gelu, float t[4], const GpuContext* ctx) {
+// One layer IC -> OC over N rows; gelu: its input came out of a GELU (dx through GELU'); bias_grad: its
+// backward computes the bias gradient (else the LayerNorm backward does). Adds its times to the totals
+// t[4] (ours fwd, plain fwd, ours bwd, plain bwd).
+static void bench_layer(const char* name, int N, int IC, int OC, int gelu, int bias_grad, float t[4],
+                        const GpuContext* ctx) {
     bf16* x = alloc_filled((size_t)N * IC, 1.0f, 1, ctx->stream);
     bf16* u = alloc_filled((size_t)N * IC, 1.0f, 2, ctx->stream);  // the GELU's input, for gelu layers
     bf16* W = alloc_filled((size_t)OC * IC, 0.02f, 3, ctx->stream);
@@ -43,8 +48,9 @@ static void bench_layer(const char* name, int N, int IC, int OC, int gelu, float
     float f_ours = time_ms([&] { linear_forward(y, x, W, b, N, IC, OC, ctx); }, ctx->stream, reps);
     float f_plain = time_ms([&] { matmul(ctx, y, CUDA_R_16BF, OC, x, IC, 0, W, IC, 1, N, OC, IC, 1.0f, 0.0f); },
                             ctx->stream, reps);
-    float b_ours = time_ms([&] { linear_backward(dx, dW, db, scratch, dy, x, W, N, IC, OC, gelu ? u : NULL, ctx); },
-                           ctx->stream, reps);
+    float b_ours = time_ms([&] {
+        linear_backward(dx, dW, bias_grad ? db : NULL, scratch, dy, x, W, N, IC, OC, gelu ? u : NULL, ctx);
+    }, ctx->stream, reps);
     float b_plain = time_ms([&] {
         matmul(ctx, dx, CUDA_R_16BF, IC, dy, OC, 0, W, IC, 0, N, IC, OC, 1.0f, 0.0f);
         matmul(ctx, dW, CUDA_R_32F, IC, dy, OC, 1, x, IC, 0, OC, IC, N, 1.0f, 1.0f);
@@ -116,8 +122,6 @@ static double rel_diff(const float* a, const float* b, int n) {
 
 // One layer: dW += dyᵀ·x alone, the bias kernel alone, and dW's GEMM with the bias gradient in its
 // epilogue (MATMUL_EPILOGUE_BGRAD_A), whose sum is checked against the kernel's on the same dy.
-// (cuBLASLt 13 has no algorithm for DGELU_BGRAD with an fp32 bias gradient, which would give the fc
-// layer's bias from the fc projection's dx GEMM.)
 static void bench_bias_layer(const char* name, int N, int IC, int OC, const GpuContext* ctx) {
     bf16* x = alloc_filled((size_t)N * IC, 1.0f, 21, ctx->stream);
     bf16* dy = alloc_filled((size_t)N * OC, 0.01f, 24, ctx->stream);
@@ -158,13 +162,81 @@ static void bench_bias_epilogue(int N, int C, const GpuContext* ctx) {
     bench_bias_layer("fcproj", N, 4 * C, C, ctx);
 }
 
+// --- the fc layer's bias gradient in the fc projection's dx GEMM (cuBLASLt DGELU_BGRAD, bf16) ---------
+
+// The fc projection's dx GEMM, dfch (N, 4C) = dy (N, C) · W ⊙ GELU'(u), then the bias kernel's fp32 sum
+// of dfch's rows (the fc layer's bias gradient), against one GEMM whose epilogue also writes that sum,
+// in bf16 (cuBLASLt 13 has no fp32 bias for DGELU_BGRAD). Prints the times, whether cuBLASLt has an
+// algorithm at all, whether dfch is bitwise the DGELU GEMM's, the bias's difference from the kernel's
+// sum (relative to its largest value; bf16 rounding alone is up to 2^-9) and whether two runs give
+// the same bits.
+static void bench_dgelu_bgrad(int N, int C, const GpuContext* ctx) {
+    const int reps = 20, H = 4 * C;
+    size_t n = (size_t)N * H;
+    bf16* dy = alloc_filled((size_t)N * C, 0.01f, 31, ctx->stream);
+    bf16* W = alloc_filled((size_t)C * H, 0.02f, 32, ctx->stream);
+    bf16* u = alloc_filled(n, 1.0f, 33, ctx->stream);
+    bf16 *dx, *dx2, *db16, *db16b;
+    float *db, *scratch;
+    cuda_check(cudaMalloc(&dx, n * sizeof(bf16))); cuda_check(cudaMalloc(&dx2, n * sizeof(bf16)));
+    cuda_check(cudaMalloc(&db16, H * sizeof(bf16))); cuda_check(cudaMalloc(&db16b, H * sizeof(bf16)));
+    cuda_check(cudaMalloc(&db, H * sizeof(float)));
+    cuda_check(cudaMalloc(&scratch, (size_t)LINEAR_BIAS_CHUNKS * H * sizeof(float)));
+    MatmulEpilogue dgelu = {MATMUL_EPILOGUE_DGELU, NULL, u, H};
+    auto bias_kernel = [&] {
+        linear_bias_partial_kernel<<<dim3(ceil_div(H, 256), LINEAR_BIAS_CHUNKS), 256, 0, ctx->stream>>>(scratch, dx, N, H);
+        linear_bias_finish_kernel<<<ceil_div(H, 256), 256, 0, ctx->stream>>>(db, scratch, H);
+        cuda_check_launch();
+    };
+    float now = time_ms([&] {
+        matmul_ex(ctx, dx, CUDA_R_16BF, H, dy, C, 0, W, H, 0, N, H, C, 1.0f, 0.0f, &dgelu);
+        bias_kernel();
+    }, ctx->stream, reps);
+    MatmulPlan p;
+    matmul_plan_describe(&p, CUDA_R_16BF, H, C, 0, H, 0, N, H, C, MATMUL_EPILOGUE_DGELU_BGRAD, H);
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = matmul_plan_candidates(&p, ctx, 1, &heur);
+    printf("\nN = %d, C = %d: the fc layer's bias gradient | ms: fc projection dx GEMM (DGELU) + bias kernel %.3f", N,
+           C, now);
+    if (!found) {
+        printf("; DGELU_BGRAD with a bf16 bias: cuBLASLt has no algorithm\n");
+    } else {
+        p.algo = heur.algo;
+        MatmulEpilogue ep = {MATMUL_EPILOGUE_DGELU_BGRAD, db16, u, H};
+        float fused = time_ms([&] { matmul_plan_run(&p, ctx, dx2, dy, W, 1.0f, 0.0f, &ep); }, ctx->stream, reps);
+        cuda_check(cudaMemsetAsync(db, 0, H * sizeof(float), ctx->stream));
+        matmul_ex(ctx, dx, CUDA_R_16BF, H, dy, C, 0, W, H, 0, N, H, C, 1.0f, 0.0f, &dgelu);
+        bias_kernel();
+        std::vector<bf16> hdx = download(dx, n), hdx2 = download(dx2, n), hb1 = download(db16, H);
+        MatmulEpilogue ep2 = {MATMUL_EPILOGUE_DGELU_BGRAD, db16b, u, H};
+        matmul_plan_run(&p, ctx, dx2, dy, W, 1.0f, 0.0f, &ep2);
+        std::vector<bf16> hb2 = download(db16b, H), hdx3 = download(dx2, n);
+        std::vector<float> hdb(H);
+        cuda_check(cudaMemcpy(hdb.data(), db, H * sizeof(float), cudaMemcpyDeviceToHost));
+        double e = 0, m = 0;
+        for (int i = 0; i < H; i++) {
+            e = fmax(e, fabs((double)__bfloat162float(hb1[i]) - hdb[i]));
+            m = fmax(m, fabs((double)hdb[i]));
+        }
+        printf("; DGELU_BGRAD (bf16 bias) %.3f (%+.3f)\n  dfch bitwise the DGELU GEMM's: %s; the bias differs from the "
+               "kernel's fp32 sum by %.1e of its largest value; two runs bitwise equal: %s\n", fused, fused - now,
+               memcmp(hdx.data(), hdx2.data(), n * sizeof(bf16)) ? "no" : "yes", m > 0 ? e / m : e,
+               memcmp(hb1.data(), hb2.data(), H * sizeof(bf16)) || memcmp(hdx2.data(), hdx3.data(), n * sizeof(bf16))
+                   ? "no" : "yes");
+    }
+    matmul_plan_free(&p);
+    bf16* bufs[] = {dy, W, u, dx, dx2, db16, db16b};
+    for (bf16* q : bufs) cuda_check(cudaFree(q));
+    cuda_check(cudaFree(db)); cuda_check(cudaFree(scratch));
+}
+
 static void bench_block(int N, int C, const GpuContext* ctx) {
     printf("\nN = %d, C = %d            | fwd ms: ours  plain  ratio | bwd ms: ours  plain  ratio | ours fwd, bwd\n", N, C);
     float t[4] = {0, 0, 0, 0};
-    bench_layer("qkv", N, C, 3 * C, 0, t, ctx);
-    bench_layer("attproj", N, C, C, 0, t, ctx);
-    bench_layer("fc", N, C, 4 * C, 0, t, ctx);
-    bench_layer("fcproj", N, 4 * C, C, 1, t, ctx);
+    bench_layer("qkv", N, C, 3 * C, 0, 1, t, ctx);
+    bench_layer("attproj", N, C, C, 0, 0, t, ctx);
+    bench_layer("fc", N, C, 4 * C, 0, 1, t, ctx);
+    bench_layer("fcproj", N, 4 * C, C, 1, 0, t, ctx);
     printf("%-21s | %7.3f %7.3f %5.2fx | %7.3f %7.3f %5.2fx | fwd+bwd %.3f against %.3f ms: %.3fx\n", "block",
            t[0], t[1], t[0] / t[1], t[2], t[3], t[2] / t[3], t[0] + t[2], t[1] + t[3], (t[0] + t[2]) / (t[1] + t[3]));
 }
@@ -184,11 +256,13 @@ int main(int argc, char** argv) {
         }
         bench_block(N, C, &ctx);
         bench_bias_epilogue(N, C, &ctx);
+        bench_dgelu_bgrad(N, C, &ctx);
         bench_gelu_fusion(N, C, &ctx);
     } else {
         bench_block(65536, 768, &ctx);
         bench_block(65536, 1600, &ctx);
         bench_bias_epilogue(65536, 768, &ctx);
+        bench_dgelu_bgrad(65536, 768, &ctx);
         bench_gelu_fusion(65536, 768, &ctx);
     }
     gpu_context_free(&ctx);
