@@ -121,6 +121,39 @@ __device__ __forceinline__ void fa90_stage_release(uint32_t empty, int s) {
     if (threadIdx.x % 128 == 0) mbar_arrive(empty + 8 * s);
 }
 
+// A consumer warpgroup's loop over the n stages of the ring (at `stages`, stage_bytes apart), as the
+// backward kernels run it: step it issues the first GEMMs of its stage (issue_a), then the second
+// GEMMs of the previous step's (issue_b), and computes its own elementwise part (compute(it)) while
+// the tensor cores run the second; then it releases the previous stage and packs its operands for the
+// next step's second GEMMs (pack). The first step has no second GEMMs, the last step's come after the
+// loop. Each issue ends in its own commit group, so wait<1> leaves only issue_b running.
+template <typename IssueA, typename IssueB, typename Compute, typename Pack>
+__device__ __forceinline__ void fa90_overlap_loop(uint32_t stages, uint32_t stage_bytes, uint32_t full, uint32_t empty,
+                                                  int n, IssueA issue_a, IssueB issue_b, Compute compute, Pack pack) {
+    int sprev = fa90_stage_wait(full, 0);
+    wgmma_fence();
+    issue_a(stages + sprev * stage_bytes);
+    wgmma_wait<0>();
+    compute(0);
+    pack();
+    for (int it = 1; it < n; it++) {
+        int s = fa90_stage_wait(full, it);
+        wgmma_fence();
+        issue_a(stages + s * stage_bytes);
+        issue_b(stages + sprev * stage_bytes);
+        wgmma_wait<1>();
+        compute(it);
+        wgmma_wait<0>();
+        fa90_stage_release(empty, sprev);
+        pack();
+        sprev = s;
+    }
+    wgmma_fence();
+    issue_b(stages + sprev * stage_bytes);
+    wgmma_wait<0>();
+    fa90_stage_release(empty, sprev);
+}
+
 // descriptor of an MN-major tile with 128-byte swizzling whose 64-column boxes are lbo bytes apart
 __device__ __forceinline__ uint64_t fa90_desc_mn(uint32_t smem_addr, uint32_t lbo) {
     uint64_t d = (uint64_t)((smem_addr & 0x3FFFF) >> 4);
@@ -427,28 +460,7 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     // As the forward: step it > 0 issues S and dP of its keys, then dQ += dS·K of the previous step's,
     // and computes its dS while the tensor cores run the second (dQ sees the same sums in the same order).
     mbar_wait(qbar, 0);
-    int sprev = fa90_stage_wait(full, 0);
-    wgmma_fence();
-    issue_sdp(stages + sprev * Cfg::STAGE);
-    wgmma_wait<0>();
-    compute_ds(0);
-    pack_ds();
-    for (int it = 1; it < nkv; it++) {
-        int s = fa90_stage_wait(full, it);
-        wgmma_fence();
-        issue_sdp(stages + s * Cfg::STAGE);
-        issue_dq(stages + sprev * Cfg::STAGE);
-        wgmma_wait<1>();
-        compute_ds(it);
-        wgmma_wait<0>();
-        fa90_stage_release(empty, sprev);
-        pack_ds();
-        sprev = s;
-    }
-    wgmma_fence();
-    issue_dq(stages + sprev * Cfg::STAGE);
-    wgmma_wait<0>();
-    fa90_stage_release(empty, sprev);
+    fa90_overlap_loop(stages, Cfg::STAGE, full, empty, nkv, issue_sdp, issue_dq, compute_ds, pack_ds);
     if (ROPE) fa_rope_acc_back<HS>((float(*)[4])dq, rope, q0 + c * 64 + warp * 16, T, lane);
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     fa_store_rows<HS>(dqkv + (size_t)row0 * ld + h * HS, ld, (const float(*)[4])dq, rsqrtf((float)HS),
@@ -569,28 +581,7 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     // step's, and computes its Pᵀ and dSᵀ while the tensor cores run the second (the same sums in the
     // same order).
     mbar_wait(kbar, 0);
-    int sprev = fa90_stage_wait(full, 0);
-    wgmma_fence();
-    issue_s(stages + sprev * Cfg::STAGE);
-    wgmma_wait<0>();
-    compute(0);
-    pack();
-    for (int it = 1; it < nsteps; it++) {
-        int s = fa90_stage_wait(full, it);
-        wgmma_fence();
-        issue_s(stages + s * Cfg::STAGE);
-        issue_dkdv(stages + sprev * Cfg::STAGE);
-        wgmma_wait<1>();
-        compute(it);
-        wgmma_wait<0>();
-        fa90_stage_release(empty, sprev);
-        pack();
-        sprev = s;
-    }
-    wgmma_fence();
-    issue_dkdv(stages + sprev * Cfg::STAGE);
-    wgmma_wait<0>();
-    fa90_stage_release(empty, sprev);
+    fa90_overlap_loop(stages, Cfg::STAGE, full, empty, nsteps, issue_s, issue_dkdv, compute, pack);
     if (ROPE) fa_rope_acc_back<HS>((float(*)[4])dk, rope, k0 + c * 64 + warp * 16, T, lane);
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     bf16* dst = dqkv + (size_t)row0 * ld + (NH + j) * HS;  // dqkv has qkv's layout: dk, then NKV heads on, dv
