@@ -76,10 +76,11 @@ efficiency() {  # efficiency MEAN_N N MEAN_1: MEAN_N / (N x MEAN_1) in percent
     awk -v a="$1" -v n="$2" -v b="$3" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.1f%%\n", 100 * a / (n * b) }'
 }
 # table MODEL ARGS LIMIT COUNT...: runs MODEL (a name: d12, d48) with ARGS (one string) at each COUNT and
-# prints the table and the commands
+# prints the table and the commands. The efficiency's base is the run at 1 GPU, or TABLE_ONE (the mean
+# tokens/s of another table's 1-GPU run) when COUNT has no 1; one_gpu is left set to the base.
 table() {
     local model=$1 margs=$2 limit=$3; shift 3
-    local n one=- rows=() cmds=()
+    local n one=${TABLE_ONE:--} rows=() cmds=()
     for n in "$@"; do
         # shellcheck disable=SC2086  # margs: flags, split on purpose
         measure "${model}_$n" "$n" "$limit" $margs "${common[@]}"
@@ -95,6 +96,7 @@ table() {
     echo "Efficiency: tokens/s(N) / (N · tokens/s(1)), of the means over steps 4–6 (the target: 95% or more at"
     echo "8 GPUs). Commands:"
     printf '%s\n' "${cmds[@]}"
+    one_gpu=$one
 }
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -132,6 +134,6 @@ if [ "$part" != d12 ]; then
     if [ "$max" -gt 1 ]; then
         echo
         echo "**The same without ZeRO-1 (\`-zero 0\`: master weights and AdamW state whole on every GPU) at $max GPUs.**"
-        table d48_zero0 "-depth 48 -b 16 -zero 0" 190 "$max"
+        TABLE_ONE=$one_gpu table d48_zero0 "-depth 48 -b 16 -zero 0" 190 "$max"
     fi
 fi
