@@ -120,35 +120,6 @@ static inline int one_wave_grid(Kernel kernel, int threads, size_t smem, int cap
     return grid < 1 ? 1 : grid > cap ? cap : grid;
 }
 
-// The norms' backward kernels write one partial row per block: (rows, n·C) fp32, n column sums of C
-// channels side by side. This adds them in block order into out[s][c] for s < n (3 at most; NULL
-// where a caller wants none): deterministic, no atomics. Block (32, 16) per 32 of the n·C columns:
-// thread (x, y) adds rows y, y + 16, ... in order, then thread (x, 0) adds the 16 in order (many loads
-// in flight, a fixed order).
-typedef struct { float* out[3]; } ColumnSumsOut;
-
-__global__ void __launch_bounds__(512)
-column_sums_finish_kernel(ColumnSumsOut to, const float* partial, int rows, int C, int n) {
-    __shared__ float part[16][33];
-    int i = blockIdx.x * 32 + threadIdx.x, width = n * C;
-    float acc = 0.0f;
-    if (i < width)
-        for (int k = threadIdx.y; k < rows; k += 16) acc += partial[(size_t)k * width + i];
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y != 0 || i >= width) return;
-    float sum = 0.0f;
-    for (int y = 0; y < 16; y++) sum += part[y][threadIdx.x];
-    float* out = to.out[i / C];
-    if (out) out[i % C] += sum;
-}
-
-static inline void column_sums_finish(ColumnSumsOut to, const float* partial, int rows, int C, int n,
-                                      cudaStream_t stream) {
-    column_sums_finish_kernel<<<ceil_div(n * C, 32), dim3(32, 16), 0, stream>>>(to, partial, rows, C, n);
-    cuda_check_launch();
-}
-
 // --- 128-bit packed vectors ------------------------------------------------------------------
 // The elementwise kernels move 16 bytes per thread and access: 8 bf16 in one load or store instruction
 // (ld/st.global.v4), the widest a thread can issue. Pointers must be 16-byte aligned: rows of C channels

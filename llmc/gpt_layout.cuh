@@ -64,7 +64,7 @@ typedef struct {
 
 // the larger of: the bias gradient's partials (widest layer 4C), LayerNorm's
 #define GPT_MAX2(a, b) ((a) > (b) ? (a) : (b))
-#define GPT_SCRATCH_FLOATS(C) GPT_MAX2((size_t)LINEAR_BIAS_CHUNKS * 4 * (C), (size_t)LN_BWD_BLOCKS * 3 * (C))
+#define GPT_SCRATCH_FLOATS(C) GPT_MAX2((size_t)COLUMN_SUMS_CHUNKS * 4 * (C), (size_t)LN_BWD_BLOCKS * 3 * (C))
 
 typedef struct {
     GptConfig config;

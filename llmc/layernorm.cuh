@@ -17,6 +17,7 @@
 // Sizes: C % 8 == 0 and C <= LN_MAX_C (checked by the launchers).
 #pragma once
 #include "cuda_common.cuh"
+#include "column_sums.cuh"
 
 #define LN_EPS 1e-5f
 #define LN_BWD_BLOCKS 1024   // at most this many blocks in the backward, each writing a partial (3, C) fp32 row of

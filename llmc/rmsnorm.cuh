@@ -17,6 +17,7 @@
 // Sizes: C % 8 == 0 and C <= RMS_MAX_C (checked by the launchers).
 #pragma once
 #include "cuda_common.cuh"
+#include "column_sums.cuh"
 
 #define RMS_BWD_BLOCKS 1024   // at most this many blocks in the backward, each writing a partial (C,) fp32 row
                               // of dw to scratch

@@ -6,14 +6,13 @@
 //   build/dev/layernorm          N = 65536, C = 768 (d12, B = 64) and N = 16384, C = 1600 (d48, B = 16)
 //   build/dev/layernorm N C      one shape
 // The LayerNorm backward runs twice: alone, and with the column sums of the rows it writes (the bias
-// gradient of the projection below it, llmc/gpt.cuh), beside the bias kernels of llmc/linear.cuh that
-// those sums replace.
+// gradient of the projection below it, llmc/gpt.cuh), beside the bias kernels (llmc/column_sums.cuh)
+// that those sums replace.
 // Bytes per call: forward, residual form: a, b read, r and out written (4·N·C·2); backward: dout, x read,
 // dinp read and written (4·N·C·2), plus mean, rstd and the partial sums.
 #include <stdio.h>
 #include <stdlib.h>
 #include "../../llmc/layernorm.cuh"
-#include "../../llmc/linear.cuh"
 #include "../../llmc/rmsnorm.cuh"
 #include "fill.cuh"
 #include "timing.cuh"
@@ -29,9 +28,9 @@ static void bench(int N, int C, const GpuContext* ctx) {
     cuda_check(cudaMalloc(&mean, N * sizeof(float))); cuda_check(cudaMalloc(&rstd, N * sizeof(float)));
     cuda_check(cudaMalloc(&dw, C * sizeof(float))); cuda_check(cudaMalloc(&db, C * sizeof(float)));
     cuda_check(cudaMalloc(&ds, C * sizeof(float)));
-    size_t sf = (size_t)LN_BWD_BLOCKS * 3 * C;  // the most of the three: RMS_BWD_BLOCKS · C, LINEAR_BIAS_CHUNKS · C
+    size_t sf = (size_t)LN_BWD_BLOCKS * 3 * C;  // the most of the three: RMS_BWD_BLOCKS · C, COLUMN_SUMS_CHUNKS · C
     if (sf < (size_t)RMS_BWD_BLOCKS * C) sf = (size_t)RMS_BWD_BLOCKS * C;
-    if (sf < (size_t)LINEAR_BIAS_CHUNKS * C) sf = (size_t)LINEAR_BIAS_CHUNKS * C;
+    if (sf < (size_t)COLUMN_SUMS_CHUNKS * C) sf = (size_t)COLUMN_SUMS_CHUNKS * C;
     cuda_check(cudaMalloc(&scratch, sf * sizeof(float)));
     const int reps = 20;
     float fwd = time_ms([&] { residual_layernorm_forward(r, out, mean, rstd, a, b, w, bias, N, C, ctx); }, ctx->stream, reps);
@@ -40,10 +39,7 @@ static void bench(int N, int C, const GpuContext* ctx) {
     float bwds = time_ms([&] { layernorm_backward(dinp, dw, db, ds, scratch, dout, r, mean, rstd, w, N, C, ctx); },
                          ctx->stream, reps);
     // what linear_backward runs for the same bias gradient from the same rows
-    float biask = time_ms([&] {
-        linear_bias_partial_kernel<<<dim3(ceil_div(C, 256), LINEAR_BIAS_CHUNKS), 256, 0, ctx->stream>>>(scratch, dinp, N, C);
-        linear_bias_finish_kernel<<<ceil_div(C, 256), 256, 0, ctx->stream>>>(ds, scratch, C);
-    }, ctx->stream, reps);
+    float biask = time_ms([&] { column_sums_bf16(ds, dinp, N, C, scratch, ctx->stream); }, ctx->stream, reps);
     // a copy of 2·N·C bf16: 4·N·C·2 bytes moved
     float cp = time_ms([&] {
         cuda_check(cudaMemcpyAsync(copy + 2 * n, copy, 2 * n * sizeof(bf16), cudaMemcpyDeviceToDevice, ctx->stream));

@@ -264,7 +264,7 @@ int main(void) {
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     size_t scratch_floats = (size_t)LN_BWD_BLOCKS * 3 * LN_MAX_C;
-    if (scratch_floats < (size_t)LINEAR_BIAS_CHUNKS * 4096) scratch_floats = (size_t)LINEAR_BIAS_CHUNKS * 4096;
+    if (scratch_floats < (size_t)COLUMN_SUMS_CHUNKS * 4096) scratch_floats = (size_t)COLUMN_SUMS_CHUNKS * 4096;
     float* scratch;
     cuda_check(cudaMalloc(&scratch, scratch_floats * sizeof(float)));
     const int ln_cases[][2] = {{1, 8}, {7, 128}, {1003, 200}, {517, 768}, {4099, 768}, {300, 1600}, {64, 2048}};
