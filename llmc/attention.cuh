@@ -17,6 +17,7 @@
 // k on each side.
 #pragma once
 #include "cuda_common.cuh"
+#include "column_sums.cuh"
 #include "attention_simple.cuh"
 #include "rope.cuh"
 #include "flash_attention.cuh"
@@ -26,6 +27,13 @@
 // --- launchers -------------------------------------------------------------------------------
 
 static inline int attention_uses_flash(int C, int NH) { return C / NH == 64 || C / NH == 128; }
+
+// Floats of scratch attention_backward needs for dbias, with W = C + 2·NKV·C/NH the width of qkv: the
+// Hopper kernels' partial rows (B · ceil(T/128)), or the bias kernel's (COLUMN_SUMS_CHUNKS).
+static inline size_t attention_bias_scratch(int B, int T, int W) {
+    size_t rows = (size_t)B * ceil_div(T, FA90_BQ);
+    return (rows > COLUMN_SUMS_CHUNKS ? rows : COLUMN_SUMS_CHUNKS) * (size_t)W;
+}
 
 // out (B, T, C) bf16, lse (B, NH, T) fp32 from qkv (B, T, C + 2·NKV·C/NH) bf16; with rope, q and k are
 // first rotated in place.
@@ -45,17 +53,28 @@ static inline void attention_forward(bf16* out, float* lse, bf16* qkv, const flo
 
 // dqkv (B, T, C + 2·NKV·C/NH) bf16 assigned (qkv's layout), from dout (B, T, C) bf16 and the forward's
 // out, qkv (as the forward left it), rope and lse; D_scratch (B, NH, T) fp32. With rope, dq and dk are
-// with respect to the unrotated q and k (what the QKV GEMM wrote).
+// with respect to the unrotated q and k (what the QKV GEMM wrote). Unless dbias is NULL, dbias
+// (C + 2·NKV·C/NH,) fp32 += the column sums of dqkv as written (the QKV layer's bias gradient), through
+// scratch (attention_bias_scratch floats): in the Hopper kernels' epilogues, else by the bias kernel.
 static inline void attention_backward(bf16* dqkv, float* D_scratch, const bf16* dout, const bf16* out,
-                                      const bf16* qkv, const float* rope, const float* lse, int B, int T, int C,
-                                      int NH, int NKV, const GpuContext* ctx) {
+                                      const bf16* qkv, const float* rope, const float* lse, float* dbias,
+                                      float* scratch, int B, int T, int C, int NH, int NKV, const GpuContext* ctx) {
+    int W = C + 2 * NKV * (C / NH);
     if (attention_uses_flash(C, NH) && flash_sm90_available()) {
-        flash_sm90_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, B, T, C, NH, NKV, ctx->stream);
-    } else if (attention_uses_flash(C, NH)) {
-        flash_attention_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, B, T, C, NH, NKV, ctx->stream);
+        flash_sm90_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, dbias ? scratch : NULL, B, T, C, NH, NKV,
+                            ctx->stream);
+        if (dbias) {
+            ColumnSumsOut to = {{dbias, NULL, NULL}};
+            column_sums_finish(to, scratch, B * ceil_div(T, FA90_BQ), W, 1, ctx->stream);
+        }
     } else {
-        attention_simple_backward(dqkv, D_scratch, dout, qkv, lse, B, T, C, NH, NKV, ctx->stream);
-        if (rope) rope_backward(dqkv, rope, B, T, NH, NKV, C / NH, ctx);
+        if (attention_uses_flash(C, NH)) {
+            flash_attention_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, B, T, C, NH, NKV, ctx->stream);
+        } else {
+            attention_simple_backward(dqkv, D_scratch, dout, qkv, lse, B, T, C, NH, NKV, ctx->stream);
+            if (rope) rope_backward(dqkv, rope, B, T, NH, NKV, C / NH, ctx);
+        }
+        if (dbias) column_sums_bf16(dbias, dqkv, B * T, W, scratch, ctx->stream);
     }
     profile_mark(ctx->prof, "attention backward", ctx->stream);
 }

@@ -21,6 +21,10 @@
 //            variant 3's order: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q (dO, Q read MN-major);
 //            a tile's Pᵀ and dSᵀ are computed while the tensor cores run the previous tile's dV and dK
 //   D = rowsum(dO ∘ O) by llmc/flash_attention_backward.cuh's dot kernel.
+//   With bias_partial (GPT-2's qkv bias gradient), each backward block also sums the columns of the
+//   rows it writes, as rounded to bf16, and writes them to its partial row of (B · ceil(T/128), W) fp32
+//   (W the width of qkv: row b · ceil(T/128) + tile, the block's head's columns); llmc/attention.cuh
+//   adds the partial rows up (llmc/column_sums.cuh). The bias kernel's read of dqkv is saved.
 // RoPE: the layer rotates q and k by a pass before the forward (llmc/rope.cuh; the forward here does not
 // rotate its query tile as the mma.sync one does), and the backward kernels rotate dq and dk back in
 // registers before writing them, as the mma.sync ones do.
@@ -349,12 +353,14 @@ static void fa90_forward_launch(const CUtensorMap& map, bf16* out, float* lse, i
 // --- backward ------------------------------------------------------------------------------------
 
 #define FA90_DQ_BKV 64  // dq: keys per step
+#define FA90_COLSUM_BYTES(HS, n) (8 * (HS) * (n) * 4)  // fa90_colsum_rows's shared memory for n outputs
 template <int HS> struct Fa90DqCfg {
     static constexpr int BOXES = HS / 64;
     static constexpr int QT = FA90_BQ * 128 * BOXES;       // the query tile, and the dO tile
     static constexpr int KT = FA90_DQ_BKV * 128 * BOXES;   // a key tile, and a value tile
     static constexpr int STAGE = 2 * KT;
-    static constexpr size_t smem = 1024 + 2 * QT + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES);
+    static constexpr size_t smem =
+        1024 + 2 * QT + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES) + FA90_COLSUM_BYTES(HS, 1);
 };
 
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
@@ -367,17 +373,50 @@ template <int SN> __device__ __forceinline__ void fa90_wgmma_ss(float* d, uint64
 #endif
 
 // tq: qkv in 128-row boxes, tk: qkv in 64-row boxes, to: dout in 128-row boxes.
+// The column sums of the two consumer warpgroups' rows as fa_store_rows writes them (acc times scale,
+// rounded to bf16, rows ≥ T left out): each warp sums its 16 rows (the two of a thread, then across the
+// 8 lanes of a column by shuffles), writes them to red (8 warps x HS fp32, shared), and once all 256
+// consumer threads are there (named barrier 1), threads 0 .. HS-1 of them add the 8 warps in order
+// and write out[0 .. HS-1]. cw: the consumer warp (0 .. 7), ct: the consumer thread (0 .. 255).
+template <int HS>
+__device__ __forceinline__ void fa90_colsum_rows(float* red, float* out, const float (*acc)[4], float scale, int row0,
+                                                 int T, int lane, int cw, int ct) {
+    #pragma unroll
+    for (int nd = 0; nd < HS / 8; nd++) {
+        float s[2];
+        #pragma unroll
+        for (int e = 0; e < 2; e++) {
+            s[e] = 0.0f;
+            #pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+                if (row0 + (lane >> 2) + hh * 8 < T)
+                    s[e] += __bfloat162float(__float2bfloat16_rn(acc[nd][hh * 2 + e] * scale));
+            s[e] += __shfl_xor_sync(0xffffffffu, s[e], 4);
+            s[e] += __shfl_xor_sync(0xffffffffu, s[e], 8);
+            s[e] += __shfl_xor_sync(0xffffffffu, s[e], 16);
+        }
+        if (lane < 4) { red[cw * HS + nd * 8 + 2 * lane] = s[0]; red[cw * HS + nd * 8 + 2 * lane + 1] = s[1]; }
+    }
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    if (ct < HS) {
+        float sum = 0.0f;
+        for (int w = 0; w < 8; w++) sum += red[w * HS + ct];
+        out[ct] = sum;
+    }
+}
+
 template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
 fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                const __grid_constant__ CUtensorMap to, bf16* dqkv, const float* lse, const float* Drow,
-               const float* rope, int T, int NH, int NKV) {
+               const float* rope, float* bias_partial, int T, int NH, int NKV) {
 #if defined(WG_DEVICE_CODE)
     using Cfg = Fa90DqCfg<HS>;
     extern __shared__ unsigned char smem_raw[];
     uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
     uint32_t sq = base, so = base + Cfg::QT, stages = base + 2 * Cfg::QT;
     uint32_t qbar = stages + FA90_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * FA90_STAGES;
+    float* red = (float*)(smem_raw + (empty + 8 * FA90_STAGES - smem_u32(smem_raw)));  // fa90_colsum_rows's
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, j = h / (NH / NKV);
     int q0 = (gridDim.y - 1 - blockIdx.y) * FA90_BQ;
@@ -465,6 +504,10 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     fa_store_rows<HS>(dqkv + (size_t)row0 * ld + h * HS, ld, (const float(*)[4])dq, rsqrtf((float)HS),
                       q0 + c * 64 + warp * 16, T, lane);
+    if (bias_partial)
+        fa90_colsum_rows<HS>(red, bias_partial + (size_t)(b * gridDim.y + q0 / FA90_BQ) * ld + h * HS,
+                             (const float(*)[4])dq, rsqrtf((float)HS), q0 + c * 64 + warp * 16, T, lane, c * 4 + warp,
+                             c * 128 + t);
 #endif
 }
 
@@ -474,7 +517,8 @@ template <int HS> struct Fa90DkdvCfg {
     static constexpr int KT = FA90_BKV * 128 * BOXES;      // the key tile, and the value tile
     static constexpr int QT = BQ * 128 * BOXES;          // a query tile, and a dO tile
     static constexpr int STAGE = 2 * QT;
-    static constexpr size_t smem = 1024 + 2 * KT + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES);
+    static constexpr size_t smem =
+        1024 + 2 * KT + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES) + FA90_COLSUM_BYTES(HS, 2);
 };
 
 // tk: qkv in 128-row boxes, tq: qkv in BQ-row boxes, to: dout in BQ-row boxes.
@@ -482,7 +526,7 @@ template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
 fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tq,
                  const __grid_constant__ CUtensorMap to, bf16* dqkv, const float* lse, const float* Drow,
-                 const float* rope, int T, int NH, int NKV) {
+                 const float* rope, float* bias_partial, int T, int NH, int NKV) {
 #if defined(WG_DEVICE_CODE)
     using Cfg = Fa90DkdvCfg<HS>;
     constexpr int BQ = Cfg::BQ;
@@ -490,6 +534,7 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
     uint32_t sk = base, sv = base + Cfg::KT, stages = base + 2 * Cfg::KT;
     uint32_t kbar = stages + FA90_STAGES * Cfg::STAGE, full = kbar + 8, empty = full + 8 * FA90_STAGES;
+    float* red = (float*)(smem_raw + (empty + 8 * FA90_STAGES - smem_u32(smem_raw)));  // fa90_colsum_rows's
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     int bj = blockIdx.x, b = bj / NKV, j = bj % NKV, G = NH / NKV;
     int k0 = blockIdx.y * FA90_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ), nper = nq - i0, nsteps = G * nper;
@@ -587,12 +632,20 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     bf16* dst = dqkv + (size_t)row0 * ld + (NH + j) * HS;  // dqkv has qkv's layout: dk, then NKV heads on, dv
     fa_store_rows<HS>(dst, ld, (const float(*)[4])dk, rsqrtf((float)HS), k0 + c * 64 + warp * 16, T, lane);
     fa_store_rows<HS>(dst + NKV * HS, ld, (const float(*)[4])dv, 1.0f, k0 + c * 64 + warp * 16, T, lane);
+    if (bias_partial) {
+        float* part = bias_partial + (size_t)(b * gridDim.y + blockIdx.y) * ld + (NH + j) * HS;
+        fa90_colsum_rows<HS>(red, part, (const float(*)[4])dk, rsqrtf((float)HS), k0 + c * 64 + warp * 16, T, lane,
+                             c * 4 + warp, c * 128 + t);
+        fa90_colsum_rows<HS>(red + 8 * HS, part + NKV * HS, (const float(*)[4])dv, 1.0f, k0 + c * 64 + warp * 16, T,
+                             lane, c * 4 + warp, c * 128 + t);
+    }
 #endif
 }
 
 template <int HS, bool ROPE>
 static void fa90_backward_launch(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
-                                 const float* rope, const float* lse, int B, int T, int NH, int NKV, cudaStream_t st) {
+                                 const float* rope, const float* lse, float* bias_partial, int B, int T, int NH, int NKV,
+                                 cudaStream_t st) {
     int W = (NH + 2 * NKV) * HS, C = NH * HS, BQ = Fa90DkdvCfg<HS>::BQ;
     FlashBwdArgs a = {dqkv, D, dout, out, qkv, lse, rope, B, T, NH, NKV};
     size_t threads = (size_t)B * T * NH * (HS / 8);
@@ -606,9 +659,11 @@ static void fa90_backward_launch(bf16* dqkv, float* D, const bf16* dout, const b
     auto dq = fa90_dq_kernel<HS, ROPE>;
     cuda_check(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
     cuda_check(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
-    dkdv<<<dim3(B * NKV, ceil_div(T, FA90_BKV)), FA90_THREADS, s1, st>>>(q128, qbq, obq, dqkv, lse, D, rope, T, NH, NKV);
+    dkdv<<<dim3(B * NKV, ceil_div(T, FA90_BKV)), FA90_THREADS, s1, st>>>(q128, qbq, obq, dqkv, lse, D, rope,
+                                                                         bias_partial, T, NH, NKV);
     cuda_check_launch();
-    dq<<<dim3(B * NH, ceil_div(T, FA90_BQ)), FA90_THREADS, s2, st>>>(q128, q64, o128, dqkv, lse, D, rope, T, NH, NKV);
+    dq<<<dim3(B * NH, ceil_div(T, FA90_BQ)), FA90_THREADS, s2, st>>>(q128, q64, o128, dqkv, lse, D, rope, bias_partial,
+                                                                     T, NH, NKV);
     cuda_check_launch();
 }
 
@@ -640,17 +695,19 @@ static inline void flash_sm90_forward(bf16* out, float* lse, const bf16* qkv, in
 }
 
 // dqkv assigned, as flash_attention_backward: qkv as the forward left it, rope the table or NULL (dq and
-// dk then rotated back), D_scratch (B, NH, T) fp32; needs flash_sm90_available().
+// dk then rotated back), D_scratch (B, NH, T) fp32; needs flash_sm90_available(). bias_partial: NULL, or
+// (B · ceil(T/128), (NH + 2·NKV)·hs) fp32, every element written: the column sums of each block's rows
+// of dqkv as written (see the header).
 static inline void flash_sm90_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
-                                       const float* rope, const float* lse, int B, int T, int C, int NH, int NKV,
-                                       cudaStream_t st) {
+                                       const float* rope, const float* lse, float* bias_partial, int B, int T, int C,
+                                       int NH, int NKV, cudaStream_t st) {
     int hs = flash_attention_head_size(T, C, NH, NKV);
     flash_check_rope(rope);
     if (hs == 64) {
-        if (rope) fa90_backward_launch<64, true>(dqkv, D, dout, out, qkv, rope, lse, B, T, NH, NKV, st);
-        else fa90_backward_launch<64, false>(dqkv, D, dout, out, qkv, rope, lse, B, T, NH, NKV, st);
+        if (rope) fa90_backward_launch<64, true>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
+        else fa90_backward_launch<64, false>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
     } else {
-        if (rope) fa90_backward_launch<128, true>(dqkv, D, dout, out, qkv, rope, lse, B, T, NH, NKV, st);
-        else fa90_backward_launch<128, false>(dqkv, D, dout, out, qkv, rope, lse, B, T, NH, NKV, st);
+        if (rope) fa90_backward_launch<128, true>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
+        else fa90_backward_launch<128, false>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
     }
 }

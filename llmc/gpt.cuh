@@ -286,9 +286,10 @@ static inline void gpt_backward_impl(GptModel* m, const int* targets, float dlos
         // now dL/d(residual2): the attention half
         linear_backward(a.datty, g.attprojw + (size_t)l * C * C, NULL, a.scratch, a.dresidual,
                         a.atty + l * lc, p.attprojw + (size_t)l * C * C, BT, C, C, NULL, ctx);
+        // the QKV layer's bias gradient: the column sums of dqkv, which the attention backward adds up
         attention_backward(a.dqkv, a.att_D, a.datty, a.atty + l * lc, a.qkv + 3 * l * lc, NULL,
-                           a.att_lse + l * maxBT * NH, B, T, C, NH, NH, ctx);
-        linear_backward(a.dln, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, a.scratch, a.dqkv, a.ln1 + l * lc,
+                           a.att_lse + l * maxBT * NH, g.qkvb + l * 3 * C, a.scratch, B, T, C, NH, NH, ctx);
+        linear_backward(a.dln, g.qkvw + (size_t)l * 3 * C * C, NULL, a.scratch, a.dqkv, a.ln1 + l * lc,
                         p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, NULL, ctx);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, l > 0 ? g.fcprojb + (l - 1) * C : NULL,
                            a.scratch, a.dln, resid, a.ln1_mean + l * maxBT, a.ln1_rstd + l * maxBT, p.ln1w + l * C,

@@ -9,6 +9,7 @@
 #include "encoder.cuh"
 #include "layernorm.cuh"
 #include "linear.cuh"
+#include "attention.cuh"
 #include "global_norm.cuh"
 #include "comm.cuh"
 #include "zero.cuh"         // ZeroPlan: the optimizer state sharded over the ranks
@@ -52,7 +53,7 @@ typedef struct {
     bf16* dqkv;        // (BT, 3C)
     bf16* dfch;        // (BT, 4C)
     float* att_D;      // (B, NH, T) Σ p·dp per query row
-    float* scratch;    // (GPT_SCRATCH_FLOATS(C)) partial sums of the column reductions and the norm
+    float* scratch;    // (gpt_scratch_floats(B, T, C)) partial sums of the column reductions and the norm
     float* norm;       // (4) grad norm, clip scale, skip flag (1: the step is not applied), stop flag
     float* loss;       // (1) mean loss over the micro-steps since gpt_zero_grad (and over the ranks,
                        // once gpt_update has added them up)
@@ -62,9 +63,13 @@ typedef struct {
     EncoderBuckets buckets;  // device copy of the positions grouped by token
 } GptActs;
 
-// the larger of: the bias gradient's partials (widest layer 4C), LayerNorm's
-#define GPT_MAX2(a, b) ((a) > (b) ? (a) : (b))
-#define GPT_SCRATCH_FLOATS(C) GPT_MAX2((size_t)COLUMN_SUMS_CHUNKS * 4 * (C), (size_t)LN_BWD_BLOCKS * 3 * (C))
+// the most of: the bias gradient's partials (widest layer 4C), LayerNorm's, the attention backward's
+// for the QKV bias (width 3C)
+static inline size_t gpt_scratch_floats(int B, int T, int C) {
+    size_t bias = (size_t)COLUMN_SUMS_CHUNKS * 4 * C, ln = (size_t)LN_BWD_BLOCKS * 3 * C;
+    size_t att = attention_bias_scratch(B, T, 3 * C), most = bias > ln ? bias : ln;
+    return att > most ? att : most;
+}
 
 typedef struct {
     GptConfig config;
@@ -119,7 +124,7 @@ static inline size_t gpt_point_acts(GptActs* a, const GptConfig* c, int B, int T
         L * BT * 3 * C * h, L * BT * C * h, L * BT * NH * f, L * BT * C * h, L * BT * C * h,
         L * BT * f, L * BT * f, L * BT * 4 * C * h, (recompute ? 1 : L) * BT * 4 * C * h, L * BT * C * h,
         BT * C * h, BT * f, BT * f, BT * C * h, BT * C * h,
-        BT * C * h, BT * 3 * C * h, BT * 4 * C * h, BT * NH * f, GPT_SCRATCH_FLOATS(C) * f,
+        BT * C * h, BT * 3 * C * h, BT * 4 * C * h, BT * NH * f, gpt_scratch_floats(B, T, (int)C) * f,
         3 * f, f, (size_t)c->padded_vocab_size * f, BT * sizeof(int), BT * sizeof(int),
         BT * sizeof(int), (BT + 1) * sizeof(int), BT * sizeof(int)};
     return model_carve(p, bytes, (int)(sizeof(bytes) / sizeof(bytes[0])), base);

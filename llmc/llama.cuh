@@ -284,8 +284,8 @@ static inline void llama_backward_impl(LlamaModel* m, const int* targets, float 
         // now dL/d(residual2): the attention half (RoPE's backward included)
         linear_backward(a.datty, g.wo + (size_t)l * C * C, NULL, NULL, a.dresidual, atty, p.wo + (size_t)l * C * C,
                         BT, C, C, NULL, ctx);
-        attention_backward(a.dqkv, a.att_D, a.datty, atty, qkv, a.rope, a.att_lse + l * maxBT * NH, B, T, C, NH, NKV,
-                           ctx);
+        attention_backward(a.dqkv, a.att_D, a.datty, atty, qkv, a.rope, a.att_lse + l * maxBT * NH, NULL, NULL, B, T, C,
+                           NH, NKV, ctx);
         linear_backward(a.dnorm, g.wqkv + (size_t)l * QKV * C, NULL, NULL, a.dqkv, a.attn_norm + l * lc,
                         p.wqkv + (size_t)l * QKV * C, BT, C, QKV, NULL, ctx);
         rmsnorm_backward(a.dresidual, g.attn_norm + l * C, a.scratch, a.dnorm, resid, a.attn_rstd + l * maxBT,

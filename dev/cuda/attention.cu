@@ -20,7 +20,9 @@
 //   6 wgmma forward (sm_90a): TMA, a producer warp and two consumer warpgroups, P in registers
 //     (llmc/flash_attention_sm90.cuh), with variant 3's backward
 //   7 wgmma forward and backward (sm_90a): variant 3's three backward kernels and order of sums, the dq
-//     and dkdv kernels on TMA and wgmma (llmc/flash_attention_sm90.cuh): what the trainer runs on an H100/H200
+//     and dkdv kernels on TMA and wgmma (llmc/flash_attention_sm90.cuh): what the trainer runs on an H100/H200;
+//     its bench line below times the backward with the QKV bias gradient in its epilogues (GPT-2's layer)
+//     against the backward and the bias kernel after it
 // Columns: F = 4·B·NH·T²·hs/2 (causal, the forward's two GEMMs); TF/s counts fwd F, bwd 2.5F,
 // fwd+bwd 3.5F (useful work: the naive variant does twice that); scratch = device memory beyond
 // qkv, out, dout and dqkv (lse and D included). A shape NH=32/8 has 32 query heads on 8 kv heads.
@@ -257,6 +259,30 @@ __global__ void fill_uniform_kernel(bf16* p, size_t n, float scale, uint64_t see
         p[i] = __float2bfloat16(scale * att_hash_uniform(seed, i));
 }
 
+// Variant 7's backward with the QKV layer's bias gradient (the trainer's GPT-2 path): summed in the dq
+// and dkdv kernels' epilogues (then the partial rows added up), against the same backward followed by
+// the bias kernel over dqkv (llmc/column_sums.cuh). t_b: the backward alone, as timed above.
+static void bench_qkv_bias(const bf16* qkv, bf16* dqkv, const bf16* out, const bf16* dout, const float* lse, float* D,
+                           int B, int T, int NH, int NKV, int hs, float t_b, cudaStream_t st) {
+    int C = NH * hs, W = C + 2 * NKV * hs, rows = B * ceil_div(T, FA90_BQ);
+    float *db, *scratch;
+    cuda_check(cudaMalloc(&db, W * sizeof(float)));
+    cuda_check(cudaMalloc(&scratch, attention_bias_scratch(B, T, W) * sizeof(float)));
+    cuda_check(cudaMemsetAsync(db, 0, W * sizeof(float), st));
+    ColumnSumsOut to = {{db, NULL, NULL}};
+    float t_in = time_ms([&] {
+        flash_sm90_backward(dqkv, D, dout, out, qkv, NULL, lse, scratch, B, T, C, NH, NKV, st);
+        column_sums_finish(to, scratch, rows, W, 1, st);
+    }, st, 20);
+    float t_after = time_ms([&] {
+        flash_sm90_backward(dqkv, D, dout, out, qkv, NULL, lse, NULL, B, T, C, NH, NKV, st);
+        column_sums_bf16(db, dqkv, B * T, W, scratch, st);
+    }, st, 20);
+    printf("%-26s |   with the qkv bias gradient       | %8s | %8.3f in the epilogues (%+.3f), %.3f with the bias "
+           "kernel after it (%+.3f)\n", "", "", t_in, t_in - t_b, t_after, t_after - t_b);
+    cuda_check(cudaFree(db)); cuda_check(cudaFree(scratch));
+}
+
 static void bench_shape(const Shape* s, int only, cudaStream_t st) {
     int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, hs = s->hs, C = NH * hs;
     size_t nqkv = (size_t)B * T * (C + 2 * NKV * hs), nout = (size_t)B * T * C, nrow = (size_t)B * NH * T;
@@ -293,6 +319,7 @@ static void bench_shape(const Shape* s, int only, cudaStream_t st) {
         printf("%-26s | %d %-32s | %8.3f | %8.3f | %8.3f | %6.0f | %6.0f | %6.0f | %9.1f MiB\n", shape, v->id, v->name,
                t_f, t_b, t_fb, F / t_f * 1e-9, 2.5 * F / t_b * 1e-9, 3.5 * F / t_fb * 1e-9,
                (double)variant_scratch(v->id, B, T, NH) / (1 << 20));
+        if (v->id == 7) bench_qkv_bias(qkv, dqkv, out, dout, lse, D, B, T, NH, NKV, hs, t_b, st);
         if (naive.att) { cuda_check(cudaFree(naive.att)); cuda_check(cudaFree(naive.datt)); }
     }
     cuda_check(cudaFree(qkv)); cuda_check(cudaFree(dqkv)); cuda_check(cudaFree(out));

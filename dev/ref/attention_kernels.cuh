@@ -20,5 +20,5 @@ static void att_sm90_forward(void*, bf16* out, float* lse, bf16* qkv, int B, int
 }
 static void att_sm90_backward(void*, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                               const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t st) {
-    flash_sm90_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, st);
+    flash_sm90_backward(dqkv, D, dout, out, qkv, NULL, lse, NULL, B, T, C, NH, NKV, st);
 }

@@ -14,7 +14,14 @@
 //      NH/NKV times: out, lse and dq bitwise equal (the same arithmetic on the same values), and dk, dv
 //      of kv head j equal to the sum of its query heads' dk, dv from the multi-head run (relative L2,
 //      tolerance 1e-2: the multi-head run rounds each head's part to bf16 before the sum).
+//   4. The QKV bias gradient (attention_backward's dbias, through the layer: the Hopper kernels'
+//      epilogues at hs 64 and 128 on an sm_90 GPU, else and at hs 32 the bias kernel): dbias += the
+//      column sums of dqkv as written, against their fp64 sums (relative L2 1e-4, as test_layers' fp32
+//      sums: far above fp32's ~1e-6 for a few thousand rows, far below a lost tile or column, O(1));
+//      dqkv bitwise the same as without dbias; two runs bitwise equal.
 // A failed check prints the case and the error; the last line is `test_attention_gqa: N passed, M failed`.
+#include <math.h>
+#include <vector>
 #include "../../llmc/attention.cuh"
 #include "../ref/attention_kernels.cuh"
 #include "gpu_testing.cuh"
@@ -27,7 +34,7 @@ static void layer_fwd(void* self, bf16* out, float* lse, bf16* qkv, int B, int T
 }
 static void layer_bwd(void* self, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                       const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t) {
-    attention_backward(dqkv, D, dout, out, qkv, NULL, lse, B, T, C, NH, NKV, (const GpuContext*)self);
+    attention_backward(dqkv, D, dout, out, qkv, NULL, lse, NULL, NULL, B, T, C, NH, NKV, (const GpuContext*)self);
 }
 
 typedef struct { int B, T, NH, NKV, hs; } Case;
@@ -102,6 +109,63 @@ static void check_repeated_kv(Case c, uint64_t seed, cudaStream_t st) {
     free(qg); free(qm); free(dout);
 }
 
+// Check 4: the column sums of dqkv that attention_backward adds into dbias.
+static void check_qkv_bias(Case c, uint64_t seed, const GpuContext* ctx) {
+    int B = c.B, T = c.T, NH = c.NH, NKV = c.NKV, hs = c.hs, C = NH * hs, W = (NH + 2 * NKV) * hs;
+    size_t rows = (size_t)B * T, nqkv = rows * W, nrow = (size_t)B * NH * T;
+    bf16* h_qkv = (bf16*)malloc_check(nqkv * sizeof(bf16));
+    bf16* h_dout = (bf16*)malloc_check(rows * C * sizeof(bf16));
+    att_inputs(h_qkv, h_dout, B, T, NH, NKV, hs, seed);
+    std::vector<float> db0(W);
+    for (int i = 0; i < W; i++) db0[i] = 0.25f * (i % 7) - 0.75f;
+    bf16 *qkv, *dout, *out, *dqkv[2];
+    float *lse, *D, *db[2], *scratch;
+    cuda_check(cudaMalloc(&qkv, nqkv * sizeof(bf16)));
+    cuda_check(cudaMalloc(&dout, rows * C * sizeof(bf16)));
+    cuda_check(cudaMalloc(&out, rows * C * sizeof(bf16)));
+    cuda_check(cudaMalloc(&lse, nrow * sizeof(float)));
+    cuda_check(cudaMalloc(&D, nrow * sizeof(float)));
+    cuda_check(cudaMalloc(&scratch, attention_bias_scratch(B, T, W) * sizeof(float)));
+    for (int k = 0; k < 2; k++) {
+        cuda_check(cudaMalloc(&dqkv[k], nqkv * sizeof(bf16)));
+        cuda_check(cudaMalloc(&db[k], W * sizeof(float)));
+        cuda_check(cudaMemcpy(db[k], db0.data(), W * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    cuda_check(cudaMemcpy(qkv, h_qkv, nqkv * sizeof(bf16), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(dout, h_dout, rows * C * sizeof(bf16), cudaMemcpyHostToDevice));
+    attention_forward(out, lse, qkv, NULL, B, T, C, NH, NKV, ctx);
+    attention_backward(dqkv[1], D, dout, out, qkv, NULL, lse, NULL, NULL, B, T, C, NH, NKV, ctx);  // no sums
+    attention_backward(dqkv[0], D, dout, out, qkv, NULL, lse, db[0], scratch, B, T, C, NH, NKV, ctx);
+    cuda_check(cudaStreamSynchronize(ctx->stream));
+    std::vector<bf16> got(nqkv), plain(nqkv);
+    cuda_check(cudaMemcpy(got.data(), dqkv[0], nqkv * sizeof(bf16), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(plain.data(), dqkv[1], nqkv * sizeof(bf16), cudaMemcpyDeviceToHost));
+    attention_backward(dqkv[1], D, dout, out, qkv, NULL, lse, db[1], scratch, B, T, C, NH, NKV, ctx);  // again
+    cuda_check(cudaStreamSynchronize(ctx->stream));
+    std::vector<float> s0(W), s1(W);
+    cuda_check(cudaMemcpy(s0.data(), db[0], W * sizeof(float), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(s1.data(), db[1], W * sizeof(float), cudaMemcpyDeviceToHost));
+    std::vector<double> ref(db0.begin(), db0.end());
+    for (size_t r = 0; r < rows; r++)
+        for (int i = 0; i < W; i++) ref[i] += __bfloat162float(got[r * W + i]);
+    double num = 0, den = 0;
+    for (int i = 0; i < W; i++) { num += (s0[i] - ref[i]) * (s0[i] - ref[i]); den += ref[i] * ref[i]; }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    int same_dqkv = memcmp(got.data(), plain.data(), nqkv * sizeof(bf16)) == 0;
+    int repeat = memcmp(s0.data(), s1.data(), W * sizeof(float)) == 0;
+    printf("qkv bias B=%d T=%3d NH=%d NKV=%d hs=%3d: sums rel L2 %.1e; dqkv %s without the sums; repeat %s\n", B, T,
+           NH, NKV, hs, rel, same_dqkv ? "bitwise as" : "DIFFERENT from", repeat ? "bitwise" : "DIFFERS");
+    EXPECT(isfinite(rel) && rel <= 1e-4, "B=%d T=%d NH=%d NKV=%d hs=%d: the qkv bias sums rel L2 %.2e (tol 1e-4)", B, T,
+           NH, NKV, hs, rel);
+    EXPECT(same_dqkv, "B=%d T=%d NH=%d NKV=%d hs=%d: dqkv changes when the bias sums are asked for", B, T, NH, NKV, hs);
+    EXPECT(repeat, "B=%d T=%d NH=%d NKV=%d hs=%d: two runs of the bias sums differ", B, T, NH, NKV, hs);
+    bf16* bb[] = {qkv, dout, out, dqkv[0], dqkv[1]};
+    for (bf16* p : bb) cuda_check(cudaFree(p));
+    float* ff[] = {lse, D, db[0], db[1], scratch};
+    for (float* p : ff) cuda_check(cudaFree(p));
+    free(h_qkv); free(h_dout);
+}
+
 int main(void) {
     test_require_cuda("test_attention_gqa");
     GpuContext ctx;
@@ -126,6 +190,9 @@ int main(void) {
                 Case c = {2, T, 4, NKV, hs};
                 check_reference("simple", layer_fwd, layer_bwd, &ctx, c, seed += 2, ctx.stream);
             }
+    for (int hs : {64, 128, 32})
+        for (Case c : {Case{2, 200, 4, 4, hs}, Case{3, 1024, 2, 2, hs}, Case{1, 65, 8, 2, hs}, Case{2, 1, 4, 1, hs}})
+            check_qkv_bias(c, seed += 2, &ctx);
     gpu_context_free(&ctx);
     return test_summary("test_attention_gqa");
 }

@@ -48,8 +48,9 @@ static void impl_fwd(const RopeSelf* r, bf16* out, float* lse, bf16* qkv, const 
 static void impl_bwd(const RopeSelf* r, bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                      const float* rope, const float* lse, int B, int T, int C, int NH, int NKV) {
     if (r->impl == IMPL_MMA) flash_attention_backward(dqkv, D, dout, out, qkv, rope, lse, B, T, C, NH, NKV, r->ctx->stream);
-    else if (r->impl == IMPL_SM90) flash_sm90_backward(dqkv, D, dout, out, qkv, rope, lse, B, T, C, NH, NKV, r->ctx->stream);
-    else attention_backward(dqkv, D, dout, out, qkv, rope, lse, B, T, C, NH, NKV, r->ctx);
+    else if (r->impl == IMPL_SM90)
+        flash_sm90_backward(dqkv, D, dout, out, qkv, rope, lse, NULL, B, T, C, NH, NKV, r->ctx->stream);
+    else attention_backward(dqkv, D, dout, out, qkv, rope, lse, NULL, NULL, B, T, C, NH, NKV, r->ctx);
 }
 
 static void fused_fwd(void* self, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,
