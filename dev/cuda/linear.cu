@@ -6,8 +6,9 @@
 // Columns: forward (ours: y = x·Wᵀ + b; plain: y = x·Wᵀ), backward (ours: dx, dW += dyᵀ·x, db; plain: the
 // two GEMMs dx = dy·W, dW += dyᵀ·x), TF/s over the layer's 2·N·IC·OC (fwd) and 4·N·IC·OC (bwd) FLOPs.
 // The layers' correctness is tested against the CPU reference by dev/test/test_layers.cu.
-// The attention and fc projections' bias gradients are not in their layers' backward here, as in the
-// trainer: the LayerNorm backward adds them up (llmc/gpt.cuh), timed by dev/cuda/layernorm.cu.
+// Only the fc layer's bias gradient is in its layer's backward here, as in the trainer (llmc/gpt.cuh):
+// the LayerNorm backward adds up the attention and fc projections' (timed by dev/cuda/layernorm.cu),
+// the attention backward the QKV layer's (dev/cuda/attention.cu).
 // Then, at C = 768: the bias gradient in the dW GEMM's epilogue, which the trainer does not take
 // (bench_bias_epilogue); the fc layer's bias gradient in the fc projection's dx GEMM, in bf16
 // (bench_dgelu_bgrad); and the fc layer's GELU as the trainer runs it with and without -recompute:
@@ -223,7 +224,7 @@ static void bench_dgelu_bgrad(int N, int C, const GpuContext* ctx) {
 static void bench_block(int N, int C, const GpuContext* ctx) {
     printf("\nN = %d, C = %d            | fwd ms: ours  plain  ratio | bwd ms: ours  plain  ratio | ours fwd, bwd\n", N, C);
     float t[4] = {0, 0, 0, 0};
-    bench_layer("qkv", N, C, 3 * C, 0, 1, t, ctx);
+    bench_layer("qkv", N, C, 3 * C, 0, 0, t, ctx);
     bench_layer("attproj", N, C, C, 0, 0, t, ctx);
     bench_layer("fc", N, C, 4 * C, 0, 1, t, ctx);
     bench_layer("fcproj", N, 4 * C, C, 1, 0, t, ctx);
