@@ -372,7 +372,6 @@ template <int SN> __device__ __forceinline__ void fa90_wgmma_ss(float* d, uint64
 }
 #endif
 
-// tq: qkv in 128-row boxes, tk: qkv in 64-row boxes, to: dout in 128-row boxes.
 // The column sums of the two consumer warpgroups' rows as fa_store_rows writes them (acc times scale,
 // rounded to bf16, rows ≥ T left out): each warp sums its 16 rows (the two of a thread, then across the
 // 8 lanes of a column by shuffles), writes them to red (8 warps x HS fp32, shared), and once all 256
@@ -405,6 +404,7 @@ __device__ __forceinline__ void fa90_colsum_rows(float* red, float* out, const f
     }
 }
 
+// tq: qkv in 128-row boxes, tk: qkv in 64-row boxes, to: dout in 128-row boxes.
 template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
 fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
