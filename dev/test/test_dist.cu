@@ -134,7 +134,13 @@ static void test_data_parallel(size_t n, const float* init) {
 // 2. Sharded AdamW: every rank's gradient is G/world (exact: a power of two) and its loss 3/world, so the
 // reduced gradient is exactly G and the total loss 3 on every side. No clipping (the norm's own sum is
 // ordered by rank and may differ in its last bit; a clip scale of exactly 1 keeps it out).
-typedef struct { CommLocal* group; int rank, world, zero; const float* grads[2]; float* out[4]; } ShardRun;
+typedef struct {
+    CommLocal* group;
+    int rank, world, zero;
+    const float* grads[2];
+    float* out[4];
+    size_t shard_size;  // out: the elements of the state this rank kept
+} ShardRun;
 
 static void* shard_main(void* arg) {
     ShardRun* sr = (ShardRun*)arg;
@@ -146,9 +152,7 @@ static void* shard_main(void* arg) {
     comm.zero = sr->zero;
     GptModel m;
     gpt_build_dist(&m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, sr->group ? &comm : NULL);
-    size_t want = sr->zero ? m.num_params / sr->world : m.num_params;
-    EXPECT(m.zero.shard_size == want, "N=%d zero %d: rank %d keeps %zu elements of the state, not %zu", sr->world,
-           sr->zero, sr->rank, m.zero.shard_size, want);
+    sr->shard_size = m.zero.shard_size;  // checked by the caller (EXPECT's counters are not for threads)
     gpt_init_params(&m, 5, &ctx);
     float loss = 3.0f / sr->world;
     for (int t = 1; t <= 2; t++) {
@@ -187,7 +191,7 @@ static void test_sharded_adamw(size_t n) {
     }
     float* ref[4];
     for (int k = 0; k < 4; k++) ref[k] = (float*)malloc_check(n * sizeof(float));
-    ShardRun one = {NULL, 0, 1, 1, {g[0], g[1]}, {ref[0], ref[1], ref[2], ref[3]}};
+    ShardRun one = {NULL, 0, 1, 1, {g[0], g[1]}, {ref[0], ref[1], ref[2], ref[3]}, 0};
     shard_main(&one);
     const char* names[4] = {"master", "m", "v", "bf16 params"};
     for (int run = 0; run < 4; run++) {
@@ -201,12 +205,18 @@ static void test_sharded_adamw(size_t n) {
         float* out[COMM_LOCAL_MAX][4];
         for (int r = 0; r < world; r++) {
             for (int k = 0; k < 4; k++) out[r][k] = (float*)malloc_check(n * sizeof(float));
-            ShardRun s = {&group, r, world, zero, {g_part[0], g_part[1]}, {out[r][0], out[r][1], out[r][2], out[r][3]}};
+            ShardRun s = {&group, r, world, zero, {g_part[0], g_part[1]}, {out[r][0], out[r][1], out[r][2], out[r][3]},
+                          0};
             sr[r] = s;
             pthread_create(&th[r], NULL, shard_main, &sr[r]);
         }
         for (int r = 0; r < world; r++) pthread_join(th[r], NULL);
         comm_local_free(&group);
+        for (int r = 0; r < world; r++) {
+            size_t want = zero ? n / world : n;
+            EXPECT(sr[r].shard_size == want, "N=%d zero %d: rank %d keeps %zu elements of the state, not %zu", world,
+                   zero, r, sr[r].shard_size, want);
+        }
         for (int k = 0; k < 4; k++) {
             size_t bytes = n * (k == 3 ? sizeof(bf16) : sizeof(float)), where = 0;
             int same = 1;
