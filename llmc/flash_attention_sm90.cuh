@@ -10,10 +10,10 @@
 //   forward: persistent: a grid of at most one block per SM, block x taking the work items x, x + grid,
 //            ... of (b·NH + h, 128 queries), the heaviest first; the query tile per item, key and value
 //            tiles of 128 rows through the ring: S (64 x 128 a consumer) = Q·Kᵀ by m64n128k16 (K-major
-//            operands); the online softmax as llmc/flash_attention.cuh's (base 2, the scale folded in, rows owned by
-//            quads of lanes); O (64 x hs) += P·V by m64n{hs}k16 with V read MN-major. The softmax of one
-//            tile runs while the tensor cores multiply the previous tile's P·V (FlashAttention-3's
-//            overlap within a warpgroup)
+//            operands); the online softmax as llmc/flash_attention.cuh's (base 2, the scale folded in,
+//            rows owned by quads of lanes); O (64 x hs) += P·V by m64n{hs}k16 with V read MN-major. The
+//            softmax of one tile runs while the tensor cores multiply the previous tile's P·V
+//            (FlashAttention-3's overlap within a warpgroup)
 //   dq:      block per (b·NH + h, 128 queries); key and value tiles of 64 rows: S = Q·Kᵀ and dP = dO·Vᵀ
 //            (m64n64k16), dS = P ∘ (dP − D), dQ += dS·K (K read MN-major); a tile's dS is computed
 //            while the tensor cores run the previous tile's dQ += dS·K, as in the forward
@@ -168,11 +168,9 @@ __device__ __forceinline__ uint64_t fa90_desc_mn(uint32_t smem_addr, uint32_t lb
 }
 #endif
 
-// Persistent: a grid of at most one block per SM, block x taking work items x, x + gridDim.x, ... of the
-// B·NH·ceil(T/128) (head, query tile) pairs, the heaviest (last) query tiles first. The ring's step
-// count runs on across a block's items, and the query tile has QBUF buffers (full and empty barriers of
-// its own), so the producer loads the next item's queries and first keys while the consumers finish the
-// current one: the loads at an item's start and the stores at its end are not waited for.
+// Persistent over the B·NH·ceil(T/128) items (the header says how): the ring's step count runs on across
+// a block's items, and the query tile has QBUF buffers (full and empty barriers of its own), so the
+// producer loads the next item's queries and first keys while the consumers finish the current one.
 template <int HS>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
 fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* lse, int B, int T, int NH, int NKV) {
