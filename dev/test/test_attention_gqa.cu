@@ -20,7 +20,6 @@
 //      sums: far above fp32's ~1e-6 for a few thousand rows, far below a lost tile or column, O(1));
 //      dqkv bitwise the same as without dbias; two runs bitwise equal.
 // A failed check prints the case and the error; the last line is `test_attention_gqa: N passed, M failed`.
-#include <math.h>
 #include <vector>
 #include "../../llmc/attention.cuh"
 #include "../ref/attention_kernels.cuh"
@@ -148,15 +147,13 @@ static void check_qkv_bias(Case c, uint64_t seed, const GpuContext* ctx) {
     std::vector<double> ref(db0.begin(), db0.end());
     for (size_t r = 0; r < rows; r++)
         for (int i = 0; i < W; i++) ref[i] += __bfloat162float(got[r * W + i]);
-    double num = 0, den = 0;
-    for (int i = 0; i < W; i++) { num += (s0[i] - ref[i]) * (s0[i] - ref[i]); den += ref[i] * ref[i]; }
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    AttErr e = att_compare([&](size_t i) { return (double)s0[i]; }, ref.data(), W, 0, 0, 0);
     int same_dqkv = memcmp(got.data(), plain.data(), nqkv * sizeof(bf16)) == 0;
     int repeat = memcmp(s0.data(), s1.data(), W * sizeof(float)) == 0;
     printf("qkv bias B=%d T=%3d NH=%d NKV=%d hs=%3d: sums rel L2 %.1e; dqkv %s without the sums; repeat %s\n", B, T,
-           NH, NKV, hs, rel, same_dqkv ? "bitwise as" : "DIFFERENT from", repeat ? "bitwise" : "DIFFERS");
-    EXPECT(isfinite(rel) && rel <= 1e-4, "B=%d T=%d NH=%d NKV=%d hs=%d: the qkv bias sums rel L2 %.2e (tol 1e-4)", B, T,
-           NH, NKV, hs, rel);
+           NH, NKV, hs, e.rel_l2, same_dqkv ? "bitwise as" : "DIFFERENT from", repeat ? "bitwise" : "DIFFERS");
+    EXPECT(att_err_ok(e, 1e-4), "B=%d T=%d NH=%d NKV=%d hs=%d: the qkv bias sums rel L2 %.2e (tol 1e-4), %zu non-finite",
+           B, T, NH, NKV, hs, e.rel_l2, e.nonfinite);
     EXPECT(same_dqkv, "B=%d T=%d NH=%d NKV=%d hs=%d: dqkv changes when the bias sums are asked for", B, T, NH, NKV, hs);
     EXPECT(repeat, "B=%d T=%d NH=%d NKV=%d hs=%d: two runs of the bias sums differ", B, T, NH, NKV, hs);
     bf16* bb[] = {qkv, dout, out, dqkv[0], dqkv[1]};
