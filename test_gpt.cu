@@ -92,7 +92,8 @@ static void train_run(float* losses, float* master, const GptConfig* c, uint64_t
     gpt_init_params(&m, seed, ctx);
     uint64_t rng = seed * 31 + 7;
     train_steps(&m, &rng, 0, steps, losses, ctx);
-    copy_to_host(master, m.master_memory, m.num_params);
+    OptimState o = gpt_optim(&m);
+    copy_to_host(master, optim_gather(&o, OPTIM_MASTER, ctx->stream), m.num_params);
     gpt_free(&m);
 }
 
@@ -140,8 +141,9 @@ static void test_resume(const GptConfig* c, const GpuContext* ctx) {
     size_t n = full.num_params;
     float* a = (float*)malloc_check(n * sizeof(float));
     float* b = (float*)malloc_check(n * sizeof(float));
-    const float* fa[3] = {full.master_memory, full.m_memory, full.v_memory};
-    const float* fb[3] = {fresh.master_memory, fresh.m_memory, fresh.v_memory};
+    OptimState oa = gpt_optim(&full), ob = gpt_optim(&fresh);  // the master weights through each one's gradients
+    const float* fa[3] = {optim_gather(&oa, OPTIM_MASTER, ctx->stream), full.m_memory, full.v_memory};
+    const float* fb[3] = {optim_gather(&ob, OPTIM_MASTER, ctx->stream), fresh.m_memory, fresh.v_memory};
     expect_resumed(N, loss_full, loss_part, fa, fb, n, a, b);
     free(b);
     free(a);
@@ -172,7 +174,8 @@ int main(void) {
 
     // 1. init
     gpt_init_params(&m, seed, &ctx);
-    copy_to_host(host, m.master_memory, n);
+    OptimState o = gpt_optim(&m);
+    copy_to_host(host, optim_gather(&o, OPTIM_MASTER, ctx.stream), n);
     int init_same = bitwise_equal(host, ref.params_memory, n);
     printf("init: %zu parameters, bitwise equal to the reference's init: %s\n", n, init_same ? "yes" : "no");
     EXPECT(init_same, "gpt_init_params(seed %llu) differs from gpt_ref_init_params", (unsigned long long)seed);

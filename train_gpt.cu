@@ -892,11 +892,12 @@ int main(int argc, char** argv) {
     printf("%s", rule);
     size_t n = model.num_params, shard = model.zero->shard_size;
     char zero_note[96] = "";
+    size_t optim_bytes = sizeof(int16_t) + 2 * sizeof(float);  // a parameter's: master (its remainder), m, v
     if (world > 1 && cfg.zero)
-        snprintf(zero_note, sizeof(zero_note), " (ZeRO-1: 1/%d of %.1f MiB)", world, mib(3 * n * sizeof(float)));
+        snprintf(zero_note, sizeof(zero_note), " (ZeRO-1: 1/%d of %.1f MiB)", world, mib(n * optim_bytes));
     printf("memory per GPU: parameters %.1f MiB | gradients %.1f MiB | optimizer (master, m, v) %.1f MiB%s | "
-           "activations %.1f MiB | head scratch %.1f MiB\n", mib(n * sizeof(bf16)), mib(n * sizeof(float)),
-           mib(3 * shard * sizeof(float)), zero_note, mib(model.acts_bytes),
+           "activations %.1f MiB | head scratch %.1f MiB\n", mib(n * sizeof(bf16)),
+           mib(n * sizeof(float)), mib(shard * optim_bytes), zero_note, mib(model.acts_bytes),
            mib(model.head->scratch_bytes + 2 * (size_t)model.head->cfg.max_n * sizeof(float)));
 
     static Profile prof;  // big (an event per mark): not on the stack

@@ -2,11 +2,13 @@
 // gpt_layout.cuh). It wires the layers of llmc/ together; the kernels live in their own files.
 //   x = wte[inputs] + wpe[0:T]; per layer x += attproj(attn(qkv(ln1(x)))), x += fcproj(gelu(fc(ln2(x))));
 //   loss = CE(lnf(x) · wteᵀ, targets) through the fused head (llmc/fused_lce.cuh), tied to wte.
-// Precision: bf16 parameters and activations; fp32 master weights, gradients, AdamW moments, LayerNorm
-// statistics, attention softmax and every reduction. The residual-stream gradient is bf16 (as llm.c).
-// Memory, allocated once in gpt_build, one block per lifetime: parameters (bf16), master + m + v (fp32),
-// gradients (fp32), activations + backward scratch, the head's scratch. The training step allocates
-// nothing. Never materialized: the (B·T, V) logits (fused head), the (B, NH, T, T) attention matrix.
+// Precision: bf16 parameters and activations; fp32 master weights (kept as the bf16 parameters and an
+// int16 remainder, exact: llmc/master_split.h), gradients, AdamW moments, LayerNorm statistics, attention
+// softmax and every reduction. The residual-stream gradient is bf16 (as llm.c).
+// Memory, allocated once in gpt_build, one block per lifetime: parameters (bf16), the master weights'
+// remainders (int16) + m + v (fp32), gradients (fp32), activations + backward scratch, the head's
+// scratch. The training step allocates nothing. Never materialized: the (B·T, V) logits (fused head),
+// the (B, NH, T, T) attention matrix.
 // Determinism: no floating-point atomics anywhere in the step (see each layer's header).
 // Parameters are in llm.c's order (as dev/ref/gpt_ref.h), listed in gpt_layout.cuh.
 #pragma once
@@ -76,7 +78,7 @@ static inline void gpt_build_dist(GptModel* m, const GptConfig* c, int B, int T,
     free(slices);
     size_t n = m->num_params, shard = m->zero.shard_size;
     cuda_check(cudaMalloc(&m->params_memory, n * sizeof(bf16)));
-    cuda_check(cudaMalloc(&m->master_memory, shard * sizeof(float)));
+    cuda_check(cudaMalloc(&m->master_lo, shard * sizeof(int16_t)));
     cuda_check(cudaMalloc(&m->m_memory, shard * sizeof(float)));
     cuda_check(cudaMalloc(&m->v_memory, shard * sizeof(float)));
     cuda_check(cudaMalloc(&m->grads_memory, n * sizeof(float)));
@@ -109,20 +111,20 @@ static inline void gpt_free(GptModel* m) {
     cuda_check(cudaFree(m->grads_memory));
     cuda_check(cudaFree(m->v_memory));
     cuda_check(cudaFree(m->m_memory));
-    cuda_check(cudaFree(m->master_memory));
+    cuda_check(cudaFree(m->master_lo));
     cuda_check(cudaFree(m->params_memory));
     memset(m, 0, sizeof(*m));
 }
 
 // The model's optimizer state (llmc/optim.cuh): pointers into its blocks.
 static inline OptimState gpt_optim(GptModel* m) {
-    OptimState o = {m->num_params, m->params_memory, m->master_memory, m->m_memory, m->v_memory, m->grads_memory,
+    OptimState o = {m->num_params, m->params_memory, m->master_lo, m->m_memory, m->v_memory, m->grads_memory,
                     &m->zero, m->comm};
     return o;
 }
 
 // Sets the parameters from host fp32 values (num_params, in layout order): master = values (this
-// rank's share of them), bf16 params = round(values), AdamW moments cleared.
+// rank's share of them), bf16 params = their high halves (llmc/master.cuh), AdamW moments cleared.
 static inline void gpt_set_params(GptModel* m, const float* values, const GpuContext* ctx) {
     OptimState o = gpt_optim(m);
     optim_set_params(&o, values, ctx);

@@ -8,11 +8,13 @@
 // layer: q rotated inside the flash kernels, which leave qkv holding the rotated q and k, as the CPU
 // reference's does; its backward in their dq and dk epilogues). The same math as the CPU
 // reference dev/ref/llama_ref.h, with its parameter layout (llama_config.h).
-// Precision: bf16 parameters and activations; fp32 master weights, gradients, AdamW moments, RMSNorm
-// statistics, attention softmax and every reduction; the residual-stream gradient is bf16 (as GPT-2's).
-// Memory, allocated once in llama_build, one block per lifetime: parameters (bf16), master + m + v
-// (fp32), gradients (fp32), activations + backward scratch + the RoPE table, the head's scratch. The
-// training step allocates nothing. Never materialized: the (B·T, V) logits, the (B, NH, T, T) attention.
+// Precision: bf16 parameters and activations; fp32 master weights (kept as the bf16 parameters and an
+// int16 remainder, exact: llmc/master_split.h), gradients, AdamW moments, RMSNorm statistics, attention
+// softmax and every reduction; the residual-stream gradient is bf16 (as GPT-2's).
+// Memory, allocated once in llama_build, one block per lifetime: parameters (bf16), the master weights'
+// remainders (int16) + m + v (fp32), gradients (fp32), activations + backward scratch + the RoPE table,
+// the head's scratch. The training step allocates nothing. Never materialized: the (B·T, V) logits, the
+// (B, NH, T, T) attention.
 // Determinism: no floating-point atomics anywhere in the step (see each layer's header).
 // Data parallelism (ZeRO-1) and the optimizer step are GPT-2's (llmc/model_step.cuh, llmc/optim.cuh).
 #pragma once
@@ -89,7 +91,7 @@ static inline void llama_build_dist(LlamaModel* m, const LlamaConfig* c, int B, 
     free(slices);
     size_t n = m->num_params, shard = m->zero.shard_size;
     cuda_check(cudaMalloc(&m->params_memory, n * sizeof(bf16)));
-    cuda_check(cudaMalloc(&m->master_memory, shard * sizeof(float)));
+    cuda_check(cudaMalloc(&m->master_lo, shard * sizeof(int16_t)));
     cuda_check(cudaMalloc(&m->m_memory, shard * sizeof(float)));
     cuda_check(cudaMalloc(&m->v_memory, shard * sizeof(float)));
     cuda_check(cudaMalloc(&m->grads_memory, n * sizeof(float)));
@@ -124,20 +126,20 @@ static inline void llama_free(LlamaModel* m) {
     cuda_check(cudaFree(m->grads_memory));
     cuda_check(cudaFree(m->v_memory));
     cuda_check(cudaFree(m->m_memory));
-    cuda_check(cudaFree(m->master_memory));
+    cuda_check(cudaFree(m->master_lo));
     cuda_check(cudaFree(m->params_memory));
     memset(m, 0, sizeof(*m));
 }
 
 // The model's optimizer state (llmc/optim.cuh): pointers into its blocks.
 static inline OptimState llama_optim(LlamaModel* m) {
-    OptimState o = {m->num_params, m->params_memory, m->master_memory, m->m_memory, m->v_memory, m->grads_memory,
+    OptimState o = {m->num_params, m->params_memory, m->master_lo, m->m_memory, m->v_memory, m->grads_memory,
                     &m->zero, m->comm};
     return o;
 }
 
 // Sets the parameters from host fp32 values (num_params, in layout order): master = values (this
-// rank's share of them), bf16 params = round(values), AdamW moments cleared.
+// rank's share of them), bf16 params = their high halves (llmc/master.cuh), AdamW moments cleared.
 static inline void llama_set_params(LlamaModel* m, const float* values, const GpuContext* ctx) {
     OptimState o = llama_optim(m);
     optim_set_params(&o, values, ctx);

@@ -64,7 +64,8 @@ typedef struct {
     size_t num_params;
     size_t tensor_offset[LLAMA_NUM_TENSORS], tensor_size[LLAMA_NUM_TENSORS];
     bf16* params_memory;          // (num_params) bf16
-    float* master_memory;         // (zero.shard_size) fp32 master weights: this rank's share (all with world 1)
+    int16_t* master_lo;           // (zero.shard_size) the fp32 master weights' remainders, the bf16 parameters
+                                  // their high halves (llmc/master.cuh): this rank's share (all with world 1)
     float* grads_memory;          // (num_params) fp32
     float* m_memory;              // (zero.shard_size) AdamW first moment
     float* v_memory;              // (zero.shard_size) AdamW second moment

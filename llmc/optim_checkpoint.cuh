@@ -1,9 +1,9 @@
 // optim_checkpoint.cuh: a model's optimizer state (llmc/optim.cuh) to and from a checkpoint file (format
 // and atomic writing in llmc/checkpoint.h), for every model family: llmc/gpt_checkpoint.cuh and
 // llmc/llama_checkpoint.cuh say what their model is (CheckpointModel) and call these. Saved: fp32 master
-// weights, AdamW m and v. On load the bf16 parameters are rederived as round-to-nearest(master), exactly
-// what every AdamW step writes (llmc/adamw.cuh), so the loaded model computes bitwise what the saved one
-// would have.
+// weights, AdamW m and v. On load the master weights are split again (llmc/master.cuh), into the same
+// bf16 parameters and remainders every AdamW step writes (llmc/adamw.cuh), so the loaded model computes
+// bitwise what the saved one would have.
 // The tensors go through a 64 MiB host buffer, one chunk at a time: a d48 model's 18 GB of state never
 // needs 18 GB of host memory. Checkpointing is outside the training step, so it may allocate.
 #pragma once
@@ -13,19 +13,18 @@
 // Writes path atomically: s's model sizes (filled in by the caller), step, rng, data position and
 // settings, then o's state. Returns 0, or -1 with the reason in err. With world > 1 it is collective:
 // every rank calls it, each tensor is gathered whole from the ranks' shards into the gradient buffer
-// (free between steps: the next step clears it), and rank 0 alone writes the file, so a checkpoint
-// holds the whole state whatever the number of GPUs, and resumes on any number.
+// (free between steps: the next step clears it; optim_gather), and rank 0 alone writes the file, so a
+// checkpoint holds the whole state whatever the number of GPUs, and resumes on any number.
 static inline int optim_save_checkpoint(const OptimState* o, const char* path, const CheckpointState* s, char* err,
                                         size_t errlen, const GpuContext* ctx) {
     int writer = o->comm->rank == 0;
     CheckpointWriter w;
     int rc = writer ? checkpoint_writer_open(&w, path, s) : 0;
-    cuda_check(cudaStreamSynchronize(ctx->stream));  // the last update has landed in master, m, v
+    cuda_check(cudaStreamSynchronize(ctx->stream));  // the last update has landed in the parameters, lo, m, v
     char* buf = writer ? (char*)malloc_check(CHECKPOINT_CHUNK_BYTES) : NULL;
-    const float* shards[CHECKPOINT_TENSORS] = {o->master, o->m, o->v};
     size_t total = o->num_params * sizeof(float);
     for (int t = 0; t < CHECKPOINT_TENSORS; t++) {  // every rank takes part in every gather, even after a failed write
-        const float* full = zero_gather_full(o->zero, o->comm, o->grads, shards[t], ctx->stream);
+        const float* full = optim_gather(o, t, ctx->stream);  // t: OPTIM_MASTER, OPTIM_M, OPTIM_V
         comm_sync(o->comm, ctx->stream);
         for (size_t off = 0; writer && off < total && rc == 0; off += CHECKPOINT_CHUNK_BYTES) {
             size_t n = total - off < CHECKPOINT_CHUNK_BYTES ? total - off : CHECKPOINT_CHUNK_BYTES;
@@ -40,19 +39,18 @@ static inline int optim_save_checkpoint(const OptimState* o, const char* path, c
 }
 
 // Loads the tensors of an opened checkpoint (checkpoint_reader_open) into o after checking its model
-// against `now` (family and sizes); the bf16 parameters are rederived from the master weights. Every
-// rank reads the whole file and keeps its share (with world > 1 through the gradient buffer, cleared
-// afterwards). Returns 0, or -1 with the reason in r->err.
+// against `now` (family and sizes); the master weights are split into the bf16 parameters and this
+// rank's remainders. Every rank reads the whole file and keeps its share (through the gradient buffer,
+// cleared afterwards; m and v in place when whole). Returns 0, or -1 with the reason in r->err.
 static inline int optim_load_checkpoint(const OptimState* o, CheckpointReader* r, const CheckpointModel* now,
                                         const GpuContext* ctx) {
     if (checkpoint_check_model(r, now) != 0) return -1;
     char* buf = (char*)malloc_check(CHECKPOINT_CHUNK_BYTES);
-    float* shards[CHECKPOINT_TENSORS] = {o->master, o->m, o->v};
     size_t total = o->num_params * sizeof(float);
     int rc = 0;
     cuda_check(cudaStreamSynchronize(ctx->stream));
     for (int t = 0; t < CHECKPOINT_TENSORS && rc == 0; t++) {
-        float* full = zero_full_target(o->zero, o->grads, shards[t]);
+        float* full = optim_target(o, t);  // t: OPTIM_MASTER, OPTIM_M, OPTIM_V
         for (size_t off = 0; off < total && rc == 0; off += CHECKPOINT_CHUNK_BYTES) {
             size_t n = total - off < CHECKPOINT_CHUNK_BYTES ? total - off : CHECKPOINT_CHUNK_BYTES;
             rc = checkpoint_reader_read(r, buf, n);
@@ -60,13 +58,12 @@ static inline int optim_load_checkpoint(const OptimState* o, CheckpointReader* r
         }
         if (rc != 0) break;
         cuda_check(cudaDeviceSynchronize());  // a pageable cudaMemcpy may return before its DMA has landed
-        if (t == 0) adamw_copy_master(o->params, full, o->num_params, ctx->stream);
-        zero_take_shard(o->zero, shards[t], full, ctx->stream);
+        optim_take(o, t, full, ctx->stream);
         cuda_check(cudaStreamSynchronize(ctx->stream));
     }
     free(buf);
     if (rc != 0) return -1;
-    if (o->comm->world > 1) cuda_check(cudaMemsetAsync(o->grads, 0, total, ctx->stream));
+    cuda_check(cudaMemsetAsync(o->grads, 0, total, ctx->stream));
     cuda_check(cudaStreamSynchronize(ctx->stream));
     return 0;
 }

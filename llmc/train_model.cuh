@@ -174,8 +174,8 @@ static inline int train_model_load_checkpoint(TrainModel* m, CheckpointReader* r
 // with the reason in err.
 static inline int train_model_export_hf(TrainModel* m, const char* dir, const char* vocab_bpe, int eot, char* err,
                                         size_t errlen, const GpuContext* ctx) {
-    const float* master = m->family == CHECKPOINT_FAMILY_GPT2 ? m->gpt.master_memory : m->llama.master_memory;
-    const float* full = zero_gather_full(m->zero, m->comm, m->grads, master, ctx->stream);
+    OptimState o = m->family == CHECKPOINT_FAMILY_GPT2 ? gpt_optim(&m->gpt) : llama_optim(&m->llama);
+    const float* full = optim_gather(&o, OPTIM_MASTER, ctx->stream);
     comm_sync(m->comm, ctx->stream);
     if (m->comm->rank != 0) return 0;
     float* values = (float*)malloc_check(m->num_params * sizeof(float));

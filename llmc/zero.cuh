@@ -1,9 +1,9 @@
 // zero.cuh: ZeRO-1, the optimizer state sharded over the ranks of a data-parallel run. Each rank keeps
-// 1/world of the fp32 master weights and of AdamW's m and v; the bf16 parameters and the fp32
-// gradients stay whole on every rank (the forward and backward need them). Or, when the plan is built
-// unsharded (-zero 0, for comparison): every rank keeps all of the state, the gradients are
-// all-reduced (a reduce-scatter, then an all-gather of the summed parts) and every rank updates every
-// parameter, so nothing is gathered after AdamW.
+// 1/world of the fp32 master weights (their int16 remainders: llmc/master.cuh) and of AdamW's m and v;
+// the bf16 parameters and the fp32 gradients stay whole on every rank (the forward and backward need
+// them). Or, when the plan is built unsharded (-zero 0, for comparison): every rank keeps all of the
+// state, the gradients are all-reduced (a reduce-scatter, then an all-gather of the summed parts) and
+// every rank updates every parameter, so nothing is gathered after AdamW.
 //
 // The unit of sharding is a slice: one layer's part of one tensor (or a whole tensor that has no
 // layers), a contiguous range of the flat parameter array. Each slice is cut into `world` equal parts,
@@ -12,8 +12,8 @@
 //      reduce-scattered in place (one group of collectives per layer, on their own stream, behind the
 //      backward of the layers below): part r of each slice of rank r now holds the sum over ranks;
 //   2. the gradient norm over the parts (global_norm.cuh), added across ranks;
-//   3. AdamW on the parts (adamw.cuh): master, m and v of the shard, and the bf16 parameters of the
-//      parts;
+//   3. AdamW on the parts (adamw.cuh): master remainders, m and v of the shard, and the bf16
+//      parameters of the parts;
 //   4. the bf16 parameters all-gathered in place, slice by slice: every rank has the whole model again.
 // Slices by layer, rather than one cut of the flat array, are what lets the reduction start while the
 // backward still runs: in llm.c's layout a tensor's layers are contiguous, so layer l's gradients are
@@ -44,7 +44,7 @@ typedef struct {
 
 typedef struct {  // rank r's part of slice s
     size_t param;           // its first element in the flat arrays: offset + r·size/shards (r = 0 unsharded)
-    size_t shard;           // its first element in the shard (master, m, v)
+    size_t shard;           // its first element in the shard (master remainders, m, v)
     size_t n;               // elements: size/shards
     unsigned first_block;   // its first block in the shard kernels' grid
     int decay;
@@ -161,14 +161,22 @@ static inline void zero_reduce(const ZeroPlan* z, Comm* comm, float* grad, int b
     comm_group_end(comm);
 }
 
+// Every rank's parts of the flat array `full` (num_params elements of elem_bytes each) to every rank,
+// in place, slice by slice, as one group of collectives. Sharded plans only.
+static inline void zero_all_gather_parts(const ZeroPlan* z, Comm* comm, void* full, size_t elem_bytes,
+                                         cudaStream_t stream) {
+    comm_group_start(comm);
+    for (int s = 0; s < z->n_slices; s++)
+        comm_all_gather(comm, (char*)full + z->slices[s].offset * elem_bytes,
+                        z->slices[s].size / z->world * elem_bytes, stream);
+    comm_group_end(comm);
+}
+
 // Every rank's parts of params (num_params) bf16 to every rank, in place: the whole model after AdamW
 // updated each rank's parts (unsharded, every rank updated all of it: nothing to do).
 static inline void zero_gather_params(const ZeroPlan* z, Comm* comm, bf16* params, cudaStream_t stream) {
     if (z->shards == 1) return;
-    comm_group_start(comm);
-    for (int s = 0; s < z->n_slices; s++)
-        comm_all_gather(comm, params + z->slices[s].offset, z->slices[s].size / z->world * sizeof(bf16), stream);
-    comm_group_end(comm);
+    zero_all_gather_parts(z, comm, params, sizeof(bf16), stream);
 }
 
 // The whole fp32 tensor of which `shard` (shard_size) is this rank's share: `shard` itself when it is
@@ -179,10 +187,7 @@ static inline const float* zero_gather_full(const ZeroPlan* z, Comm* comm, float
     if (z->shards == 1) return shard;
     zero_copy_parts_kernel<<<z->blocks, ZERO_THREADS, 0, stream>>>((float*)shard, full, z->parts, z->n_slices, 1);
     cuda_check_launch();
-    comm_group_start(comm);
-    for (int s = 0; s < z->n_slices; s++)
-        comm_all_gather(comm, full + z->slices[s].offset, z->slices[s].size / z->world * sizeof(float), stream);
-    comm_group_end(comm);
+    zero_all_gather_parts(z, comm, full, sizeof(float), stream);
     return full;
 }
 

@@ -1,6 +1,6 @@
 // gpt_dump.cu: train_gpt's side of the check against Hugging Face transformers (dev/interop/hf_check.py).
-// It builds the model of a checkpoint as train_gpt does (bf16 parameters = round(master weights), the
-// fused head), runs one forward and one backward on given tokens, and writes what it computed:
+// It builds the model of a checkpoint as train_gpt does (bf16 parameters = the master weights' high
+// halves, the fused head), runs one forward and one backward on given tokens, and writes what it computed:
 //   build/dev/gpt_dump CKPT TOKENS OUT_DIR
 //   CKPT     a ckpt_<step>.bin file or a run's -out directory (its latest checkpoint), as -resume takes
 //   TOKENS   a safetensors file with "tokens", I32 or I64 (B, T+1): inputs [:, :T], targets [:, 1:]

@@ -1,6 +1,6 @@
 // llama_dump.cu: train_gpt's side of the check of the Llama-style model against Hugging Face
 // transformers' LlamaForCausalLM (dev/interop/hf_check.py), the twin of gpt_dump.cu. It builds the model of
-// a checkpoint as train_gpt -model llama does (bf16 parameters = round(master weights), the fused head),
+// a checkpoint as train_gpt -model llama does (bf16 parameters = the master weights' high halves, the fused head),
 // runs one forward and one backward on given tokens, and writes what it computed:
 //   build/dev/llama_dump CKPT TOKENS OUT_DIR
 //   CKPT     a ckpt_<step>.bin file or a run's -out directory (its latest checkpoint), as -resume takes;

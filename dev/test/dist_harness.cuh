@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include "../../llmc/zero.cuh"
+#include "../../llmc/optim.cuh"
 #include "comm_local.cuh"
 #include "testing.h"
 
@@ -81,19 +81,18 @@ static void rank_keep_loss(const RankRun* rr, int s, const float* loss, Comm* co
     if (rr->rank == 0 && rr->job->losses) rr->job->losses[s] = l;
 }
 
-// At the end of the job: the whole master, m and v (each rank holds its shard) into the job's outputs on
-// rank 0, gathered through scratch (num_params floats: the gradient buffer). Collective.
-static void rank_gather_outputs(const RankRun* rr, const ZeroPlan* zero, Comm* comm, float* scratch,
-                                const float* master, const float* m, const float* v, size_t n, cudaStream_t stream) {
+// At the end of the job: the whole master, m and v of o (each rank holds its shard) into the job's
+// outputs on rank 0, gathered through the gradient buffer (optim_gather). Collective.
+static void rank_gather_outputs(const RankRun* rr, const OptimState* o, cudaStream_t stream) {
     const Job* j = rr->job;
-    float* outs[3] = {j->master, j->m, j->v};
-    const float* shards[3] = {master, m, v};
+    float* outs[3] = {j->master, j->m, j->v};  // in the order OPTIM_MASTER, OPTIM_M, OPTIM_V
     for (int t = 0; t < 3; t++) {
         if (!outs[t]) continue;
-        const float* full = zero_gather_full(zero, comm, scratch, shards[t], stream);
-        comm_sync(comm, stream);
-        if (rr->rank == 0) cuda_check(cudaMemcpyAsync(outs[t], full, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
-        comm_sync(comm, stream);  // read before any rank gathers the next tensor into its scratch
+        const float* full = optim_gather(o, t, stream);
+        comm_sync(o->comm, stream);
+        if (rr->rank == 0)
+            cuda_check(cudaMemcpyAsync(outs[t], full, o->num_params * sizeof(float), cudaMemcpyDeviceToHost, stream));
+        comm_sync(o->comm, stream);  // read before any rank gathers the next tensor into its scratch
     }
 }
 

@@ -7,7 +7,8 @@
 //      2 micro-steps each): losses and master weights within the rounding of the gradient sums' order
 //   2. ZeRO-1's sharded AdamW equals the unsharded one bitwise, given the same reduced gradients:
 //      master, m, v and the bf16 parameters after two steps, at N=2 and N=4; so does -zero 0's (the
-//      state whole on every rank, the gradients all-reduced), on every rank, with the whole state's size
+//      state whole on every rank, the gradients all-reduced), on every rank, with the whole state's size.
+//      The unsharded one against fp32 AdamW on the host, its parameters the master's high halves
 //   1 and 3 also run N=2 with -zero 0: its training within check 1's tolerance of ZeRO-1's (the norm
 //      sums the same numbers in another grouping), its checkpoint round trip byte-identical
 //   3. checkpoints hold the whole state: one written at N=2 and loaded at N=1 is written back
@@ -90,8 +91,8 @@ static void* rank_main(void* arg) {
             rr->rc = -1;
         }
     }
-    rank_gather_outputs(rr, &m.zero, m.comm, m.grads_memory, m.master_memory, m.m_memory, m.v_memory, m.num_params,
-                        ctx.stream);
+    OptimState o = gpt_optim(&m);
+    rank_gather_outputs(rr, &o, ctx.stream);
     gpt_free(&m);
     gpu_context_free(&ctx);
     return NULL;
@@ -133,14 +134,49 @@ static void test_data_parallel(size_t n, const float* init) {
 
 // 2. Sharded AdamW: every rank's gradient is G/world (exact: a power of two) and its loss 3/world, so the
 // reduced gradient is exactly G and the total loss 3 on every side. No clipping (the norm's own sum is
-// ordered by rank and may differ in its last bit; a clip scale of exactly 1 keeps it out).
+// ordered by rank and may differ in its last bit; a clip scale of exactly 1 keeps it out). The one-rank
+// run is also checked against AdamW computed here in fp32 from its init: master weights, m and v within
+// 64 ulps (the GPU's fast-math division and square root and its fused multiply-adds give a few; a lost
+// or misplaced remainder of the split master weights, llmc/master_split.h, up to 2^15, half a bf16 ulp),
+// and its bf16 parameters must be the split's high halves of its master weights.
+#define SHARD_LR 1e-3f
+#define SHARD_WD 0.1f
 typedef struct {
     CommLocal* group;
     int rank, world, zero;
     const float* grads[2];
     float* out[4];
-    size_t shard_size;  // out: the elements of the state this rank kept
+    size_t shard_size;       // out: the elements of the state this rank kept
+    float* init;             // out, or NULL: the master weights before the updates
+    unsigned char* decay;    // out, or NULL: 1 where weight decay applies
 } ShardRun;
+
+#define SHARD_STEPS 2
+static const float shard_beta1 = 0.9f, shard_beta2 = 0.95f, shard_eps = 1e-8f;
+
+// AdamW as llmc/adamw.cuh states it, in fp32 on the host: w, m, v (n) updated in place for gradient g
+// at step t
+static void host_adamw(float* w, float* m, float* v, const float* g, const unsigned char* decay, size_t n, int t) {
+    float bc1 = 1.0f - powf(shard_beta1, (float)t), bc2 = 1.0f - powf(shard_beta2, (float)t);
+    for (size_t i = 0; i < n; i++) {
+        float mi = shard_beta1 * m[i] + (1.0f - shard_beta1) * g[i];
+        float vi = shard_beta2 * v[i] + (1.0f - shard_beta2) * g[i] * g[i];
+        w[i] -= SHARD_LR * ((mi / bc1) / (sqrtf(vi / bc2) + shard_eps) + (decay[i] ? SHARD_WD : 0.0f) * w[i]);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+// the largest |a - b| in fp32 ulps of b (of 1e-6 where |b| is smaller: cancellation leaves no ulps to count)
+static double max_ulps(const float* a, const float* b, size_t n, size_t* where) {
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        float mag = fabsf(b[i]) > 1e-6f ? fabsf(b[i]) : 1e-6f;
+        double ulp = (double)nextafterf(mag, INFINITY) - mag, u = fabs((double)a[i] - b[i]) / ulp;
+        if (!(u <= worst)) { worst = u; *where = i; }
+    }
+    return worst;
+}
 
 static void* shard_main(void* arg) {
     ShardRun* sr = (ShardRun*)arg;
@@ -154,19 +190,26 @@ static void* shard_main(void* arg) {
     gpt_build_dist(&m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, sr->group ? &comm : NULL);
     sr->shard_size = m.zero.shard_size;  // checked by the caller (EXPECT's counters are not for threads)
     gpt_init_params(&m, 5, &ctx);
+    OptimState o = gpt_optim(&m);
+    if (sr->init) {  // one rank: the init and where weight decay applies, for the host's AdamW
+        const float* full = optim_gather(&o, OPTIM_MASTER, ctx.stream);
+        cuda_check(cudaMemcpyAsync(sr->init, full, m.num_params * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+        cuda_check(cudaStreamSynchronize(ctx.stream));
+        for (int s = 0; s < m.zero.n_slices; s++)
+            memset(sr->decay + m.zero.slices[s].offset, m.zero.slices[s].decay, m.zero.slices[s].size);
+    }
     float loss = 3.0f / sr->world;
-    for (int t = 1; t <= 2; t++) {
+    for (int t = 1; t <= SHARD_STEPS; t++) {
         // on the model's stream: a plain cudaMemcpy (legacy stream) is not ordered with it, and from pageable
         // memory may return before its copy has landed
         cuda_check(cudaMemcpyAsync(m.grads_memory, sr->grads[t - 1], m.num_params * sizeof(float),
                                    cudaMemcpyHostToDevice, ctx.stream));
         cuda_check(cudaMemcpyAsync(m.acts.loss, &loss, sizeof(float), cudaMemcpyHostToDevice, ctx.stream));
         zero_reduce(&m.zero, m.comm, m.grads_memory, -2, ctx.stream);
-        gpt_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, t, 0, &ctx);
+        gpt_update(&m, SHARD_LR, shard_beta1, shard_beta2, shard_eps, SHARD_WD, 0.0f, t, 0, &ctx);
     }
-    const float* shards[3] = {m.master_memory, m.m_memory, m.v_memory};
-    for (int k = 0; k < 3; k++) {
-        const float* full = zero_gather_full(&m.zero, m.comm, m.grads_memory, shards[k], ctx.stream);
+    for (int k = 0; k < 3; k++) {  // OPTIM_MASTER, OPTIM_M, OPTIM_V
+        const float* full = optim_gather(&o, k, ctx.stream);
         comm_sync(m.comm, ctx.stream);
         cuda_check(cudaMemcpyAsync(sr->out[k], full, m.num_params * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
         comm_sync(m.comm, ctx.stream);  // no rank gathers the next tensor into grads before all have read this one
@@ -191,8 +234,33 @@ static void test_sharded_adamw(size_t n) {
     }
     float* ref[4];
     for (int k = 0; k < 4; k++) ref[k] = (float*)malloc_check(n * sizeof(float));
-    ShardRun one = {NULL, 0, 1, 1, {g[0], g[1]}, {ref[0], ref[1], ref[2], ref[3]}, 0};
+    float* w = (float*)malloc_check(n * sizeof(float));
+    float* mv = (float*)calloc(2 * n, sizeof(float));
+    unsigned char* decay = (unsigned char*)malloc_check(n);
+    ShardRun one = {NULL, 0, 1, 1, {g[0], g[1]}, {ref[0], ref[1], ref[2], ref[3]}, 0, w, decay};
     shard_main(&one);
+    for (int t = 1; t <= SHARD_STEPS; t++) host_adamw(w, mv, mv + n, g[t - 1], decay, n, t);
+    const float* host[3] = {w, mv, mv + n};
+    const char* state[3] = {"master", "m", "v"};
+    for (int k = 0; k < 3; k++) {
+        size_t where = 0;
+        double u = max_ulps(ref[k], host[k], n, &where);
+        printf("AdamW, one rank: %-6s against fp32 AdamW on the host: max %.1f ulps (at %zu: %.9g vs %.9g; tol 64)\n",
+               state[k], u, where, ref[k][where], host[k][where]);
+        EXPECT(u <= 64.0, "one rank's %s after AdamW is %.1f ulps from the host's AdamW at %zu", state[k], u, where);
+    }
+    const uint16_t* p16 = (const uint16_t*)ref[3];
+    size_t split_bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t hi;
+        int16_t lo;
+        master_split(ref[0][i], &hi, &lo);
+        split_bad += hi != p16[i];
+    }
+    printf("AdamW, one rank: bf16 parameters the split's high halves of the master weights: %zu of %zu differ\n",
+           split_bad, n);
+    EXPECT(split_bad == 0, "%zu bf16 parameters are not their master weights' high halves", split_bad);
+    free(decay); free(mv); free(w);
     const char* names[4] = {"master", "m", "v", "bf16 params"};
     for (int run = 0; run < 4; run++) {
         int world = run % 2 ? 4 : 2, zero = run < 2;  // N=2 and N=4, ZeRO-1 then -zero 0

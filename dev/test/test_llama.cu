@@ -98,10 +98,12 @@ static void test_determinism(const LlamaConfig* c, float* a, float* b, const Gpu
     LlamaModel m;
     uint64_t rng;
     train_fresh(&m, c, 7, 3, &rng, l1, ctx);
-    copy_to_host(a, m.master_memory, m.num_params);
+    OptimState o = llama_optim(&m);
+    copy_to_host(a, optim_gather(&o, OPTIM_MASTER, ctx->stream), m.num_params);
     llama_free(&m);
     train_fresh(&m, c, 7, 3, &rng, l2, ctx);
-    copy_to_host(b, m.master_memory, m.num_params);
+    o = llama_optim(&m);
+    copy_to_host(b, optim_gather(&o, OPTIM_MASTER, ctx->stream), m.num_params);
     int same_master = bitwise_equal(a, b, m.num_params);
     llama_free(&m);
     printf("determinism: losses %.6f %.6f %.6f vs %.6f %.6f %.6f, master weights bitwise equal: %s\n", l1[0], l1[1],
@@ -147,8 +149,9 @@ static void test_resume(const LlamaConfig* c, float* a, float* b, const GpuConte
     train_steps(&fresh, &rng, (int)r.state.step, 2 * N, loss_part, ctx);
 
     size_t n = full.num_params;
-    const float* fa[3] = {full.master_memory, full.m_memory, full.v_memory};
-    const float* fb[3] = {fresh.master_memory, fresh.m_memory, fresh.v_memory};
+    OptimState oa = llama_optim(&full), ob = llama_optim(&fresh);  // the master weights through each one's gradients
+    const float* fa[3] = {optim_gather(&oa, OPTIM_MASTER, ctx->stream), full.m_memory, full.v_memory};
+    const float* fb[3] = {optim_gather(&ob, OPTIM_MASTER, ctx->stream), fresh.m_memory, fresh.v_memory};
     expect_resumed(N, loss_full, loss_part, fa, fb, n, a, b);
     llama_free(&fresh);
     llama_free(&full);
@@ -181,7 +184,8 @@ int main(void) {
 
     // 1. init
     llama_init_params(&m, seed, &ctx);
-    copy_to_host(host, m.master_memory, n);
+    OptimState o = llama_optim(&m);
+    copy_to_host(host, optim_gather(&o, OPTIM_MASTER, ctx.stream), n);
     int init_same = bitwise_equal(host, ref.params_memory, n);
     printf("init: %zu parameters, bitwise equal to the reference's init: %s\n", n, init_same ? "yes" : "no");
     EXPECT(init_same, "llama_init_params(seed %llu) differs from llama_ref_init_params", (unsigned long long)seed);

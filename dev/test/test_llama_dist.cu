@@ -86,8 +86,8 @@ static void* rank_main(void* arg) {
             rr->rc = -1;
         }
     }
-    rank_gather_outputs(rr, &m.zero, m.comm, m.grads_memory, m.master_memory, m.m_memory, m.v_memory, m.num_params,
-                        ctx.stream);
+    OptimState o = llama_optim(&m);
+    rank_gather_outputs(rr, &o, ctx.stream);
     llama_free(&m);
     gpu_context_free(&ctx);
     return NULL;
