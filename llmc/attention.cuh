@@ -60,6 +60,8 @@ static inline void attention_backward(bf16* dqkv, float* D_scratch, const bf16* 
                                       const bf16* qkv, const float* rope, const float* lse, float* dbias,
                                       float* scratch, int B, int T, int C, int NH, int NKV, const GpuContext* ctx) {
     int W = C + 2 * NKV * (C / NH);
+    if (dbias && !scratch)
+        check_fail("attention_backward: dbias given without scratch", "pass attention_bias_scratch(B, T, W) floats");
     if (attention_uses_flash(C, NH) && flash_sm90_available()) {
         flash_sm90_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, dbias ? scratch : NULL, B, T, C, NH, NKV,
                             ctx->stream);

@@ -40,6 +40,9 @@
 
 #define FA90_BQ 128
 #define FA90_BKV 128
+// the bias sums' partial rows are per FA90_BQ rows of a sequence for dq and per FA90_BKV for dk, dv, and
+// attention_bias_scratch counts them by FA90_BQ
+static_assert(FA90_BQ == FA90_BKV, "the backward's bias partial rows assume query and key tiles of one size");
 #define FA90_STAGES 3  // the rings: a consumer holds two stages at once (see the forward kernel)
 #define FA90_THREADS 384
 
