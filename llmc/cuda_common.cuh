@@ -109,12 +109,13 @@ static inline int current_sm_count(void) {
 }
 
 // How many blocks of `threads` threads and `smem` bytes of dynamic shared memory of `kernel` are
-// resident on the current GPU at once (one wave), between 1 and cap. Allows the kernel that much
-// shared memory first.
+// resident on the current GPU at once (one wave), between 1 and cap. Allows the kernel smem_max bytes
+// first: the most any of its launches asks, the same on every call, so that threads sharing the GPU
+// never lower the limit under another's launch.
 template <typename Kernel>
-static inline int one_wave_grid(Kernel kernel, int threads, size_t smem, int cap) {
+static inline int one_wave_grid(Kernel kernel, int threads, size_t smem, size_t smem_max, int cap) {
     int per_sm = 0;
-    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
     cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     int grid = per_sm * current_sm_count();
     return grid < 1 ? 1 : grid > cap ? cap : grid;

@@ -180,8 +180,8 @@ template <int K>
 static void ln_backward_launch(int* grid, bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
                                const float* mean, const float* rstd, const bf16* w, int N, int C, int nsums,
                                cudaStream_t stream) {
-    size_t smem = (size_t)LN_BWD_WARPS * nsums * C * sizeof(float);
-    *grid = one_wave_grid(layernorm_backward_kernel<K>, 32 * LN_BWD_WARPS, smem, LN_BWD_BLOCKS);
+    size_t smem = (size_t)LN_BWD_WARPS * nsums * C * sizeof(float), most = (size_t)LN_BWD_WARPS * 3 * 256 * K * sizeof(float);
+    *grid = one_wave_grid(layernorm_backward_kernel<K>, 32 * LN_BWD_WARPS, smem, most, LN_BWD_BLOCKS);
     layernorm_backward_kernel<K><<<*grid, 32 * LN_BWD_WARPS, smem, stream>>>(dinp, partial, dout, inp, mean, rstd, w,
                                                                             N, C, nsums);
     cuda_check_launch();

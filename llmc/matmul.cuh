@@ -120,9 +120,9 @@ static inline int matmul_plan_matches(const MatmulPlan* q, cudaDataType_t d_type
            q->ld_aux == ld_aux;
 }
 
-// ep: the pointers of the plan's epilogue (NULL when it has none)
-static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, void* D, const bf16* A,
-                                   const bf16* B, float alpha, float beta, const MatmulEpilogue* ep) {
+// ep: the pointers of the plan's epilogue (NULL when it has none). Returns cuBLASLt's status.
+static inline cublasStatus_t matmul_plan_try(const MatmulPlan* p, const GpuContext* ctx, void* D, const bf16* A,
+                                             const bf16* B, float alpha, float beta, const MatmulEpilogue* ep) {
     if (p->epilogue != MATMUL_EPILOGUE_NONE) {
         if (!ep || ep->kind != p->epilogue) check_fail("matmul: the epilogue's pointers do not match its plan", "a bug in the caller");
         if (ep->bias)
@@ -130,8 +130,14 @@ static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, v
         if (ep->aux)
             cublas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep->aux, sizeof(ep->aux)));
     }
-    cublas_check(cublasLtMatmul(ctx->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, D, p->ld, D, p->ld, &p->algo,
-                                ctx->lt_workspace, ctx->lt_workspace_bytes, ctx->stream));
+    return cublasLtMatmul(ctx->lt, p->op, &alpha, B, p->la, A, p->lb, &beta, D, p->ld, D, p->ld, &p->algo,
+                          ctx->lt_workspace, ctx->lt_workspace_bytes, ctx->stream);
+}
+
+// matmul_plan_try, exiting on an error
+static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, void* D, const bf16* A,
+                                   const bf16* B, float alpha, float beta, const MatmulEpilogue* ep) {
+    cublas_check(matmul_plan_try(p, ctx, D, A, B, alpha, beta, ep));
 }
 
 // --- tuning: the fastest algorithm that gives the heuristic's bits --------------------------------
@@ -139,11 +145,14 @@ static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, v
 // projection's dx GEMM with the GELU backward runs 10% faster on its third candidate on an H200).
 // With ctx->gemm_tune, the first call of each GEMM shape runs the heuristic's first MATMUL_TUNE_CANDIDATES
 // candidates on the call's own operands, hashes each result, times those whose result is bitwise the
-// first candidate's, and keeps the fastest of them for the process: candidates that sum in another
-// order (another split-k) are never taken, so tuning changes the time, never the numbers, and a run
-// resumed in another process computes the same bits. D is saved and restored around the trials when
-// beta != 0 (the caller's own run comes after). Epilogues that write beyond D (GELU_AUX_BIAS, BGRAD_A,
-// DGELU_BGRAD) are not tuned.
+// first candidate's, and keeps the fastest of them for the process. A candidate must also split K as
+// the first does (the same split-k count and reduction scheme): another summation order could give the
+// first call's bits by luck (a small bf16 output has few roundings to tell) and others' not. So tuning
+// changes the time, never the numbers, and a run resumed in another process computes the same bits. A
+// candidate that fails to run is passed over. D is saved and restored around the trials when beta != 0
+// (the caller's own run comes after). Epilogues that write beyond D (GELU_AUX_BIAS, BGRAD_A,
+// DGELU_BGRAD) are not tuned. The tuned plans are process globals, not locked: one thread tunes
+// (train_gpt runs a process per GPU; test_dist's rank threads do not tune).
 #define MATMUL_TUNE_CANDIDATES 8
 #define MATMUL_TUNE_REPS 3
 
@@ -168,8 +177,20 @@ static inline unsigned long long matmul_hash(const void* p, size_t bytes, unsign
     return h;
 }
 
+// how the algorithm splits K: its split-k count and reduction scheme, in one number
+static inline unsigned long long matmul_algo_split(const cublasLtMatmulAlgo_t* algo) {
+    int32_t splits = 1;
+    uint32_t scheme = 0;
+    size_t got = 0;
+    cublas_check(cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &got));
+    cublas_check(cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                      sizeof(scheme), &got));
+    return (unsigned long long)(uint32_t)splits << 32 | scheme;
+}
+
 // The tuning rule: of n candidates with result hashes hash[] and times ms[], the fastest whose hash is
-// candidate 0's (0 when none is faster)
+// candidate 0's (0 when none is faster). A candidate that was not timed (another split, a failed run,
+// other bits) has ms = INFINITY.
 static inline int matmul_tune_pick(int n, const unsigned long long* hash, const float* ms) {
     int best = 0;
     for (int i = 1; i < n; i++)
@@ -200,14 +221,20 @@ static inline void matmul_plan_tune(MatmulPlan* p, const GpuContext* ctx, void* 
     cudaEvent_t e0, e1;
     cuda_check(cudaEventCreate(&e0));
     cuda_check(cudaEventCreate(&e1));
-    unsigned long long hash[MATMUL_TUNE_CANDIDATES];
+    unsigned long long hash[MATMUL_TUNE_CANDIDATES], split0 = matmul_algo_split(&cand[0].algo);
     float ms[MATMUL_TUNE_CANDIDATES];
     for (int i = 0; i < n; i++) {
         p->algo = cand[i].algo;
-        if (saved) cuda_check(cudaMemcpyAsync(D, saved, bytes, cudaMemcpyDeviceToDevice, st));
-        matmul_plan_run(p, ctx, D, A, B, alpha, beta, ep);
-        hash[i] = matmul_hash(D, bytes, slot, st);
+        hash[i] = i == 0 ? 0 : ~hash[0];  // unless it runs: not candidate 0's
         ms[i] = INFINITY;
+        if (i > 0 && matmul_algo_split(&cand[i].algo) != split0) continue;
+        if (saved) cuda_check(cudaMemcpyAsync(D, saved, bytes, cudaMemcpyDeviceToDevice, st));
+        if (matmul_plan_try(p, ctx, D, A, B, alpha, beta, ep) != CUBLAS_STATUS_SUCCESS) {
+            cudaGetLastError();
+            if (i == 0) { n = 1; break; }  // the heuristic's own pick fails: the caller's run will say so
+            continue;
+        }
+        hash[i] = matmul_hash(D, bytes, slot, st);
         if (hash[i] != hash[0]) continue;
         for (int r = 0; r < MATMUL_TUNE_REPS; r++) {  // the fastest of a few runs (D's values do not matter now)
             float t;
@@ -253,7 +280,7 @@ static inline MatmulPlan* matmul_tuned_plan(const GpuContext* ctx, void* D, cuda
 
 // matmul_ex: the general form, with an epilogue (ep NULL: none). BIAS needs a bf16 D (the linear layer's
 // forward, y = x Wᵀ + b, in one GEMM); GELU_AUX_BIAS too (the MLP's first layer and its GELU in one
-// GEMM: dev/cuda/linear.cu times it; the trainer keeps its own GELU kernel, see llmc/gelu.cuh); DGELU:
+// GEMM, as the trainer runs it at -recompute 0: linear_forward_gelu, llmc/linear.cuh); DGELU:
 // GPT-2's tanh GELU (cuBLASLt's GELU is the same tanh form), the MLP's backward through the GELU in the
 // GEMM that produces its input gradient. Plans the GEMM anew on every call (the heuristic
 // costs microseconds of CPU); loops of many small GEMMs keep a MatmulCache instead.

@@ -166,8 +166,8 @@ static inline void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, cons
 template <int K>
 static void rms_backward_launch(int* grid, bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
                                 const float* rstd, const bf16* w, int N, int C, cudaStream_t stream) {
-    size_t smem = (size_t)RMS_BWD_WARPS * C * sizeof(float);
-    *grid = one_wave_grid(rmsnorm_backward_kernel<K>, 32 * RMS_BWD_WARPS, smem, RMS_BWD_BLOCKS);
+    size_t smem = (size_t)RMS_BWD_WARPS * C * sizeof(float), most = (size_t)RMS_BWD_WARPS * 256 * K * sizeof(float);
+    *grid = one_wave_grid(rmsnorm_backward_kernel<K>, 32 * RMS_BWD_WARPS, smem, most, RMS_BWD_BLOCKS);
     rmsnorm_backward_kernel<K><<<*grid, 32 * RMS_BWD_WARPS, smem, stream>>>(dinp, partial, dout, inp, rstd, w, N, C);
     cuda_check_launch();
 }
