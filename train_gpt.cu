@@ -998,8 +998,8 @@ int main(int argc, char** argv) {
                tokens_per_step * timed_steps / train_time, start_step + 2, end);
     profile_print(&prof, stdout);
     if (cfg.profile && world > 1 && timed_steps > 0)
-        printf("  gradient reduce-scatter on its own stream: %.2f ms per step, behind the backward except "
-               "\"grad reduce: exposed\"\n", reduce_ms / timed_steps);
+        printf("  gradient reduce-scatter%s on its own stream: %.2f ms per step, behind the backward except "
+               "\"grad reduce: exposed\"\n", cfg.zero ? "" : " and all-gather (-zero 0)", reduce_ms / timed_steps);
     profile_free(&prof);
     if (train_steps == 0) {  // a checkpoint to evaluate and sample
         float vl;

@@ -2,9 +2,9 @@
 // model families (llmc/gpt.cuh, llmc/llama.cuh):
 //   ModelStaging  the batch on its way to the GPU: pinned host buffers, and the host's half of the token
 //                 embedding's backward (positions grouped by token, llmc/encoder.cuh)
-//   ModelReduce   with world > 1, the reduce-scatter of each bucket of gradients on a stream of its own,
-//                 started as soon as the backward has completed the bucket (llmc/zero.cuh), and the
-//                 events that time it for -profile
+//   ModelReduce   with world > 1, the reduce-scatter of each bucket of gradients (and with -zero 0 the
+//                 all-gather of the sums) on a stream of its own, started as soon as the backward has
+//                 completed the bucket (llmc/zero.cuh), and the events that time it for -profile
 //   model_carve   one allocation cut into 256-byte aligned pieces
 // and the loss accumulator of gradient accumulation.
 #pragma once
@@ -126,8 +126,8 @@ static inline void model_reduce_free(ModelReduce* r) {
 }
 
 // Bucket b's gradients are complete on the compute stream: with world > 1 and `reduce`, they are
-// reduce-scattered on r->stream as soon as the compute stream gets there (zero.cuh), while the
-// backward goes on below.
+// reduce-scattered (and, unsharded, all-gathered: zero_reduce) on r->stream as soon as the compute
+// stream gets there, while the backward goes on below.
 static inline void model_reduce_bucket(ModelReduce* r, const ZeroPlan* z, Comm* comm, float* grads, int bucket,
                                        int reduce, const GpuContext* ctx) {
     if (!reduce || !r->active) return;

@@ -7,8 +7,9 @@
 //      2 micro-steps each): losses and master weights within the rounding of the gradient sums' order
 //   2. ZeRO-1's sharded AdamW equals the unsharded one bitwise, given the same reduced gradients:
 //      master, m, v and the bf16 parameters after two steps, at N=2 and N=4; so does -zero 0's (the
-//      state whole on every rank, the gradients all-reduced), on every rank, with the whole state's size.
-//      The unsharded one against fp32 AdamW on the host, its parameters the master's high halves
+//      state whole on every rank, the gradients all-reduced), on every rank, with the whole state's size,
+//      clipping (its norm and clip scale one rank's, bitwise). The unsharded one against fp32 AdamW on
+//      the host, its parameters the master's high halves
 //   1 and 3 also run N=2 with -zero 0: its training within check 1's tolerance of ZeRO-1's (the norm
 //      sums the same numbers in another grouping), its checkpoint round trip byte-identical
 //   3. checkpoints hold the whole state: one written at N=2 and loaded at N=1 is written back
@@ -133,8 +134,11 @@ static void test_data_parallel(size_t n, const float* init) {
 }
 
 // 2. Sharded AdamW: every rank's gradient is G/world (exact: a power of two) and its loss 3/world, so the
-// reduced gradient is exactly G and the total loss 3 on every side. No clipping (the norm's own sum is
-// ordered by rank and may differ in its last bit; a clip scale of exactly 1 keeps it out). The one-rank
+// reduced gradient is exactly G and the total loss 3 on every side. ZeRO-1 without clipping (its norm
+// sums the ranks' parts in rank order and may differ from one rank's in its last bit; a clip scale of
+// exactly 1 keeps it out). -zero 0 with clipping at half of ‖G‖: every rank sums the whole gradient on
+// one rank's grid and takes rank 0's sum, so its norm, clip scale and update are one rank's bitwise (a
+// norm counted once per rank, or a rank that clips by its own, is not). The one-rank
 // run is also checked against AdamW computed here in fp32 from its init: master weights, m and v within
 // 64 ulps (the GPU's fast-math division and square root and its fused multiply-adds give a few; a lost
 // or misplaced remainder of the split master weights, llmc/master_split.h, up to 2^15, half a bf16 ulp),
@@ -149,6 +153,8 @@ typedef struct {
     size_t shard_size;       // out: the elements of the state this rank kept
     float* init;             // out, or NULL: the master weights before the updates
     unsigned char* decay;    // out, or NULL: 1 where weight decay applies
+    float clip;              // gradient clipping's threshold, 0: none
+    float norm[3];           // out: the last step's gradient norm, clip scale and skip flag
 } ShardRun;
 
 #define SHARD_STEPS 2
@@ -206,8 +212,9 @@ static void* shard_main(void* arg) {
                                    cudaMemcpyHostToDevice, ctx.stream));
         cuda_check(cudaMemcpyAsync(m.acts.loss, &loss, sizeof(float), cudaMemcpyHostToDevice, ctx.stream));
         zero_reduce(&m.zero, m.comm, m.grads_memory, -2, ctx.stream);
-        gpt_update(&m, SHARD_LR, shard_beta1, shard_beta2, shard_eps, SHARD_WD, 0.0f, t, 0, &ctx);
+        gpt_update(&m, SHARD_LR, shard_beta1, shard_beta2, shard_eps, SHARD_WD, sr->clip, t, 0, &ctx);
     }
+    cuda_check(cudaMemcpyAsync(sr->norm, m.acts.norm, sizeof(sr->norm), cudaMemcpyDeviceToHost, ctx.stream));
     for (int k = 0; k < 3; k++) {  // OPTIM_MASTER, OPTIM_M, OPTIM_V
         const float* full = optim_gather(&o, k, ctx.stream);
         comm_sync(m.comm, ctx.stream);
@@ -237,7 +244,7 @@ static void test_sharded_adamw(size_t n) {
     float* w = (float*)malloc_check(n * sizeof(float));
     float* mv = (float*)calloc(2 * n, sizeof(float));
     unsigned char* decay = (unsigned char*)malloc_check(n);
-    ShardRun one = {NULL, 0, 1, 1, {g[0], g[1]}, {ref[0], ref[1], ref[2], ref[3]}, 0, w, decay};
+    ShardRun one = {NULL, 0, 1, 1, {g[0], g[1]}, {ref[0], ref[1], ref[2], ref[3]}, 0, w, decay, 0.0f, {0, 0, 0}};
     shard_main(&one);
     for (int t = 1; t <= SHARD_STEPS; t++) host_adamw(w, mv, mv + n, g[t - 1], decay, n, t);
     const float* host[3] = {w, mv, mv + n};
@@ -261,9 +268,24 @@ static void test_sharded_adamw(size_t n) {
            split_bad, n);
     EXPECT(split_bad == 0, "%zu bf16 parameters are not their master weights' high halves", split_bad);
     free(decay); free(mv); free(w);
+    // the reference of the -zero 0 runs: one rank clipping at half the smaller of the steps' norms
+    double norm2[2] = {0, 0};
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < n; i++) norm2[t] += (double)g[t][i] * g[t][i];
+    float clip = (float)(0.5 * sqrt(norm2[0] < norm2[1] ? norm2[0] : norm2[1]));
+    float* ref_clip[4];
+    for (int k = 0; k < 4; k++) ref_clip[k] = (float*)malloc_check(n * sizeof(float));
+    ShardRun one_clip = {NULL, 0, 1, 1, {g[0], g[1]}, {ref_clip[0], ref_clip[1], ref_clip[2], ref_clip[3]}, 0, NULL,
+                         NULL, clip, {0, 0, 0}};
+    shard_main(&one_clip);
+    printf("one rank clipping at %.4f: norm %.6f, clip scale %.6f\n", clip, one_clip.norm[0], one_clip.norm[1]);
+    EXPECT(one_clip.norm[1] < 0.75f && one_clip.norm[1] > 0.25f, "clipping at half the norm gives the scale %.4f",
+           one_clip.norm[1]);
     const char* names[4] = {"master", "m", "v", "bf16 params"};
     for (int run = 0; run < 4; run++) {
         int world = run % 2 ? 4 : 2, zero = run < 2;  // N=2 and N=4, ZeRO-1 then -zero 0
+        const ShardRun* base = zero ? &one : &one_clip;
+        float* const* want_out = zero ? ref : ref_clip;
         for (int t = 0; t < 2; t++)
             for (size_t i = 0; i < n; i++) g_part[t][i] = g[t][i] / world;
         CommLocal group;
@@ -274,7 +296,7 @@ static void test_sharded_adamw(size_t n) {
         for (int r = 0; r < world; r++) {
             for (int k = 0; k < 4; k++) out[r][k] = (float*)malloc_check(n * sizeof(float));
             ShardRun s = {&group, r, world, zero, {g_part[0], g_part[1]}, {out[r][0], out[r][1], out[r][2], out[r][3]},
-                          0};
+                          0, NULL, NULL, base->clip, {0, 0, 0}};
             sr[r] = s;
             pthread_create(&th[r], NULL, shard_main, &sr[r]);
         }
@@ -288,16 +310,23 @@ static void test_sharded_adamw(size_t n) {
         for (int k = 0; k < 4; k++) {
             size_t bytes = n * (k == 3 ? sizeof(bf16) : sizeof(float)), where = 0;
             int same = 1;
-            for (int r = 0; r < world; r++) same &= memcmp(out[r][k], ref[k], bytes) == 0;
-            float d = k == 3 ? 0.0f : max_abs_diff(out[0][k], ref[k], n, &where);
+            for (int r = 0; r < world; r++) same &= memcmp(out[r][k], want_out[k], bytes) == 0;
+            float d = k == 3 ? 0.0f : max_abs_diff(out[0][k], want_out[k], n, &where);
             printf("%s AdamW N=%d: %-11s on every rank %s one rank's (rank 0 max |diff| %.1e)\n",
                    zero ? "sharded" : "-zero 0", world, names[k], same ? "bitwise equal to" : "DIFFERENT from", d);
             EXPECT(same, "N=%d zero %d: %s after AdamW differs from one rank's update", world, zero, names[k]);
         }
+        if (!zero) {  // the norm, clip scale and skip flag: one rank's on every rank
+            int same = 1;
+            for (int r = 0; r < world; r++) same &= memcmp(sr[r].norm, base->norm, sizeof(base->norm)) == 0;
+            printf("-zero 0 AdamW N=%d: norm %.6f, clip scale %.6f on every rank %s one rank's\n", world, sr[0].norm[0],
+                   sr[0].norm[1], same ? "bitwise equal to" : "DIFFERENT from");
+            EXPECT(same, "N=%d -zero 0: the norm or clip scale differs from one rank's on some rank", world);
+        }
         for (int r = 0; r < world; r++)
             for (int k = 0; k < 4; k++) free(out[r][k]);
     }
-    for (int k = 0; k < 4; k++) free(ref[k]);
+    for (int k = 0; k < 4; k++) { free(ref[k]); free(ref_clip[k]); }
     for (int t = 0; t < 2; t++) { free(g[t]); free(g_part[t]); }
 }
 

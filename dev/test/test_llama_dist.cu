@@ -6,7 +6,8 @@
 //   ./build/test_llama_dist     (needs a GPU; a minute or two)
 // Checks, each printed with its numbers:
 //   1. N=2 ranks with a micro-batch each equal 1 rank accumulating the same 2 micro-batches: losses and
-//      master weights within the rounding of the gradient sums' order (dist_harness.cuh's tolerances)
+//      master weights within the rounding of the gradient sums' order (dist_harness.cuh's tolerances);
+//      so does N=2 with -zero 0 (the optimizer state whole on every rank) against ZeRO-1
 //   2. checkpoints hold the whole state: one written at N=2, loaded at N=1 and written again is
 //      byte-identical; a run resumed from it at N=2 is bitwise the uninterrupted N=2 run
 // The batches of a step: global batch g = (step · A + k) · N + rank for micro-step k of A, as the data
@@ -51,6 +52,7 @@ static void* rank_main(void* arg) {
     gpu_context_build(&ctx, 0);
     Comm comm;
     if (rr->group) comm_local(&comm, rr->group, rr->rank);
+    comm.zero = j->zero;
     LlamaModel m;
     llama_build_dist(&m, &c, B_, T_, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, rr->group ? &comm : NULL);
     char err[CHECKPOINT_ERR_LEN];
@@ -94,17 +96,20 @@ static void* rank_main(void* arg) {
 }
 
 static void test_data_parallel(size_t n) {
-    float l1[MAX_STEPS], l2[MAX_STEPS];
+    float l1[MAX_STEPS], l2[MAX_STEPS], lz[MAX_STEPS];
     float* init = (float*)malloc_check(n * sizeof(float));
     float* m1 = (float*)malloc_check(n * sizeof(float));
     float* m2 = (float*)malloc_check(n * sizeof(float));
-    Job i = job(1, 1, 0, 0), a = job(1, 2, 0, 3), b = job(2, 1, 0, 3);
+    float* mz = (float*)malloc_check(n * sizeof(float));
+    Job i = job(1, 1, 0, 0), a = job(1, 2, 0, 3), b = job(2, 1, 0, 3), z = job(2, 1, 0, 3);
     i.master = init;
     a.losses = l1; a.master = m1;
     b.losses = l2; b.master = m2;
-    EXPECT(run_job(&i) == 0 && run_job(&a) == 0 && run_job(&b) == 0, "a data-parallel run failed");
+    z.losses = lz; z.master = mz; z.zero = 0;
+    EXPECT(run_job(&i) == 0 && run_job(&a) == 0 && run_job(&b) == 0 && run_job(&z) == 0, "a data-parallel run failed");
     compare_runs("N=2 x 1 micro-step vs N=1 x 2", l2, l1, 0, 3, m2, m1, init, n);
-    free(m2); free(m1); free(init);
+    compare_runs("N=2 -zero 0 vs ZeRO-1", lz, l2, 0, 3, mz, m2, init, n);
+    free(mz); free(m2); free(m1); free(init);
 }
 
 static void test_checkpoints(size_t n) {

@@ -16,8 +16,9 @@
 #      rank exits within 60 s, non-zero, with a message naming the killed rank; SIGKILL to rank 1 of
 #      -gpus 2: the launcher exits 1 within 60 s and rank 0 names rank 1; SIGTERM to the launcher of
 #      -gpus 2: one checkpoint, exit 0, and -gpus 2 -resume latest continues from that step;
-#   e. -zero 0 (the optimizer state whole on both GPUs): 4 steps within LOSS_RTOL of c's -gpus 2 run,
-#      the table and the memory line saying so, the optimizer memory per GPU twice ZeRO-1's at 2 GPUs.
+#   e. -zero 0 (the optimizer state whole on both GPUs): 4 steps' losses and gradient norms within
+#      LOSS_RTOL of c's -gpus 2 run, the table saying so, the optimizer memory per GPU twice ZeRO-1's
+#      at 2 GPUs.
 # NCCL's variables (NVLink multicast, NCCL_NVLS_ENABLE, included) are left as the machine sets them.
 # Needs 2 GPUs (else it prints SKIPPED and exits 0; CUDA_VISIBLE_DEVICES, if set, must show 2), the
 # starter data (make data) and ./train_gpt built with NCCL. Every run of the trainer has a deadline
@@ -105,11 +106,12 @@ start_ranks() {
     r1=$!
 }
 losses() { sed -nE 's/^step ([0-9]+) train_loss ([^ ]+) .*/\1 \2/p' "$1"; }
-# same_losses WHAT LOG_A LOG_B FROM TO: the train losses of steps FROM..TO in two logs agree within
-# LOSS_RTOL relative (relative to LOG_A's); prints what it compared
+norms() { sed -nE 's/^step ([0-9]+) train_loss [^ ]+ norm ([^ ]+) .*/\1 \2/p' "$1"; }
+# same_losses WHAT LOG_A LOG_B FROM TO [norms]: the train losses (or the gradient norms) of steps
+# FROM..TO in two logs agree within LOSS_RTOL relative (relative to LOG_A's); prints what it compared
 same_losses() {
-    local what=$1 a=$2 b=$3 from=$4 to=$5 line
-    line=$(awk -v from="$from" -v to="$to" -v tol="$LOSS_RTOL" '
+    local what=$1 a=$2 b=$3 from=$4 to=$5 values=${6:-losses} line
+    line=$(awk -v from="$from" -v to="$to" -v tol="$LOSS_RTOL" -v what_values="$values" '
         FILENAME == ARGV[1] { if ($1 >= from && $1 <= to) { la[$1] = $2; na++ } next }
         $1 >= from && $1 <= to {
             nb++
@@ -121,10 +123,11 @@ same_losses() {
         }
         END {
             want = to - from + 1
-            printf "steps %d..%d: %d and %d losses, max rel diff %.2e at step %s (%s against %s; tol %.0e), %s\n",
-                   from, to, na, nb, worst, at, wa, wb, tol, differ ? differ " steps not bitwise equal" : "bitwise equal"
+            printf "steps %d..%d: %d and %d %s, max rel diff %.2e at step %s (%s against %s; tol %.0e), %s\n",
+                   from, to, na, nb, what_values, worst, at, wa, wb, tol,
+                   differ ? differ " steps not bitwise equal" : "bitwise equal"
             exit !(na == want && nb == want && !missing && worst <= tol)
-        }' <(losses "$a") <(losses "$b"))
+        }' <("$values" "$a") <("$values" "$b"))
     local ok=$?
     echo "  $what: $line"
     return $ok
@@ -273,6 +276,10 @@ check "e. -zero 0: optimizer memory per GPU ${o0:-?} MiB, twice ZeRO-1's ${o1:-?
     awk -v a="${o0:-0}" -v b="${o1:-0}" 'BEGIN { exit !(b > 0 && a > 1.99 * b && a < 2.01 * b) }'
 check "e. -zero 0 against -gpus 2 (ZeRO-1): losses within $LOSS_RTOL" \
     same_losses "e. -zero 0 against ZeRO-1, 2 GPUs" "$tmp/gpus/log.txt" "$tmp/zero0/log.txt" 1 4
+# the norms too: a gradient not all-gathered, or a norm counted once per rank, is off by O(10%) in the
+# norm where the early losses may not show it
+check "e. -zero 0 against -gpus 2 (ZeRO-1): gradient norms within $LOSS_RTOL" \
+    same_losses "e. -zero 0 against ZeRO-1, 2 GPUs" "$tmp/gpus/log.txt" "$tmp/zero0/log.txt" 1 4 norms
 note_failures "$f0" "$tmp/zero0.txt"
 
 echo "test_train_multi_gpu: $passed passed, $failed failed"
