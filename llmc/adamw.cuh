@@ -25,13 +25,9 @@ __global__ void adamw_kernel(bf16* param, int16_t* lo, float* m, float* v, const
                              int n_parts, const float* clip_scale, const float* skip, float lr, float beta1,
                              float beta2, float eps, float wd, float bc1, float bc2) {
     if (skip && *skip != 0.0f) return;
-    const ZeroPart p = parts[zero_part_of_block(parts, n_parts, blockIdx.x)];
-    float scale = clip_scale ? *clip_scale : 1.0f, decay = p.decay ? wd : 0.0f;
-    size_t base = (size_t)(blockIdx.x - p.first_block) * ZERO_BLOCK_ELEMS;
-    for (int k = 0; k < ZERO_PER_THREAD; k++) {
-        size_t i = base + (size_t)k * ZERO_THREADS + threadIdx.x;
-        if (i >= p.n) break;
-        size_t j = p.param + i, s = p.shard + i;
+    float scale = clip_scale ? *clip_scale : 1.0f;
+    zero_for_each_elem(parts, n_parts, [&](size_t j, size_t s, const ZeroPart& p) {
+        float decay = p.decay ? wd : 0.0f;
         float g = grad[j] * scale;
         float mi = beta1 * m[s] + (1.0f - beta1) * g;
         float vi = beta2 * v[s] + (1.0f - beta2) * g * g;
@@ -42,7 +38,7 @@ __global__ void adamw_kernel(bf16* param, int16_t* lo, float* m, float* v, const
         uint16_t hi;
         master_split(w, &hi, &lo[s]);
         param[j] = __ushort_as_bfloat16(hi);
-    }
+    });
 }
 
 // One step t = 1, 2, ... on this rank's parts of plan z: param (num_params) bf16 and grad (num_params)

@@ -37,13 +37,8 @@ __device__ inline bool global_norm_is_finite(float x) { return (__float_as_uint(
 
 // partial[b] = sum of squares of block b's elements of grad (its part of the plan's grid)
 __global__ void global_norm_parts_kernel(float* partial, const float* grad, const ZeroPart* parts, int n) {
-    const ZeroPart p = parts[zero_part_of_block(parts, n, blockIdx.x)];
-    size_t base = (size_t)(blockIdx.x - p.first_block) * ZERO_BLOCK_ELEMS;
     float acc = 0.0f;
-    for (int k = 0; k < ZERO_PER_THREAD; k++) {
-        size_t i = base + (size_t)k * ZERO_THREADS + threadIdx.x;
-        if (i < p.n) acc += grad[p.param + i] * grad[p.param + i];
-    }
+    zero_for_each_elem(parts, n, [&](size_t j, size_t, const ZeroPart&) { acc += grad[j] * grad[j]; });
     float s = global_norm_block_sum(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }

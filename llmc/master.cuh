@@ -22,22 +22,17 @@ __global__ void master_params_kernel(bf16* param, const float* full, size_t n) {
 }
 
 // This rank's parts: to_full 0: lo[part] = the remainders of full[part]; 1: full[part] = master_join
-// (param[part], lo[part]). The grid of zero_copy_parts_kernel.
+// (param[part], lo[part]). The shard kernels' grid (zero_for_each_elem).
 __global__ void master_parts_kernel(float* full, const bf16* param, int16_t* lo, const ZeroPart* parts, int n,
                                     int to_full) {
-    const ZeroPart p = parts[zero_part_of_block(parts, n, blockIdx.x)];
-    size_t base = (size_t)(blockIdx.x - p.first_block) * ZERO_BLOCK_ELEMS;
-    for (int k = 0; k < ZERO_PER_THREAD; k++) {
-        size_t i = base + (size_t)k * ZERO_THREADS + threadIdx.x;
-        if (i >= p.n) break;
-        size_t j = p.param + i, s = p.shard + i;
+    zero_for_each_elem(parts, n, [&](size_t j, size_t s, const ZeroPart&) {
         if (to_full) {
             full[j] = master_join(__bfloat16_as_ushort(param[j]), lo[s]);
         } else {
             uint16_t h;
             master_split(full[j], &h, &lo[s]);
         }
-    }
+    });
 }
 
 // --- launchers -------------------------------------------------------------------------------
@@ -59,6 +54,6 @@ static inline const float* master_gather(const ZeroPlan* z, Comm* comm, float* f
                                          const int16_t* lo, cudaStream_t stream) {
     master_parts_kernel<<<z->blocks, ZERO_THREADS, 0, stream>>>(full, params, (int16_t*)lo, z->parts, z->n_slices, 1);
     cuda_check_launch();
-    if (z->shards > 1) zero_all_gather_parts(z, comm, full, sizeof(float), stream);
+    if (z->shards > 1) zero_all_gather_parts(z, comm, full, sizeof(float), -2, stream);
     return full;
 }

@@ -43,26 +43,29 @@ static inline void optim_plan_build(ZeroPlan* z, const ZeroSlice* slices, int n,
     }
 }
 
+// AdamW's moment k (OPTIM_M or OPTIM_V): this rank's share, fp32
+static inline float* optim_moment(const OptimState* o, int k) { return k == OPTIM_M ? o->m : o->v; }
+
 // The whole fp32 tensor k (OPTIM_MASTER, OPTIM_M, OPTIM_V), for readers between steps (checkpoints, the
 // export, tests): gathered from the ranks' shares into the gradient buffer, or, for m and v when they
 // are whole (world 1, or unsharded), in place. The gradients are scratch then: the next step clears them.
 // Collective: every rank calls it.
 static inline const float* optim_gather(const OptimState* o, int k, cudaStream_t stream) {
     if (k == OPTIM_MASTER) return master_gather(o->zero, o->comm, o->grads, o->params, o->master_lo, stream);
-    return zero_gather_full(o->zero, o->comm, o->grads, k == OPTIM_M ? o->m : o->v, stream);
+    return zero_gather_full(o->zero, o->comm, o->grads, optim_moment(o, k), stream);
 }
 
 // Where a writer puts the whole fp32 tensor k (num_params, device) for optim_take to keep
 static inline float* optim_target(const OptimState* o, int k) {
     if (k == OPTIM_MASTER) return o->grads;
-    return zero_full_target(o->zero, o->grads, k == OPTIM_M ? o->m : o->v);
+    return zero_full_target(o->zero, o->grads, optim_moment(o, k));
 }
 
 // Keeps this rank's share of the whole tensor k, written at optim_target(o, k); for the master weights
 // also every bf16 parameter (their high halves). The caller clears the gradient buffer afterwards.
 static inline void optim_take(const OptimState* o, int k, const float* full, cudaStream_t stream) {
     if (k == OPTIM_MASTER) master_set(o->params, o->master_lo, full, o->zero, stream);
-    else zero_take_shard(o->zero, k == OPTIM_M ? o->m : o->v, full, stream);
+    else zero_take_shard(o->zero, optim_moment(o, k), full, stream);
 }
 
 // Sets the parameters from host fp32 values (num_params, in layout order): master = values (this

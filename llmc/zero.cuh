@@ -129,19 +129,41 @@ __device__ __forceinline__ int zero_part_of_block(const ZeroPart* parts, int n, 
     return lo;
 }
 
-// shard[part s] <-> full[rank's part of slice s], one direction or the other
-__global__ void zero_copy_parts_kernel(float* shard, float* full, const ZeroPart* parts, int n, int to_full) {
+// The shard kernels' walk: f(j, s, p) for each element this thread takes of its block's part p, j its
+// index in the flat arrays, s in the shard (ZERO_PER_THREAD of them, ZERO_THREADS apart)
+template <typename F>
+__device__ __forceinline__ void zero_for_each_elem(const ZeroPart* parts, int n, F f) {
     const ZeroPart p = parts[zero_part_of_block(parts, n, blockIdx.x)];
     size_t base = (size_t)(blockIdx.x - p.first_block) * ZERO_BLOCK_ELEMS;
     for (int k = 0; k < ZERO_PER_THREAD; k++) {
         size_t i = base + (size_t)k * ZERO_THREADS + threadIdx.x;
         if (i >= p.n) break;
-        if (to_full) full[p.param + i] = shard[p.shard + i];
-        else shard[p.shard + i] = full[p.param + i];
+        f(p.param + i, p.shard + i, p);
     }
 }
 
+// shard[part s] <-> full[rank's part of slice s], one direction or the other
+__global__ void zero_copy_parts_kernel(float* shard, float* full, const ZeroPart* parts, int n, int to_full) {
+    zero_for_each_elem(parts, n, [&](size_t j, size_t s, const ZeroPart&) {
+        if (to_full) full[j] = shard[s];
+        else shard[s] = full[j];
+    });
+}
+
 // --- launchers -------------------------------------------------------------------------------
+
+// Every rank's part (of world parts) of each slice of `bucket` (all the slices when bucket is -2) of the
+// flat array `full` (num_params elements of elem_bytes each) to every rank, in place, as one group of
+// collectives on stream.
+static inline void zero_all_gather_parts(const ZeroPlan* z, Comm* comm, void* full, size_t elem_bytes, int bucket,
+                                         cudaStream_t stream) {
+    comm_group_start(comm);
+    for (int s = 0; s < z->n_slices; s++)
+        if (bucket == -2 || z->slices[s].bucket == bucket)
+            comm_all_gather(comm, (char*)full + z->slices[s].offset * elem_bytes,
+                            z->slices[s].size / z->world * elem_bytes, stream);
+    comm_group_end(comm);
+}
 
 // Reduce-scatters, in place in grad (num_params) fp32, the slices of `bucket` (all the slices when
 // bucket is -2), as one group of collectives on stream; unsharded, then all-gathers the summed parts
@@ -153,30 +175,14 @@ static inline void zero_reduce(const ZeroPlan* z, Comm* comm, float* grad, int b
         if (bucket == -2 || z->slices[s].bucket == bucket)
             comm_reduce_scatter(comm, grad + z->slices[s].offset, z->slices[s].size / z->world, stream);
     comm_group_end(comm);
-    if (z->shards > 1) return;
-    comm_group_start(comm);
-    for (int s = 0; s < z->n_slices; s++)
-        if (bucket == -2 || z->slices[s].bucket == bucket)
-            comm_all_gather(comm, grad + z->slices[s].offset, z->slices[s].size / z->world * sizeof(float), stream);
-    comm_group_end(comm);
-}
-
-// Every rank's parts of the flat array `full` (num_params elements of elem_bytes each) to every rank,
-// in place, slice by slice, as one group of collectives. Sharded plans only.
-static inline void zero_all_gather_parts(const ZeroPlan* z, Comm* comm, void* full, size_t elem_bytes,
-                                         cudaStream_t stream) {
-    comm_group_start(comm);
-    for (int s = 0; s < z->n_slices; s++)
-        comm_all_gather(comm, (char*)full + z->slices[s].offset * elem_bytes,
-                        z->slices[s].size / z->world * elem_bytes, stream);
-    comm_group_end(comm);
+    if (z->shards == 1) zero_all_gather_parts(z, comm, grad, sizeof(float), bucket, stream);
 }
 
 // Every rank's parts of params (num_params) bf16 to every rank, in place: the whole model after AdamW
 // updated each rank's parts (unsharded, every rank updated all of it: nothing to do).
 static inline void zero_gather_params(const ZeroPlan* z, Comm* comm, bf16* params, cudaStream_t stream) {
     if (z->shards == 1) return;
-    zero_all_gather_parts(z, comm, params, sizeof(bf16), stream);
+    zero_all_gather_parts(z, comm, params, sizeof(bf16), -2, stream);
 }
 
 // The whole fp32 tensor of which `shard` (shard_size) is this rank's share: `shard` itself when it is
@@ -187,7 +193,7 @@ static inline const float* zero_gather_full(const ZeroPlan* z, Comm* comm, float
     if (z->shards == 1) return shard;
     zero_copy_parts_kernel<<<z->blocks, ZERO_THREADS, 0, stream>>>((float*)shard, full, z->parts, z->n_slices, 1);
     cuda_check_launch();
-    zero_all_gather_parts(z, comm, full, sizeof(float), stream);
+    zero_all_gather_parts(z, comm, full, sizeof(float), -2, stream);
     return full;
 }
 
