@@ -138,10 +138,10 @@ static void test_data_parallel(size_t n, const float* init) {
 // sums the ranks' parts in rank order and may differ from one rank's in its last bit; a clip scale of
 // exactly 1 keeps it out). -zero 0 with clipping at half of ‖G‖: every rank sums the whole gradient on
 // one rank's grid and takes rank 0's sum, so its norm, clip scale and update are one rank's bitwise (a
-// norm counted once per rank, or a rank that clips by its own, is not). The one-rank
-// run is also checked against AdamW computed here in fp32 from its init: master weights, m and v within
-// 64 ulps (the GPU's fast-math division and square root and its fused multiply-adds give a few; a lost
-// or misplaced remainder of the split master weights, llmc/master_split.h, up to 2^15, half a bf16 ulp),
+// norm counted once per rank, or a rank that clips by its own, is not). The one-rank run is also
+// checked against AdamW computed here in fp32 from its init: master weights, m and v within 64 ulps
+// (the GPU's fast-math division and square root and its fused multiply-adds give a few; a lost or
+// misplaced remainder of the split master weights, llmc/master_split.h, up to 2^15, half a bf16 ulp),
 // and its bf16 parameters must be the split's high halves of its master weights.
 #define SHARD_LR 1e-3f
 #define SHARD_WD 0.1f
@@ -242,7 +242,7 @@ static void test_sharded_adamw(size_t n) {
     float* ref[4];
     for (int k = 0; k < 4; k++) ref[k] = (float*)malloc_check(n * sizeof(float));
     float* w = (float*)malloc_check(n * sizeof(float));
-    float* mv = (float*)calloc(2 * n, sizeof(float));
+    float* mv = (float*)calloc_check(2 * n, sizeof(float));
     unsigned char* decay = (unsigned char*)malloc_check(n);
     ShardRun one = {NULL, 0, 1, 1, {g[0], g[1]}, {ref[0], ref[1], ref[2], ref[3]}, 0, w, decay, 0.0f, {0, 0, 0}};
     shard_main(&one);
