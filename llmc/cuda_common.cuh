@@ -73,32 +73,27 @@ __device__ __forceinline__ float warp_reduce_max(float v) {
 // registers are indexed at compile time. ROW_MAX_C is the widest row they take (K = 8).
 #define ROW_MAX_C 2048
 
-// Launches kernel<K>, K = ceil(C / 256), for C <= ROW_MAX_C (checked by the caller).
-#define ROW_DISPATCH(kernel, C, grid, block, smem, stream, ...)                                  \
+// Runs the statement `...` with the constant K = ceil(C / 256) in scope, for C <= ROW_MAX_C (checked by
+// the caller): the one switch over the row kernels' widths.
+#define ROW_SWITCH(C, ...)                                                                       \
     switch (ceil_div(C, 256)) {                                                                  \
-        case 1: kernel<1><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 2: kernel<2><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 3: kernel<3><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 4: kernel<4><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 5: kernel<5><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 6: kernel<6><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        case 7: kernel<7><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                     \
-        default: kernel<8><<<grid, block, smem, stream>>>(__VA_ARGS__); break;                    \
+        case 1: { constexpr int K = 1; __VA_ARGS__; } break;                                     \
+        case 2: { constexpr int K = 2; __VA_ARGS__; } break;                                     \
+        case 3: { constexpr int K = 3; __VA_ARGS__; } break;                                     \
+        case 4: { constexpr int K = 4; __VA_ARGS__; } break;                                     \
+        case 5: { constexpr int K = 5; __VA_ARGS__; } break;                                     \
+        case 6: { constexpr int K = 6; __VA_ARGS__; } break;                                     \
+        case 7: { constexpr int K = 7; __VA_ARGS__; } break;                                     \
+        default: { constexpr int K = 8; __VA_ARGS__; } break;                                    \
     }
+
+// Launches kernel<K>, K = ceil(C / 256), for C <= ROW_MAX_C (checked by the caller).
+#define ROW_DISPATCH(kernel, C, grid, block, smem, stream, ...) \
+    ROW_SWITCH(C, kernel<K><<<grid, block, smem, stream>>>(__VA_ARGS__))
 
 // Calls fn<K>(...), K = ceil(C / 256), for C <= ROW_MAX_C (checked by the caller): for launchers that
 // pick their own grid.
-#define ROW_DISPATCH_FN(fn, C, ...)                                                              \
-    switch (ceil_div(C, 256)) {                                                                  \
-        case 1: fn<1>(__VA_ARGS__); break;                                                       \
-        case 2: fn<2>(__VA_ARGS__); break;                                                       \
-        case 3: fn<3>(__VA_ARGS__); break;                                                       \
-        case 4: fn<4>(__VA_ARGS__); break;                                                       \
-        case 5: fn<5>(__VA_ARGS__); break;                                                       \
-        case 6: fn<6>(__VA_ARGS__); break;                                                       \
-        case 7: fn<7>(__VA_ARGS__); break;                                                       \
-        default: fn<8>(__VA_ARGS__); break;                                                      \
-    }
+#define ROW_DISPATCH_FN(fn, C, ...) ROW_SWITCH(C, fn<K>(__VA_ARGS__))
 
 // SMs of the current device (for launchers that size their grid and have no GpuContext)
 static inline int current_sm_count(void) {

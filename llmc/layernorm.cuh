@@ -153,7 +153,7 @@ layernorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf
 static inline void layernorm_check_width(int C) {
     if (C % 8 != 0 || C > LN_MAX_C)
         check_fail("layernorm: C must be a multiple of 8 and at most LN_MAX_C (2048)",
-                   "raise ROW_MAX_C in llmc/cuda_common.cuh and add the matching cases to ROW_DISPATCH");
+                   "raise ROW_MAX_C in llmc/cuda_common.cuh and add the matching cases to ROW_SWITCH");
 }
 
 // resid_out (N, C) = a + b (bf16, may alias a or b), then out, mean, rstd = LayerNorm(resid_out).

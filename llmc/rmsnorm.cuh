@@ -139,7 +139,7 @@ rmsnorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16
 static inline void rmsnorm_check_width(int C) {
     if (C <= 0 || C % 8 != 0 || C > RMS_MAX_C)
         check_fail("rmsnorm: C must be a positive multiple of 8 and at most RMS_MAX_C (2048)",
-                   "raise ROW_MAX_C in llmc/cuda_common.cuh and add the matching cases to ROW_DISPATCH");
+                   "raise ROW_MAX_C in llmc/cuda_common.cuh and add the matching cases to ROW_SWITCH");
 }
 
 // resid_out (N, C) = a + b (bf16, may alias a or b), then out (N, C) bf16, rstd (N,) fp32 =
