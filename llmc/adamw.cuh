@@ -21,23 +21,46 @@
 
 // --- kernels ---------------------------------------------------------------------------------
 
+// A thread's elements in groups of ADAMW_GROUP (zero_for_each_group): a group's five loads each are issued
+// before its arithmetic and stores. One element at a time the pass ran at ~80% of the H200's bandwidth
+// at d48 (12.2 ms for 30 bytes a parameter).
+#define ADAMW_GROUP 4
+
 __global__ void adamw_kernel(bf16* param, int16_t* lo, float* m, float* v, const float* grad, const ZeroPart* parts,
                              int n_parts, const float* clip_scale, const float* skip, float lr, float beta1,
                              float beta2, float eps, float wd, float bc1, float bc2) {
     if (skip && *skip != 0.0f) return;
     float scale = clip_scale ? *clip_scale : 1.0f;
-    zero_for_each_elem(parts, n_parts, [&](size_t j, size_t s, const ZeroPart& p) {
+    zero_for_each_group<ADAMW_GROUP>(parts, n_parts, [&](size_t j, size_t s, const ZeroPart& p, int count) {
+        float gs[ADAMW_GROUP], ms[ADAMW_GROUP], vs[ADAMW_GROUP];
+        uint16_t his[ADAMW_GROUP];
+        int16_t los[ADAMW_GROUP];
+#pragma unroll
+        for (int g = 0; g < ADAMW_GROUP; g++) {
+            if (g >= count) break;
+            size_t jg = j + (size_t)g * ZERO_THREADS, sg = s + (size_t)g * ZERO_THREADS;
+            gs[g] = grad[jg];
+            ms[g] = m[sg];
+            vs[g] = v[sg];
+            his[g] = __bfloat16_as_ushort(param[jg]);
+            los[g] = lo[sg];
+        }
         float decay = p.decay ? wd : 0.0f;
-        float g = grad[j] * scale;
-        float mi = beta1 * m[s] + (1.0f - beta1) * g;
-        float vi = beta2 * v[s] + (1.0f - beta2) * g * g;
-        float w = master_join(__bfloat16_as_ushort(param[j]), lo[s]);
-        w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + decay * w);
-        m[s] = mi;
-        v[s] = vi;
-        uint16_t hi;
-        master_split(w, &hi, &lo[s]);
-        param[j] = __ushort_as_bfloat16(hi);
+#pragma unroll
+        for (int g = 0; g < ADAMW_GROUP; g++) {
+            if (g >= count) break;
+            size_t jg = j + (size_t)g * ZERO_THREADS, sg = s + (size_t)g * ZERO_THREADS;
+            float gr = gs[g] * scale;
+            float mi = beta1 * ms[g] + (1.0f - beta1) * gr;
+            float vi = beta2 * vs[g] + (1.0f - beta2) * gr * gr;
+            float w = master_join(his[g], los[g]);
+            w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + decay * w);
+            m[sg] = mi;
+            v[sg] = vi;
+            uint16_t hi;
+            master_split(w, &hi, &lo[sg]);
+            param[jg] = __ushort_as_bfloat16(hi);
+        }
     });
 }
 

@@ -38,7 +38,15 @@ __device__ inline bool global_norm_is_finite(float x) { return (__float_as_uint(
 // partial[b] = sum of squares of block b's elements of grad (its part of the plan's grid)
 __global__ void global_norm_parts_kernel(float* partial, const float* grad, const ZeroPart* parts, int n) {
     float acc = 0.0f;
-    zero_for_each_elem(parts, n, [&](size_t j, size_t, const ZeroPart&) { acc += grad[j] * grad[j]; });
+    // a thread's elements 4 at a time: their loads in flight together, the squares added in the same order
+    zero_for_each_group<4>(parts, n, [&](size_t j, size_t, const ZeroPart&, int count) {
+        float x[4];
+#pragma unroll
+        for (int g = 0; g < 4; g++) x[g] = g < count ? grad[j + (size_t)g * ZERO_THREADS] : 0.0f;
+#pragma unroll
+        for (int g = 0; g < 4; g++)
+            if (g < count) acc += x[g] * x[g];
+    });
     float s = global_norm_block_sum(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }

@@ -142,6 +142,23 @@ __device__ __forceinline__ void zero_for_each_elem(const ZeroPart* parts, int n,
     }
 }
 
+// The same walk in groups of G consecutive elements of the thread (G divides ZERO_PER_THREAD): f(j, s, p,
+// count) once a group, for elements j + g·ZERO_THREADS (in the shard s + g·ZERO_THREADS), g < count <= G.
+// For kernels that issue a group's loads before its arithmetic and stores, so that G elements' loads are
+// in flight at once: element by element, a thread's next loads wait behind its stores (they may alias).
+template <int G, typename F>
+__device__ __forceinline__ void zero_for_each_group(const ZeroPart* parts, int n, F f) {
+    static_assert(ZERO_PER_THREAD % G == 0, "a group size that divides ZERO_PER_THREAD");
+    const ZeroPart p = parts[zero_part_of_block(parts, n, blockIdx.x)];
+    size_t base = (size_t)(blockIdx.x - p.first_block) * ZERO_BLOCK_ELEMS + threadIdx.x;
+    for (int k = 0; k < ZERO_PER_THREAD; k += G) {
+        size_t i = base + (size_t)k * ZERO_THREADS;
+        if (i >= p.n) break;
+        size_t left = (p.n - i + ZERO_THREADS - 1) / ZERO_THREADS;
+        f(p.param + i, p.shard + i, p, left < (size_t)G ? (int)left : G);
+    }
+}
+
 // shard[part s] <-> full[rank's part of slice s], one direction or the other
 __global__ void zero_copy_parts_kernel(float* shard, float* full, const ZeroPart* parts, int n, int to_full) {
     zero_for_each_elem(parts, n, [&](size_t j, size_t s, const ZeroPart&) {
