@@ -254,6 +254,11 @@ static inline void gpt_backward_impl(GptModel* m, const int* targets, float dlos
     int L = c->num_layers, C = c->channels, NH = c->num_heads, B = m->B, T = m->T, BT = B * T;
     size_t maxBT = (size_t)m->max_B * m->max_T, lc = maxBT * C;
     cudaStream_t st = ctx->stream;
+    // the attention backward's partial rows of the QKV bias grow with B·ceil(T/128), which a forward at
+    // another shape of no more tokens (more, shorter sequences) can raise past what the build sized
+    if (gpt_scratch_floats(B, T, C) > gpt_scratch_floats(m->max_B, m->max_T, C))
+        check_fail("gpt_backward: more sequences than gpt_build sized the QKV bias sums' scratch for",
+                   "run the backward with B no larger than at the build, or build with this B and T");
     // the host's half of the encoder backward, while the GPU runs the head
     int nu = model_stage_backward(&m->staging, m->acts.targets, &m->acts.buckets, targets, BT, c->vocab_size, ctx);
 
