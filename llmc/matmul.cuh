@@ -156,21 +156,22 @@ static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, v
 #define MATMUL_TUNE_CANDIDATES 8
 #define MATMUL_TUNE_REPS 3
 
-// an order-independent 64-bit hash of n 32-bit words, added into *out: Σ mix(word, index) mod 2^64
-__global__ void matmul_hash_kernel(unsigned long long* out, const uint32_t* w, size_t n) {
+// an order-independent 64-bit hash of n 16-bit words (a bf16 D of odd length counts whole), added into
+// *out: Σ mix(word, index) mod 2^64
+__global__ void matmul_hash_kernel(unsigned long long* out, const uint16_t* w, size_t n) {
     unsigned long long acc = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned long long x = ((unsigned long long)w[i] << 32 | (unsigned)i) * 0x9E3779B97F4A7C15ull;
+        unsigned long long x = ((unsigned long long)w[i] << 48 | (i & 0xFFFFFFFFFFFFull)) * 0x9E3779B97F4A7C15ull;
         acc += x ^ (x >> 29);
     }
     atomicAdd(out, acc);  // integer addition: the same sum in any order
 }
 
-// the hash of the first bytes / 4 words at p (slot: one device word of scratch)
+// the hash of the first bytes (even) at p (slot: one device word of scratch)
 static inline unsigned long long matmul_hash(const void* p, size_t bytes, unsigned long long* slot, cudaStream_t st) {
     unsigned long long h = 0;
     cuda_check(cudaMemsetAsync(slot, 0, sizeof(h), st));
-    matmul_hash_kernel<<<512, 256, 0, st>>>(slot, (const uint32_t*)p, bytes / 4);
+    matmul_hash_kernel<<<512, 256, 0, st>>>(slot, (const uint16_t*)p, bytes / 2);
     cuda_check_launch();
     cuda_check(cudaMemcpyAsync(&h, slot, sizeof(h), cudaMemcpyDeviceToHost, st));
     cuda_check(cudaStreamSynchronize(st));
