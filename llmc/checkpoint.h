@@ -21,8 +21,9 @@
 //                      parameter order (llmc/gpt_config.h, llmc/llama_config.h)
 // Slots 29..35 were 0 in every checkpoint written before the Llama-style family existed, so those read
 // as GPT-2 with no change of version; a GPT-2 file's bytes are what they were.
-// The bf16 parameters are not stored: they are round-to-nearest(master) after every update, so they are
-// rederived exactly. Gradients and activations are not state: every step starts by clearing them.
+// The bf16 parameters are not stored: they are the master's high halves (llmc/master_split.h: nearest,
+// ties away from zero) after every update, so they are rederived exactly. Gradients and activations
+// are not state: every step starts by clearing them.
 //
 // Atomicity: a checkpoint is written to <name>.tmp, flushed, fsync'ed and renamed to <name> (and the
 // directory fsync'ed), so a file under a final name is always complete. Only then is <dir>/latest

@@ -62,8 +62,8 @@ static inline int optim_load_checkpoint(const OptimState* o, CheckpointReader* r
         cuda_check(cudaStreamSynchronize(ctx->stream));
     }
     free(buf);
-    if (rc != 0) return -1;
+    // the gradient buffer held the tensors on their way (also when a read failed part of the way)
     cuda_check(cudaMemsetAsync(o->grads, 0, total, ctx->stream));
     cuda_check(cudaStreamSynchronize(ctx->stream));
-    return 0;
+    return rc != 0 ? -1 : 0;
 }

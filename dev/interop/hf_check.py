@@ -54,6 +54,15 @@ from safetensors.torch import load_file, save_file
 from checks import check, finish  # dev/interop/checks.py (this script's folder is on sys.path)
 
 
+def bf16_as_trained(t):
+    """t rounded to bf16 as train_gpt derives its parameters from its fp32 master weights
+    (llmc/master_split.h): to nearest with ties away from zero (torch's .to(bfloat16) takes ties to
+    even), on the bit patterns; as fp32. For finite values."""
+    u = t.detach().float().contiguous().view(torch.int32)
+    b = ((u & 0x7FFFFFFF) + 0x8000) & -65536
+    return ((u & -2**31) | b).view(torch.float32)
+
+
 def rel_l2(a, b):
     return ((a - b).double().norm() / b.double().norm().clamp_min(1e-30)).item()
 
@@ -186,7 +195,7 @@ def main():
     model = model.to(device).eval()
     with torch.no_grad():
         for prm in model.parameters():
-            prm.copy_(prm.to(torch.bfloat16).float())
+            prm.copy_(bf16_as_trained(prm))
     inputs, targets = tokens[:, :T].long().to(device), tokens[:, 1:].long().to(device)
     logits = model(inputs).logits  # (B, T, V) fp32
     loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
