@@ -148,3 +148,35 @@ __device__ __forceinline__ Bf16x8 bf16x8_from_floats(const float f[8]) {
     }
     return x;
 }
+
+// The norms' forward: a warp's row `row` of C channels into registers x[K][8] (lane l holds the groups of
+// 8 channels 8·(l + 32k), k < K, those below C; the others are left unset): x = a's row, or with b the
+// residual sum bf16(a + b), stored to r's row and kept as rounded. Every load is issued before the first
+// is used; group by group, each group's loads waited behind the previous group's store (which may alias
+// them): K round trips to memory a row instead of one.
+template <int K>
+__device__ __forceinline__ void row_load_residual(float x[K][8], bf16* r, const bf16* a, const bf16* b, size_t row,
+                                                  int C, int lane) {
+    int groups = C / 8;
+    Bf16x8 pa[K], pb[K];
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        int gi = lane + 32 * k;
+        pa[k] = pb[k] = zero128();
+        if (gi >= groups) continue;
+        pa[k] = load128(a + row * C + 8 * gi);
+        if (b) pb[k] = load128(b + row * C + 8 * gi);
+    }
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        int gi = lane + 32 * k;
+        if (gi >= groups) continue;
+        for (int e = 0; e < 8; e++) x[k][e] = bf16x8_get(pa[k], e);
+        if (b) {  // the residual sum, rounded to bf16 as it is stored
+            for (int e = 0; e < 8; e++) x[k][e] += bf16x8_get(pb[k], e);
+            Bf16x8 pr = bf16x8_from_floats(x[k]);
+            store128(r + row * C + 8 * gi, pr);
+            for (int e = 0; e < 8; e++) x[k][e] = bf16x8_get(pr, e);
+        }
+    }
+}

@@ -29,8 +29,8 @@
 // --- kernels ---------------------------------------------------------------------------------
 
 // One warp per row, the row in registers (lane l holds K groups of 8 channels, 8·(l + 32k) ..., read
-// as 16-byte vectors). With resid_b != NULL the row is first r = bf16(a + b), stored to resid_out and
-// normalized as rounded. Statistics: the mean, then the variance as Σ (x - mean)² (no cancellation).
+// as 16-byte vectors, all at once: row_load_residual). With resid_b != NULL the row is first
+// r = bf16(a + b), stored to resid_out and normalized as rounded. Statistics: the mean, then the variance as Σ (x - mean)² (no cancellation).
 template <int K>
 __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
 layernorm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* resid_out, const bf16* a, const bf16* resid_b,
@@ -38,22 +38,12 @@ layernorm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* resid_out, c
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32, groups = C / 8;
     if (row >= N) return;
     float x[K][8];
+    row_load_residual<K>(x, resid_out, a, resid_b, (size_t)row, C, lane);
     float s = 0.0f;
     #pragma unroll
-    for (int k = 0; k < K; k++) {
-        int gi = lane + 32 * k;
-        if (gi >= groups) continue;
-        Bf16x8 pa = load128(a + (size_t)row * C + 8 * gi);
-        for (int e = 0; e < 8; e++) x[k][e] = bf16x8_get(pa, e);
-        if (resid_b) {  // the residual sum, rounded to bf16 as it is stored
-            Bf16x8 pb = load128(resid_b + (size_t)row * C + 8 * gi);
-            for (int e = 0; e < 8; e++) x[k][e] += bf16x8_get(pb, e);
-            Bf16x8 pr = bf16x8_from_floats(x[k]);
-            store128(resid_out + (size_t)row * C + 8 * gi, pr);
-            for (int e = 0; e < 8; e++) x[k][e] = bf16x8_get(pr, e);
-        }
-        for (int e = 0; e < 8; e++) s += x[k][e];
-    }
+    for (int k = 0; k < K; k++)
+        if (lane + 32 * k < groups)
+            for (int e = 0; e < 8; e++) s += x[k][e];
     float m = warp_reduce_sum(s) / C;
     float v = 0.0f;
     #pragma unroll
