@@ -22,8 +22,9 @@
 // --- kernels ---------------------------------------------------------------------------------
 
 // A thread's elements in groups of ADAMW_GROUP (zero_for_each_group): a group's five loads each are issued
-// before its arithmetic and stores. One element at a time the pass ran at ~80% of the H200's bandwidth
-// at d48 (12.2 ms for 30 bytes a parameter).
+// before its arithmetic and stores, instead of one element's at a time. One at a time, the pass took
+// 12.2 ms at d48 for 30 bytes a parameter: 3.8 TB/s, near what a device-to-device copy reaches on the
+// H200 (3.7-4.0 TB/s, doc/results.md), so the grouping can gain only a few percent there.
 #define ADAMW_GROUP 4
 
 __global__ void adamw_kernel(bf16* param, int16_t* lo, float* m, float* v, const float* grad, const ZeroPart* parts,
