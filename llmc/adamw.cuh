@@ -36,7 +36,7 @@ __global__ void adamw_kernel(bf16* param, int16_t* lo, float* m, float* v, const
         float gs[ADAMW_GROUP], ms[ADAMW_GROUP], vs[ADAMW_GROUP];
         uint16_t his[ADAMW_GROUP];
         int16_t los[ADAMW_GROUP];
-#pragma unroll
+        #pragma unroll
         for (int g = 0; g < ADAMW_GROUP; g++) {
             if (g >= count) break;
             size_t jg = j + (size_t)g * ZERO_THREADS, sg = s + (size_t)g * ZERO_THREADS;
@@ -47,7 +47,7 @@ __global__ void adamw_kernel(bf16* param, int16_t* lo, float* m, float* v, const
             los[g] = lo[sg];
         }
         float decay = p.decay ? wd : 0.0f;
-#pragma unroll
+        #pragma unroll
         for (int g = 0; g < ADAMW_GROUP; g++) {
             if (g >= count) break;
             size_t jg = j + (size_t)g * ZERO_THREADS, sg = s + (size_t)g * ZERO_THREADS;

@@ -41,9 +41,9 @@ __global__ void global_norm_parts_kernel(float* partial, const float* grad, cons
     // a thread's elements 4 at a time: their loads in flight together, the squares added in the same order
     zero_for_each_group<4>(parts, n, [&](size_t j, size_t, const ZeroPart&, int count) {
         float x[4];
-#pragma unroll
+        #pragma unroll
         for (int g = 0; g < 4; g++) x[g] = g < count ? grad[j + (size_t)g * ZERO_THREADS] : 0.0f;
-#pragma unroll
+        #pragma unroll
         for (int g = 0; g < 4; g++)
             if (g < count) acc += x[g] * x[g];
     });

@@ -30,7 +30,8 @@
 
 // One warp per row, the row in registers (lane l holds K groups of 8 channels, 8·(l + 32k) ..., read
 // as 16-byte vectors, all at once: row_load_residual). With resid_b != NULL the row is first
-// r = bf16(a + b), stored to resid_out and normalized as rounded. Statistics: the mean, then the variance as Σ (x - mean)² (no cancellation).
+// r = bf16(a + b), stored to resid_out and normalized as rounded. Statistics: the mean, then the
+// variance as Σ (x - mean)² (no cancellation).
 template <int K>
 __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK)
 layernorm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* resid_out, const bf16* a, const bf16* resid_b,

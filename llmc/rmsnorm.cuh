@@ -29,7 +29,8 @@
 
 // One warp per row, the row in registers (lane l holds K groups of 8 channels, 8·(l + 32k) ..., read
 // as 16-byte vectors, all at once: row_load_residual). With resid_b != NULL the row is first
-// r = bf16(a + b), stored to resid_out and normalized as rounded. The sum of squares runs in fp32: ≤ 8K terms per lane, then the warp's tree.
+// r = bf16(a + b), stored to resid_out and normalized as rounded. The sum of squares runs in fp32: ≤ 8K
+// terms per lane, then the warp's tree.
 template <int K>
 __global__ void __launch_bounds__(32 * RMS_ROWS_PER_BLOCK)
 rmsnorm_forward_kernel(bf16* out, float* rstd, bf16* resid_out, const bf16* a, const bf16* resid_b, const bf16* w,
