@@ -129,23 +129,12 @@ __device__ __forceinline__ int zero_part_of_block(const ZeroPart* parts, int n, 
     return lo;
 }
 
-// The shard kernels' walk: f(j, s, p) for each element this thread takes of its block's part p, j its
-// index in the flat arrays, s in the shard (ZERO_PER_THREAD of them, ZERO_THREADS apart)
-template <typename F>
-__device__ __forceinline__ void zero_for_each_elem(const ZeroPart* parts, int n, F f) {
-    const ZeroPart p = parts[zero_part_of_block(parts, n, blockIdx.x)];
-    size_t base = (size_t)(blockIdx.x - p.first_block) * ZERO_BLOCK_ELEMS;
-    for (int k = 0; k < ZERO_PER_THREAD; k++) {
-        size_t i = base + (size_t)k * ZERO_THREADS + threadIdx.x;
-        if (i >= p.n) break;
-        f(p.param + i, p.shard + i, p);
-    }
-}
-
-// The same walk in groups of G consecutive elements of the thread (G divides ZERO_PER_THREAD): f(j, s, p,
-// count) once a group, for elements j + g·ZERO_THREADS (in the shard s + g·ZERO_THREADS), g < count <= G.
-// For kernels that issue a group's loads before its arithmetic and stores, so that G elements' loads are
-// in flight at once: element by element, a thread's next loads wait behind its stores (they may alias).
+// The shard kernels' walk, in groups of G consecutive elements of the thread (G divides ZERO_PER_THREAD):
+// the thread takes ZERO_PER_THREAD elements of its block's part p, ZERO_THREADS apart, and f(j, s, p,
+// count) runs once a group, for elements j + g·ZERO_THREADS of the flat arrays (s + g·ZERO_THREADS in
+// the shard), g < count <= G. G > 1 is for kernels that issue a group's loads before its arithmetic and
+// stores, so that G elements' loads are in flight at once: element by element, a thread's next loads
+// wait behind its stores (they may alias).
 template <int G, typename F>
 __device__ __forceinline__ void zero_for_each_group(const ZeroPart* parts, int n, F f) {
     static_assert(ZERO_PER_THREAD % G == 0, "a group size that divides ZERO_PER_THREAD");
@@ -157,6 +146,12 @@ __device__ __forceinline__ void zero_for_each_group(const ZeroPart* parts, int n
         size_t left = (p.n - i + ZERO_THREADS - 1) / ZERO_THREADS;
         f(p.param + i, p.shard + i, p, left < (size_t)G ? (int)left : G);
     }
+}
+
+// The walk element by element: f(j, s, p) for each element this thread takes
+template <typename F>
+__device__ __forceinline__ void zero_for_each_elem(const ZeroPart* parts, int n, F f) {
+    zero_for_each_group<1>(parts, n, [&](size_t j, size_t s, const ZeroPart& p, int) { f(j, s, p); });
 }
 
 // shard[part s] <-> full[rank's part of slice s], one direction or the other
