@@ -55,28 +55,28 @@ static inline void attention_forward(bf16* out, float* lse, bf16* qkv, const flo
 // out, qkv (as the forward left it), rope and lse; D_scratch (B, NH, T) fp32. With rope, dq and dk are
 // with respect to the unrotated q and k (what the QKV GEMM wrote). Unless dbias is NULL, dbias
 // (C + 2·NKV·C/NH,) fp32 += the column sums of dqkv as written (the QKV layer's bias gradient), through
-// scratch (attention_bias_scratch floats): in the Hopper kernels' epilogues, else by the bias kernel.
+// scratch (attention_bias_scratch floats): in the Hopper kernels' epilogues (without rope), else by the bias kernel.
 static inline void attention_backward(bf16* dqkv, float* D_scratch, const bf16* dout, const bf16* out,
                                       const bf16* qkv, const float* rope, const float* lse, float* dbias,
                                       float* scratch, int B, int T, int C, int NH, int NKV, const GpuContext* ctx) {
     int W = C + 2 * NKV * (C / NH);
     if (dbias && !scratch)
         check_fail("attention_backward: dbias given without scratch", "pass attention_bias_scratch(B, T, W) floats");
+    int summed = 0;  // dbias added to by the Hopper kernels' epilogues
     if (attention_uses_flash(C, NH) && flash_sm90_available()) {
-        flash_sm90_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, dbias ? scratch : NULL, B, T, C, NH, NKV,
+        summed = dbias && !rope;  // not in a rotated layer: those kernels have no sums (no model here has both)
+        flash_sm90_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, summed ? scratch : NULL, B, T, C, NH, NKV,
                             ctx->stream);
-        if (dbias) {
+        if (summed) {
             ColumnSumsOut to = {{dbias, NULL, NULL}};
             column_sums_finish(to, scratch, B * ceil_div(T, FA90_BQ), W, 1, ctx->stream);
         }
+    } else if (attention_uses_flash(C, NH)) {
+        flash_attention_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, B, T, C, NH, NKV, ctx->stream);
     } else {
-        if (attention_uses_flash(C, NH)) {
-            flash_attention_backward(dqkv, D_scratch, dout, out, qkv, rope, lse, B, T, C, NH, NKV, ctx->stream);
-        } else {
-            attention_simple_backward(dqkv, D_scratch, dout, qkv, lse, B, T, C, NH, NKV, ctx->stream);
-            if (rope) rope_backward(dqkv, rope, B, T, NH, NKV, C / NH, ctx);
-        }
-        if (dbias) column_sums_bf16(dbias, dqkv, B * T, W, scratch, ctx->stream);
+        attention_simple_backward(dqkv, D_scratch, dout, qkv, lse, B, T, C, NH, NKV, ctx->stream);
+        if (rope) rope_backward(dqkv, rope, B, T, NH, NKV, C / NH, ctx);
     }
+    if (dbias && !summed) column_sums_bf16(dbias, dqkv, B * T, W, scratch, ctx->stream);
     profile_mark(ctx->prof, "attention backward", ctx->stream);
 }

@@ -21,10 +21,11 @@
 //            variant 3's order: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q (dO, Q read MN-major);
 //            a tile's Pᵀ and dSᵀ are computed while the tensor cores run the previous tile's dV and dK
 //   D = rowsum(dO ∘ O) by llmc/flash_attention_backward.cuh's dot kernel.
-//   With bias_partial (GPT-2's qkv bias gradient), each backward block also sums the columns of the
-//   rows it writes, as rounded to bf16, and writes them to its partial row of (B · ceil(T/128), W) fp32
-//   (W the width of qkv: row b · ceil(T/128) + tile, the block's head's columns); llmc/attention.cuh
-//   adds the partial rows up (llmc/column_sums.cuh). The bias kernel's read of dqkv is saved.
+//   With bias_partial (GPT-2's qkv bias gradient; not with RoPE), each backward block also sums the
+//   columns of the rows it writes, as rounded to bf16, and writes them to its partial row of
+//   (B · ceil(T/128), W) fp32 (W the width of qkv: row b · ceil(T/128) + tile, the block's head's
+//   columns); llmc/attention.cuh adds the partial rows up (llmc/column_sums.cuh). The bias kernel's read
+//   of dqkv is saved. Kernels without the sums are built without their code (the BIAS parameter).
 // RoPE: the layer rotates q and k by a pass before the forward (llmc/rope.cuh; the forward here does not
 // rotate its query tile as the mma.sync one does), and the backward kernels rotate dq and dk back in
 // registers before writing them, as the mma.sync ones do.
@@ -405,8 +406,9 @@ __device__ __forceinline__ void fa90_colsum_rows(float* red, float* out, const f
     }
 }
 
-// tq: qkv in 128-row boxes, tk: qkv in 64-row boxes, to: dout in 128-row boxes.
-template <int HS, bool ROPE>
+// tq: qkv in 128-row boxes, tk: qkv in 64-row boxes, to: dout in 128-row boxes. BIAS: the column sums
+// into bias_partial (a template parameter, so that kernels without them are built as before they came)
+template <int HS, bool ROPE, bool BIAS>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
 fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                const __grid_constant__ CUtensorMap to, bf16* dqkv, const float* lse, const float* Drow,
@@ -505,7 +507,7 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     fa_store_rows<HS>(dqkv + (size_t)row0 * ld + h * HS, ld, (const float(*)[4])dq, rsqrtf((float)HS),
                       q0 + c * 64 + warp * 16, T, lane);
-    if (bias_partial)
+    if constexpr (BIAS)
         fa90_colsum_rows<HS>(red, bias_partial + (size_t)(b * gridDim.y + q0 / FA90_BQ) * ld + h * HS,
                              (const float(*)[4])dq, rsqrtf((float)HS), q0 + c * 64 + warp * 16, T, lane, c * 4 + warp,
                              c * 128 + t);
@@ -522,8 +524,8 @@ template <int HS> struct Fa90DkdvCfg {
         1024 + 2 * KT + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES) + FA90_COLSUM_BYTES(HS, 2);
 };
 
-// tk: qkv in 128-row boxes, tq: qkv in BQ-row boxes, to: dout in BQ-row boxes.
-template <int HS, bool ROPE>
+// tk: qkv in 128-row boxes, tq: qkv in BQ-row boxes, to: dout in BQ-row boxes; BIAS as the dq kernel's.
+template <int HS, bool ROPE, bool BIAS>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
 fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__ CUtensorMap tq,
                  const __grid_constant__ CUtensorMap to, bf16* dqkv, const float* lse, const float* Drow,
@@ -627,13 +629,19 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     // step's, and computes its Pᵀ and dSᵀ while the tensor cores run the second (the same sums in the
     // same order).
     mbar_wait(kbar, 0);
-    fa90_overlap_loop(stages, Cfg::STAGE, full, empty, nsteps, issue_s, issue_dkdv, compute, pack);
+    if constexpr (HS == 64) {
+        fa90_overlap_loop(stages, Cfg::STAGE, full, empty, nsteps, issue_s, issue_dkdv, compute, pack);
+    } else {  // the steps by reference: from this ptxas builds an hs = 128 kernel 17-23% faster than from
+              // copies, where at hs = 64 copies are 2-3% faster (doc/results.md, Attention)
+        fa90_overlap_loop<decltype(issue_s)&, decltype(issue_dkdv)&, decltype(compute)&, decltype(pack)&>(
+            stages, Cfg::STAGE, full, empty, nsteps, issue_s, issue_dkdv, compute, pack);
+    }
     if (ROPE) fa_rope_acc_back<HS>((float(*)[4])dk, rope, k0 + c * 64 + warp * 16, T, lane);
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     bf16* dst = dqkv + (size_t)row0 * ld + (NH + j) * HS;  // dqkv has qkv's layout: dk, then NKV heads on, dv
     fa_store_rows<HS>(dst, ld, (const float(*)[4])dk, rsqrtf((float)HS), k0 + c * 64 + warp * 16, T, lane);
     fa_store_rows<HS>(dst + NKV * HS, ld, (const float(*)[4])dv, 1.0f, k0 + c * 64 + warp * 16, T, lane);
-    if (bias_partial) {
+    if constexpr (BIAS) {
         float* part = bias_partial + (size_t)(b * gridDim.y + blockIdx.y) * ld + (NH + j) * HS;
         fa90_colsum_rows<HS>(red, part, (const float(*)[4])dk, rsqrtf((float)HS), k0 + c * 64 + warp * 16, T, lane,
                              c * 4 + warp, c * 128 + t);
@@ -643,7 +651,7 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
 #endif
 }
 
-template <int HS, bool ROPE>
+template <int HS, bool ROPE, bool BIAS>
 static void fa90_backward_launch(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                                  const float* rope, const float* lse, float* bias_partial, int B, int T, int NH, int NKV,
                                  cudaStream_t st) {
@@ -656,8 +664,8 @@ static void fa90_backward_launch(bf16* dqkv, float* D, const bf16* dout, const b
     CUtensorMap qbq = tma_map_bf16(qkv, B * T, W, W, BQ);
     CUtensorMap o128 = tma_map_bf16(dout, B * T, C, C, 128), obq = tma_map_bf16(dout, B * T, C, C, BQ);
     size_t s1 = Fa90DkdvCfg<HS>::smem, s2 = Fa90DqCfg<HS>::smem;
-    auto dkdv = fa90_dkdv_kernel<HS, ROPE>;
-    auto dq = fa90_dq_kernel<HS, ROPE>;
+    auto dkdv = fa90_dkdv_kernel<HS, ROPE, BIAS>;
+    auto dq = fa90_dq_kernel<HS, ROPE, BIAS>;
     cuda_check(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
     cuda_check(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
     dkdv<<<dim3(B * NKV, ceil_div(T, FA90_BKV)), FA90_THREADS, s1, st>>>(q128, qbq, obq, dqkv, lse, D, rope,
@@ -695,20 +703,30 @@ static inline void flash_sm90_forward(bf16* out, float* lse, const bf16* qkv, in
     else fa90_forward_launch<128>(map, out, lse, B, T, NH, NKV, st);
 }
 
+// The kernels of one head size: rotating (no bias sums), summing the bias, or neither.
+template <int HS>
+static void fa90_backward_pick(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
+                               const float* rope, const float* lse, float* bias_partial, int B, int T, int NH, int NKV,
+                               cudaStream_t st) {
+    if (rope) fa90_backward_launch<HS, true, false>(dqkv, D, dout, out, qkv, rope, lse, NULL, B, T, NH, NKV, st);
+    else if (bias_partial)
+        fa90_backward_launch<HS, false, true>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
+    else fa90_backward_launch<HS, false, false>(dqkv, D, dout, out, qkv, rope, lse, NULL, B, T, NH, NKV, st);
+}
+
 // dqkv assigned, as flash_attention_backward: qkv as the forward left it, rope the table or NULL (dq and
 // dk then rotated back), D_scratch (B, NH, T) fp32; needs flash_sm90_available(). bias_partial: NULL, or
 // (B · ceil(T/128), (NH + 2·NKV)·hs) fp32, every element written: the column sums of each block's rows
-// of dqkv as written (see the header).
+// of dqkv as written (see the header); not with rope (no model here has both: llmc/attention.cuh sums a
+// rotated layer's bias with the bias kernel).
 static inline void flash_sm90_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
                                        const float* rope, const float* lse, float* bias_partial, int B, int T, int C,
                                        int NH, int NKV, cudaStream_t st) {
     int hs = flash_attention_head_size(T, C, NH, NKV);
     flash_check_rope(rope);
-    if (hs == 64) {
-        if (rope) fa90_backward_launch<64, true>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
-        else fa90_backward_launch<64, false>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
-    } else {
-        if (rope) fa90_backward_launch<128, true>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
-        else fa90_backward_launch<128, false>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
-    }
+    if (rope && bias_partial)
+        check_fail("flash_sm90_backward: bias_partial with rope",
+                   "pass NULL and sum the bias after the backward (column_sums_bf16), as attention_backward does");
+    if (hs == 64) fa90_backward_pick<64>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
+    else fa90_backward_pick<128>(dqkv, D, dout, out, qkv, rope, lse, bias_partial, B, T, NH, NKV, st);
 }

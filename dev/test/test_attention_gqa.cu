@@ -26,7 +26,10 @@
 //      tiny where dq is, at T = 1: added to a bias of ~0.5, their rounding in that addition would be
 //      as large as they are). The scratch starts as NaN, so a partial row never written shows. dqkv
 //      bitwise the same as without dbias; a second run into a dbias of db0 gives db0 + the first
-//      run's sums in fp32, bitwise (+=, the sums added once, repeatable).
+//      run's sums in fp32, bitwise (+=, the sums added once, repeatable). Also with RoPE (θ = 5e5) at
+//      hs 64 and 128: a rotated layer's sums come from the bias kernel on every GPU (the Hopper kernels
+//      that rotate have no sums), against the same fp64 sums of dqkv as written; the k columns' sums are
+//      not zero there (the rotation tells keys apart), and their bound is the same.
 // A failed check prints the case and the error; the last line is `test_attention_gqa: N passed, M failed`.
 #include <vector>
 #include "../../llmc/attention.cuh"
@@ -117,7 +120,7 @@ static void check_repeated_kv(Case c, uint64_t seed, cudaStream_t st) {
 }
 
 // Check 4: the column sums of dqkv that attention_backward adds into dbias.
-static void check_qkv_bias(Case c, uint64_t seed, const GpuContext* ctx) {
+static void check_qkv_bias(Case c, int with_rope, uint64_t seed, const GpuContext* ctx) {
     int B = c.B, T = c.T, NH = c.NH, NKV = c.NKV, hs = c.hs, C = NH * hs, W = (NH + 2 * NKV) * hs;
     size_t rows = (size_t)B * T, nqkv = rows * W, nrow = (size_t)B * NH * T;
     bf16* h_qkv = (bf16*)malloc_check(nqkv * sizeof(bf16));
@@ -126,7 +129,11 @@ static void check_qkv_bias(Case c, uint64_t seed, const GpuContext* ctx) {
     std::vector<float> zeros(W, 0.0f), db0(W);
     for (int i = 0; i < W; i++) db0[i] = 0.25f * (i % 7) - 0.75f;
     bf16 *qkv, *dout, *out, *dqkv[2];
-    float *lse, *D, *db[2], *scratch;
+    float *lse, *D, *db[2], *scratch, *rope = NULL;
+    if (with_rope) {
+        cuda_check(cudaMalloc(&rope, (size_t)T * hs * sizeof(float)));
+        rope_table_fill(rope, T, hs, 5e5, ctx);
+    }
     cuda_check(cudaMalloc(&qkv, nqkv * sizeof(bf16)));
     cuda_check(cudaMalloc(&dout, rows * C * sizeof(bf16)));
     cuda_check(cudaMalloc(&out, rows * C * sizeof(bf16)));
@@ -141,14 +148,14 @@ static void check_qkv_bias(Case c, uint64_t seed, const GpuContext* ctx) {
     cuda_check(cudaMemset(scratch, 0xff, attention_bias_scratch(B, T, W) * sizeof(float)));  // NaN
     cuda_check(cudaMemcpy(qkv, h_qkv, nqkv * sizeof(bf16), cudaMemcpyHostToDevice));
     cuda_check(cudaMemcpy(dout, h_dout, rows * C * sizeof(bf16), cudaMemcpyHostToDevice));
-    attention_forward(out, lse, qkv, NULL, B, T, C, NH, NKV, ctx);
-    attention_backward(dqkv[1], D, dout, out, qkv, NULL, lse, NULL, NULL, B, T, C, NH, NKV, ctx);  // no sums
-    attention_backward(dqkv[0], D, dout, out, qkv, NULL, lse, db[0], scratch, B, T, C, NH, NKV, ctx);
+    attention_forward(out, lse, qkv, rope, B, T, C, NH, NKV, ctx);
+    attention_backward(dqkv[1], D, dout, out, qkv, rope, lse, NULL, NULL, B, T, C, NH, NKV, ctx);  // no sums
+    attention_backward(dqkv[0], D, dout, out, qkv, rope, lse, db[0], scratch, B, T, C, NH, NKV, ctx);
     cuda_check(cudaStreamSynchronize(ctx->stream));
     std::vector<bf16> got(nqkv), plain(nqkv);
     cuda_check(cudaMemcpy(got.data(), dqkv[0], nqkv * sizeof(bf16), cudaMemcpyDeviceToHost));
     cuda_check(cudaMemcpy(plain.data(), dqkv[1], nqkv * sizeof(bf16), cudaMemcpyDeviceToHost));
-    attention_backward(dqkv[1], D, dout, out, qkv, NULL, lse, db[1], scratch, B, T, C, NH, NKV, ctx);  // again
+    attention_backward(dqkv[1], D, dout, out, qkv, rope, lse, db[1], scratch, B, T, C, NH, NKV, ctx);  // again
     cuda_check(cudaStreamSynchronize(ctx->stream));
     std::vector<float> s0(W), s1(W);
     cuda_check(cudaMemcpy(s0.data(), db[0], W * sizeof(float), cudaMemcpyDeviceToHost));
@@ -176,8 +183,8 @@ static void check_qkv_bias(Case c, uint64_t seed, const GpuContext* ctx) {
         float want = db0[i] + s0[i];
         if (memcmp(&want, &s1[i], sizeof(float)) != 0) repeat = 0;
     }
-    printf("qkv bias B=%d T=%3d NH=%d NKV=%d hs=%3d: sums rel L2 q %.1e, v %.1e; k within %.1e of Σ|dk|; dqkv %s "
-           "without the sums; added again %s\n", B, T, NH, NKV, hs, eq.rel_l2, ev.rel_l2, k_worst,
+    printf("qkv bias%s B=%d T=%3d NH=%d NKV=%d hs=%3d: sums rel L2 q %.1e, v %.1e; k within %.1e of Σ|dk|; dqkv %s "
+           "without the sums; added again %s\n", with_rope ? " rope" : "", B, T, NH, NKV, hs, eq.rel_l2, ev.rel_l2, k_worst,
            same_dqkv ? "bitwise as" : "DIFFERENT from", repeat ? "bitwise" : "DIFFERS");
     EXPECT(att_err_ok(eq, 1e-4) && att_err_ok(ev, 1e-4), "B=%d T=%d NH=%d NKV=%d hs=%d: the qkv bias sums rel L2 q "
            "%.2e, v %.2e (tol 1e-4), %zu non-finite", B, T, NH, NKV, hs, eq.rel_l2, ev.rel_l2, eq.nonfinite + ev.nonfinite);
@@ -189,7 +196,7 @@ static void check_qkv_bias(Case c, uint64_t seed, const GpuContext* ctx) {
            "bitwise", B, T, NH, NKV, hs);
     bf16* bb[] = {qkv, dout, out, dqkv[0], dqkv[1]};
     for (bf16* p : bb) cuda_check(cudaFree(p));
-    float* ff[] = {lse, D, db[0], db[1], scratch};
+    float* ff[] = {lse, D, db[0], db[1], scratch, rope};
     for (float* p : ff) cuda_check(cudaFree(p));
     free(h_qkv); free(h_dout);
 }
@@ -220,7 +227,10 @@ int main(void) {
             }
     for (int hs : {64, 128, 32})
         for (Case c : {Case{2, 200, 4, 4, hs}, Case{3, 1024, 2, 2, hs}, Case{1, 65, 8, 2, hs}, Case{2, 1, 4, 1, hs}})
-            check_qkv_bias(c, seed += 2, &ctx);
+            check_qkv_bias(c, 0, seed += 2, &ctx);
+    for (int hs : {64, 128})
+        for (Case c : {Case{2, 200, 4, 4, hs}, Case{1, 65, 8, 2, hs}})
+            check_qkv_bias(c, 1, seed += 2, &ctx);
     gpu_context_free(&ctx);
     return test_summary("test_attention_gqa");
 }
