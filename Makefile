@@ -18,6 +18,7 @@
 #                    and stops (data/install_deps.sh); the trainer and export_hf wait only for libcjson-dev
 #                    and zlib1g-dev (safetensors' JSON, the checkpoints' crc32)
 #   make dev         build every kernel playground in dev/cuda/, and dev/interop/'s dump tools, into build/dev/
+#                    (`make build/dev/NAME.ptx`: a playground's PTX, for dev/cuda/ptx_same.py)
 #   make clean       remove build outputs (keeps fetched data; `make clean-data` removes that)
 # `make -j N` is safe at any N: each fetch and each package install have one target that owns them.
 
@@ -198,6 +199,10 @@ test_gpt: test_gpt.cu $(LLMC) $(DEV_HEADERS) | deps-trainer
 dev: $(DEV_KERNELS) $(INTEROP)
 build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
+# a playground's PTX (`make build/dev/attention.ptx`), for dev/cuda/ptx_same.py: a kernel's refactor
+# compared with the kernel before it, on a machine without a GPU (dev/cuda/README.md)
+build/dev/%.ptx: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev
+	$(NVCC) $(NVFLAGS) $(NVARCH) -ptx -o $@ $<
 # the check against transformers (dev/interop/hf_check.py) runs these for train_gpt's side: GPT-2, and
 # the Llama-style model
 build/dev/gpt_dump build/dev/llama_dump: build/dev/%: dev/interop/%.cu dev/interop/dump.h $(LLMC) | build/dev deps-trainer
