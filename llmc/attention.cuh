@@ -55,7 +55,8 @@ static inline void attention_forward(bf16* out, float* lse, bf16* qkv, const flo
 // out, qkv (as the forward left it), rope and lse; D_scratch (B, NH, T) fp32. With rope, dq and dk are
 // with respect to the unrotated q and k (what the QKV GEMM wrote). Unless dbias is NULL, dbias
 // (C + 2·NKV·C/NH,) fp32 += the column sums of dqkv as written (the QKV layer's bias gradient), through
-// scratch (attention_bias_scratch floats): in the Hopper kernels' epilogues (without rope), else by the bias kernel.
+// scratch (attention_bias_scratch floats): in the Hopper kernels' epilogues (without rope), else by the
+// bias kernel.
 static inline void attention_backward(bf16* dqkv, float* D_scratch, const bf16* dout, const bf16* out,
                                       const bf16* qkv, const float* rope, const float* lse, float* dbias,
                                       float* scratch, int B, int T, int C, int NH, int NKV, const GpuContext* ctx) {
