@@ -7,7 +7,8 @@ canonical form: debug lines (.loc, .file) and parameter declarations dropped, th
 its parameters' names made one, registers (%r12, %rd3, %f7, %p2, ...) and branch labels renamed in order
 of first appearance. Two kernels are SAME when what is left is equal: the same instructions in the same
 order on the same operands. ptxas then builds the same machine code from them (parameter offsets aside,
-see --extra-param).
+see --extra-param), as long as what the kernels call and read outside their own text is the same too:
+device functions left as calls (.func, not compared) and module-level data (.global, .const).
 
 usage: ptx_same.py A.ptx B.ptx [--pair A_PART=B_PART ...] [--extra-param N] [--show N]
   Without --pair: every kernel present in both files, by its full (mangled) name. With --pair, the one kernel of A whose name contains A_PART against the one
@@ -25,6 +26,8 @@ import re
 import sys
 
 ENTRY = re.compile(r'^(?:\.visible |\.weak )?\.entry (\S+)\(', re.M)
+# where any function's text begins (kernels and device functions, defined or declared)
+FUNCTION = re.compile(r'^(?:\.visible |\.weak |\.extern )?\.(?:entry|func)\b', re.M)
 
 
 def kernels(path):
@@ -34,12 +37,14 @@ def kernels(path):
     except OSError as e:
         sys.exit(usage_error("cannot read %s: %s" % (path, e.strerror)))
     found = {}
-    starts = [(m.start(), m.group(1)) for m in ENTRY.finditer(text)]
-    for k, (start, name) in enumerate(starts):
-        stop = starts[k + 1][0] if k + 1 < len(starts) else len(text)
-        body = text[start:stop]
-        end = body.find('\n}\n')  # the kernel's closing brace, at the start of a line
-        found[name] = body[:end + 3] if end >= 0 else body
+    starts = [m.start() for m in FUNCTION.finditer(text)] + [len(text)]
+    for m in ENTRY.finditer(text):
+        stop = min(s for s in starts if s > m.start())
+        body = text[m.start():stop]
+        # the kernel ends at the last brace that opens a line before the next function: inline asm
+        # blocks inside it ({ .reg .pred p; ... }) have such braces too
+        end = body.rfind('\n}\n')
+        found[m.group(1)] = body[:end + 3] if end >= 0 else body
     if not found:
         sys.exit(usage_error("%s holds no kernel (.entry): is it PTX from nvcc -ptx?" % path))
     return found

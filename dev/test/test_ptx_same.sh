@@ -2,7 +2,8 @@
 # test_ptx_same.sh: dev/cuda/ptx_same.py, on the PTX nvcc writes for small kernels (no GPU needed):
 #   - the same kernel written with other local names and a helper function: SAME, exit 0;
 #   - the PTX with every register's number moved by 1000 and every label's by 7: SAME;
-#   - a constant changed (2 -> 3): DIFF, exit 1, and --show prints the changed instruction;
+#   - a constant changed (2 -> 3): DIFF, exit 1, and --show prints the changed instruction; also where
+#     the change comes after an inline asm block (whose closing brace opens a line, as the kernel's does);
 #   - an unused parameter added at index 1: DIFF without --extra-param, SAME with --extra-param 1;
 #     a kernel that reads the added parameter stays DIFF with it;
 #   - --pair across renamed kernels; a part matching no kernel, a file without kernels, a missing
@@ -57,6 +58,19 @@ ptx f '__global__ void axpb_renamed(float* y, const float* x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = 2.0f * x[i] + 1.0f;
 }'
+
+asm_kernel() {  # a kernel with an inline asm block (a predicate in braces), then arithmetic scaled by $1
+    printf '__global__ void scaled(float* y, unsigned r) {\n    unsigned p;\n'
+    printf '    asm volatile("{\\n.reg .pred q;\\nsetp.ne.u32 q, %%1, 0;\\nselp.u32 %%0, 1, 0, q;\\n}\\n" : "=r"(p) : "r"(r));\n'
+    printf '    y[threadIdx.x] = %s * (float)p + (float)r;\n}\n' "$1"
+}
+ptx g "$(asm_kernel 2.0f)"
+ptx h "$(asm_kernel 3.0f)"
+expect "the asm block's closing brace opens a line of the PTX" grep -q '^}$' "$tmp/g.ptx"
+run "$tmp/g.ptx" "$tmp/h.ptx"
+expect "a constant changed after an inline asm block: DIFF (rc $rc: $out)" [ "$rc" = 1 ]
+run "$tmp/g.ptx" "$tmp/g.ptx"
+expect "a kernel with an inline asm block against itself: SAME (rc $rc: $out)" [ "$rc" = 0 ]
 
 run "$tmp/a.ptx" "$tmp/b.ptx"
 expect "other local names and a helper: SAME, exit 0 (rc $rc: $out)" [ "$rc" = 0 ]
