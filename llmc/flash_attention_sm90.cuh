@@ -407,7 +407,8 @@ __device__ __forceinline__ void fa90_colsum_rows(float* red, float* out, const f
 }
 
 // tq: qkv in 128-row boxes, tk: qkv in 64-row boxes, to: dout in 128-row boxes. BIAS: the column sums
-// into bias_partial (a template parameter, so that kernels without them are built as before they came)
+// into bias_partial (a template parameter, so that kernels without them are built as before they came;
+// with it, the test of bias_partial stays, so that those kernels are built as when they were measured)
 template <int HS, bool ROPE, bool BIAS>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
 fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
@@ -507,7 +508,7 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     size_t ld = (size_t)(NH + 2 * NKV) * HS;
     fa_store_rows<HS>(dqkv + (size_t)row0 * ld + h * HS, ld, (const float(*)[4])dq, rsqrtf((float)HS),
                       q0 + c * 64 + warp * 16, T, lane);
-    if constexpr (BIAS)
+    if (BIAS && bias_partial)
         fa90_colsum_rows<HS>(red, bias_partial + (size_t)(b * gridDim.y + q0 / FA90_BQ) * ld + h * HS,
                              (const float(*)[4])dq, rsqrtf((float)HS), q0 + c * 64 + warp * 16, T, lane, c * 4 + warp,
                              c * 128 + t);
@@ -641,7 +642,7 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     bf16* dst = dqkv + (size_t)row0 * ld + (NH + j) * HS;  // dqkv has qkv's layout: dk, then NKV heads on, dv
     fa_store_rows<HS>(dst, ld, (const float(*)[4])dk, rsqrtf((float)HS), k0 + c * 64 + warp * 16, T, lane);
     fa_store_rows<HS>(dst + NKV * HS, ld, (const float(*)[4])dv, 1.0f, k0 + c * 64 + warp * 16, T, lane);
-    if constexpr (BIAS) {
+    if (BIAS && bias_partial) {
         float* part = bias_partial + (size_t)(b * gridDim.y + blockIdx.y) * ld + (NH + j) * HS;
         fa90_colsum_rows<HS>(red, part, (const float(*)[4])dk, rsqrtf((float)HS), k0 + c * 64 + warp * 16, T, lane,
                              c * 4 + warp, c * 128 + t);
