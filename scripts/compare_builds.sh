@@ -3,7 +3,9 @@
 # comparisons are: the same flags for each, ROUNDS rounds of one run of each build in the order given,
 # so that a drift of the GPU's clocks or temperature falls on all of them. A measurement, not a test:
 # it prints markdown to paste into doc/results.md (the GPU, the date, a row per build and the exact
-# commands). Logs stay in out/compare_builds/ (COMPARE_DIR=... for another folder).
+# commands). Logs stay in out/compare_builds/ (COMPARE_DIR=... for another folder). BINARY and
+# COMPARE_DIR are taken from the directory it is called in; the runs run in the repo's root, so paths in
+# the trainer's flags are from there. The GPU named is the first that nvidia-smi lists.
 #   bash scripts/compare_builds.sh [-rounds N] [-from S] LABEL=BINARY... [-- TRAINER FLAGS]
 #     LABEL=BINARY  a build and its name in the table (a commit, say): 40c26ae=../old/train_gpt
 #     -rounds N     runs of each build (default 2)
@@ -18,7 +20,6 @@
 # ms a step over those steps, one a run; the memory in use after step 1 (the trainer's line). A run
 # that fails shows as failed, with the end of its output on stderr, and the script exits 1.
 set -u
-cd "$(dirname "$0")/.." || exit 2
 usage="usage: bash scripts/compare_builds.sh [-rounds N] [-from S] LABEL=BINARY... [-- TRAINER FLAGS]"
 rounds=2; from=2; labels=(); bins=()
 flags=(-depth 12 -b 64 -t 1024 -steps 6 -val_every 0 -val_batches 1 -sample_tokens 0 -keep 0)
@@ -39,21 +40,23 @@ while [ $# -gt 0 ]; do
             if [ ! -x "$bin" ] || [ -d "$bin" ]; then
                 echo "error: '$1': $bin is not an executable (build it: make train_gpt)" >&2; exit 2
             fi
-            for l in "${labels[@]}"; do
+            for l in ${labels[@]+"${labels[@]}"}; do
                 [ "$l" = "$label" ] && { echo "error: the label $label is given twice" >&2; exit 2; }
             done
-            labels+=("$label"); bins+=("$bin"); shift ;;
+            labels+=("$label"); bins+=("$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"); shift ;;
         *) echo "error: '$1': expected LABEL=BINARY, -rounds N, -from S or --" >&2; echo "$usage" >&2; exit 2 ;;
     esac
 done
 if [ ${#labels[@]} -lt 1 ]; then echo "error: no build given" >&2; echo "$usage" >&2; exit 2; fi
-for f in "${flags[@]}"; do
+for f in ${flags[@]+"${flags[@]}"}; do
     if [ "$f" = -out ]; then echo "error: the flags must not set -out: the script gives each run its own" >&2; exit 2; fi
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 if [ -z "$gpu" ]; then echo "SKIPPED compare_builds: needs a GPU, nvidia-smi finds none"; exit 0; fi
 dir=${COMPARE_DIR:-out/compare_builds}
 mkdir -p "$dir" || exit 2
+dir=$(cd "$dir" && pwd)
+cd "$(dirname "$0")/.." || exit 2  # the builds run in the repo's root, where the default data is
 
 # run I R: round R of build I; appends to the build's cells (rng, ms, mem) and sets bad on a failure
 declare -a rng ms mem
@@ -62,16 +65,18 @@ run() {
     local i=$1 r=$2 name="${labels[$1]}_r$2"
     rm -rf "${dir:?}/$name"
     local rc=0
-    "${bins[$i]}" "${flags[@]}" -out "$dir/$name" > "$dir/$name.txt" 2>&1 || rc=$?
+    "${bins[$i]}" ${flags[@]+"${flags[@]}"} -out "$dir/$name" > "$dir/$name.txt" 2>&1 || rc=$?
     local cell_rng cell_ms cell_mem
     read -r cell_rng cell_ms < <(awk -v from="$from" '
         $1 == "step" && $3 == "train_loss" && $2 >= from {
+            t = m = ""
             for (f = 4; f < NF; f++) { if ($f == "tok_s") t = $(f + 1); if ($f == "ms") m = $(f + 1) }
+            if (t == "" || m == "") next
             k++; s += m; if (k == 1 || t < lo) lo = t; if (k == 1 || t > hi) hi = t }
         END { if (k > 0) printf "%.1fk–%.1fk %.1f\n", lo / 1000, hi / 1000, s / k; else print "- -" }' \
         "$dir/$name/log.txt" 2>/dev/null || echo "- -")
-    cell_mem=$(sed -nE 's/^memory: ([0-9]+)(\.[0-9]+)? MiB of .* after the first step$/\1/p' "$dir/$name.txt" |
-               sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta')
+    cell_mem=$(sed -nE 's/^memory: ([0-9.]+) MiB of .* after the first step$/\1/p' "$dir/$name.txt" |
+               awk '{ printf "%.0f\n", $1 }' | sed -E ':a; s/([0-9])([0-9]{3})($|,)/\1,\2\3/; ta')
     if [ "$rc" != 0 ] || [ "$cell_rng" = - ]; then
         bad=1; cell_rng="failed (exit $rc)"; cell_ms=-
         echo "note: ${labels[$i]} round $r failed (exit $rc; no step from $from logged?): its output ends:" >&2
@@ -79,7 +84,8 @@ run() {
     fi
     rng[$i]+="${rng[$i]:+, }$cell_rng"
     ms[$i]+="${ms[$i]:+, }$cell_ms"
-    [ -n "$cell_mem" ] && mem[$i]+="${mem[$i]:+, }$cell_mem MiB"
+    [ -n "$cell_mem" ] && cell_mem="$cell_mem MiB" || cell_mem=-
+    mem[$i]+="${mem[$i]:+, }$cell_mem"
 }
 for ((r = 1; r <= rounds; r++)); do
     for i in "${!labels[@]}"; do run "$i" "$r"; done
@@ -91,9 +97,9 @@ echo
 echo "| build | tokens/s | ms a step | in use after step 1 |"
 echo "|---|---|---|---|"
 for i in "${!labels[@]}"; do
-    echo "| ${labels[$i]} | ${rng[$i]} | ${ms[$i]} | ${mem[$i]:--} |"
+    echo "| ${labels[$i]} | ${rng[$i]} | ${ms[$i]} | ${mem[$i]} |"
 done
 echo
 echo "Commands:"
-for i in "${!labels[@]}"; do echo "- ${labels[$i]}: \`${bins[$i]} ${flags[*]}\`"; done
+for i in "${!labels[@]}"; do echo "- ${labels[$i]}: \`${bins[$i]} ${flags[*]-}\`"; done
 exit "$bad"

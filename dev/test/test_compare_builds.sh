@@ -5,7 +5,8 @@
 # ranges, mean ms and memory come from steps -from..last of each run (numbers chosen so that any other
 # step changes them); the flags after -- reach the builds instead of the defaults, with -out added; a
 # build that fails shows as failed and the script exits 1; bad arguments (no '=', a missing binary, a
-# label twice, -out among the flags, -rounds 0) exit 2 naming what was wrong; no GPU: SKIPPED, exit 0.
+# label twice, -out among the flags, -rounds 0) exit 2 naming what was wrong; no GPU: SKIPPED, exit 0;
+# no memory line: '-' in its run's place; a relative binary and log folder are the caller's.
 # Prints `test_compare_builds: N passed, M failed`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,7 +34,7 @@ t=($2); m=($3)
 for s in 1 2 3 4; do
     echo "step \$s train_loss 5.0 norm 1.0 lr 1.0000e-03 ms \${m[\$((s - 1))]} tok_s \${t[\$((s - 1))]}" >> "\$out/log.txt"
     echo "step \$s/4 | \${t[\$((s - 1))]} tok/s"
-    [ \$s = 1 ] && echo "memory: $4.4 MiB of 143771.0 MiB in use on the GPU after the first step"
+    [ \$s = 1 ] && [ -n "$4" ] && echo "memory: $4.4 MiB of 143771.0 MiB in use on the GPU after the first step"
 done
 exit $5
 STUB
@@ -42,6 +43,7 @@ STUB
 stub alpha "900000 500000 520000 510000" "300.0 100.0 110.0 120.0" 22181 0
 stub beta "900000 600000 640000 620000" "300.0 90.0 95.0 100.0" 1234567 0
 stub broken "1 2 3 4" "1 1 1 1" 100 3
+stub nomem "900000 500000 520000 510000" "300.0 100.0 110.0 120.0" "" 0
 mkdir -p "$tmp/bin"
 printf '#!/bin/sh\necho "NVIDIA H200"\n' > "$tmp/bin/nvidia-smi"; chmod +x "$tmp/bin/nvidia-smi"
 run() { out=$(PATH="$tmp/bin:$PATH" COMPARE_DIR="$tmp/logs" bash "$script" "$@" 2> "$tmp/err"); rc=$?; err=$(cat "$tmp/err"); }
@@ -71,6 +73,13 @@ expect "a failing build: exit 1 (rc $rc)" [ "$rc" = 1 ]
 expect "a failing build: its cell says failed ($out)" has "$out" "| broken | failed (exit 3) | - |"
 expect "a failing build: a note on stderr ($err)" has "$err" "broken round 1 failed (exit 3"
 expect "a failing build: the others still measured ($out)" has "$out" "| alpha | 500.0k–520.0k |"
+
+run -rounds 2 nomem="$tmp/nomem"
+expect "no memory line: '-' in each run's place ($out)" has "$out" "| nomem | 500.0k–520.0k, 500.0k–520.0k | 110.0, 110.0 | -, - |"
+
+out=$(cd "$tmp" && PATH="$tmp/bin:$PATH" COMPARE_DIR=rel_logs bash "$script" -rounds 1 alpha=./alpha 2>&1); rc=$?
+expect "a relative binary and COMPARE_DIR, from the caller's directory: exit 0 (rc $rc; $out)" [ "$rc" = 0 ]
+expect "a relative COMPARE_DIR: the logs there" test -s "$tmp/rel_logs/alpha_r1/log.txt"
 
 run alpha
 expect "no '=': exit 2 (rc $rc; $err)" [ "$rc" = 2 ]
