@@ -49,7 +49,9 @@ while [ $# -gt 0 ]; do
 done
 if [ ${#labels[@]} -lt 1 ]; then echo "error: no build given" >&2; echo "$usage" >&2; exit 2; fi
 for f in ${flags[@]+"${flags[@]}"}; do
-    if [ "$f" = -out ]; then echo "error: the flags must not set -out: the script gives each run its own" >&2; exit 2; fi
+    if [ "$f" = -out ]; then
+        echo "error: the flags must not set -out: the script gives each run its own" >&2; exit 2
+    fi
 done
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 if [ -z "$gpu" ]; then echo "SKIPPED compare_builds: needs a GPU, nvidia-smi finds none"; exit 0; fi

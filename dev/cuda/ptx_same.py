@@ -11,9 +11,10 @@ see --extra-param), as long as what the kernels call and read outside their own 
 device functions left as calls (.func, not compared) and module-level data (.global, .const).
 
 usage: ptx_same.py A.ptx B.ptx [--pair A_PART=B_PART ...] [--extra-param N] [--show N]
-  Without --pair: every kernel present in both files, by its full (mangled) name. With --pair, the one kernel of A whose name contains A_PART against the one
-  of B whose name contains B_PART (each must match exactly one; mangled template arguments make good
-  parts, e.g. 'fa90_dkdv_kernelILi128ELb0ELb0EE=fa90_dkdv_kernelILi128ELb0EE').
+  Without --pair: every kernel present in both files, by its full (mangled) name. With --pair, the
+  one kernel of A whose name contains A_PART against the one of B whose name contains B_PART (each
+  must match exactly one; mangled template arguments make good parts, e.g.
+  'fa90_dkdv_kernelILi128ELb0ELb0EE=fa90_dkdv_kernelILi128ELb0EE').
   --extra-param N: A's kernels have one parameter more than B's, at index N (0-based): A's parameters
   after it are renumbered down, and a use of parameter N itself stays a difference.
   --show N: print up to N lines of each difference (default 0).

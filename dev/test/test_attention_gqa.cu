@@ -183,19 +183,20 @@ static void check_qkv_bias(Case c, int with_rope, uint64_t seed, const GpuContex
         float want = db0[i] + s0[i];
         if (memcmp(&want, &s1[i], sizeof(float)) != 0) repeat = 0;
     }
-    printf("qkv bias%s B=%d T=%3d NH=%d NKV=%d hs=%3d: sums rel L2 q %.1e, v %.1e; k within %.1e of Σ|dk|; dqkv %s "
-           "without the sums; added again %s\n", with_rope ? " rope" : "", B, T, NH, NKV, hs, eq.rel_l2, ev.rel_l2, k_worst,
+    const char* rot = with_rope ? "rope " : "";
+    printf("qkv bias %sB=%d T=%3d NH=%d NKV=%d hs=%3d: sums rel L2 q %.1e, v %.1e; k within %.1e of Σ|dk|; dqkv %s "
+           "without the sums; added again %s\n", rot, B, T, NH, NKV, hs, eq.rel_l2, ev.rel_l2, k_worst,
            same_dqkv ? "bitwise as" : "DIFFERENT from", repeat ? "bitwise" : "DIFFERS");
     EXPECT(att_err_ok(eq, 1e-4) && att_err_ok(ev, 1e-4), "%sB=%d T=%d NH=%d NKV=%d hs=%d: the qkv bias sums rel L2 q "
-           "%.2e, v %.2e (tol 1e-4), %zu non-finite", with_rope ? "rope " : "", B, T, NH, NKV, hs, eq.rel_l2, ev.rel_l2,
+           "%.2e, v %.2e (tol 1e-4), %zu non-finite", rot, B, T, NH, NKV, hs, eq.rel_l2, ev.rel_l2,
            eq.nonfinite + ev.nonfinite);
-    EXPECT(k_bad == 0, "%sB=%d T=%d NH=%d NKV=%d hs=%d: %d k columns' bias sums beyond 1e-5 of their Σ|dk| (first: column "
-           "%d, %.9g vs %.9g)", with_rope ? "rope " : "", B, T, NH, NKV, hs, k_bad, k_where, k_where < 0 ? 0.0 : added(k_where),
+    EXPECT(k_bad == 0, "%sB=%d T=%d NH=%d NKV=%d hs=%d: %d k columns' bias sums beyond 1e-5 of their Σ|dk| (first: "
+           "column %d, %.9g vs %.9g)", rot, B, T, NH, NKV, hs, k_bad, k_where, k_where < 0 ? 0.0 : added(k_where),
            k_where < 0 ? 0.0 : ref[k_where]);
-    EXPECT(same_dqkv, "%sB=%d T=%d NH=%d NKV=%d hs=%d: dqkv changes when the bias sums are asked for", with_rope ? "rope " : "",
-           B, T, NH, NKV, hs);
-    EXPECT(repeat, "%sB=%d T=%d NH=%d NKV=%d hs=%d: a second run into dbias = db0 does not give db0 + the first run's sums "
-           "bitwise", with_rope ? "rope " : "", B, T, NH, NKV, hs);
+    EXPECT(same_dqkv, "%sB=%d T=%d NH=%d NKV=%d hs=%d: dqkv changes when the bias sums are asked for", rot, B, T, NH,
+           NKV, hs);
+    EXPECT(repeat, "%sB=%d T=%d NH=%d NKV=%d hs=%d: a second run into dbias = db0 does not give db0 + the first run's "
+           "sums bitwise", rot, B, T, NH, NKV, hs);
     bf16* bb[] = {qkv, dout, out, dqkv[0], dqkv[1]};
     for (bf16* p : bb) cuda_check(cudaFree(p));
     float* ff[] = {lse, D, db[0], db[1], scratch, rope};
