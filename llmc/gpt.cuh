@@ -5,10 +5,10 @@
 // Precision: bf16 parameters and activations; fp32 master weights (kept as the bf16 parameters and an
 // int16 remainder, exact: llmc/master_split.h), gradients, AdamW moments, LayerNorm statistics, attention
 // softmax and every reduction. The residual-stream gradient is bf16 (as llm.c).
-// Memory, allocated once in gpt_build, one block per lifetime: parameters (bf16), the master weights'
-// remainders (int16) + m + v (fp32), gradients (fp32), activations + backward scratch, the head's
-// scratch. The training step allocates nothing. Never materialized: the (B·T, V) logits (fused head),
-// the (B, NH, T, T) attention matrix.
+// Memory, allocated once in gpt_build (with llmc/model_state.cuh, as the Llama-style model's), one block
+// per lifetime: parameters (bf16), the master weights' remainders (int16) + m + v (fp32), gradients
+// (fp32), activations + backward scratch, the head's scratch. The training step allocates nothing.
+// Never materialized: the (B·T, V) logits (fused head), the (B, NH, T, T) attention matrix.
 // Determinism: no floating-point atomics anywhere in the step (see each layer's header).
 // Parameters are in llm.c's order (as dev/ref/gpt_ref.h), listed in gpt_layout.cuh.
 #pragma once
@@ -25,6 +25,7 @@
 #include "fused_lce.cuh"
 #include "rand.h"
 #include "optim.cuh"              // OptimState: set, update
+#include "model_state.cuh"        // the blocks both model families hold: built, viewed and freed
 #include "gpt_layout.cuh"          // GptConfig, GptModel and their memory layout
 
 // --- build / free --------------------------------------------------------------------------------
@@ -71,30 +72,16 @@ static inline void gpt_build_dist(GptModel* m, const GptConfig* c, int B, int T,
         m->tensor_offset[i] = m->num_params;
         m->num_params += m->tensor_size[i];
     }
-    comm_single(&m->single);
-    m->comm = comm ? comm : &m->single;
     ZeroSlice* slices = (ZeroSlice*)malloc_check((size_t)GPT_NUM_TENSORS * c->num_layers * sizeof(ZeroSlice));
-    optim_plan_build(&m->zero, slices, gpt_slices(slices, m), m->comm, c->channels, c->padded_vocab_size);
+    model_state_build(m, c, slices, gpt_slices(slices, m), comm);
     free(slices);
-    size_t n = m->num_params, shard = m->zero.shard_size;
-    cuda_check(cudaMalloc(&m->params_memory, n * sizeof(bf16)));
-    cuda_check(cudaMalloc(&m->master_lo, shard * sizeof(int16_t)));
-    cuda_check(cudaMalloc(&m->m_memory, shard * sizeof(float)));
-    cuda_check(cudaMalloc(&m->v_memory, shard * sizeof(float)));
-    cuda_check(cudaMalloc(&m->grads_memory, n * sizeof(float)));
-    cuda_check(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
     gpt_point_params(m);
     m->acts_bytes = gpt_point_acts(&m->acts, c, B, T, recompute, NULL);
     cuda_check(cudaMalloc(&m->acts_memory, m->acts_bytes));
     cuda_check(cudaMemset(m->acts_memory, 0, m->acts_bytes));
     cuda_check(cudaDeviceSynchronize());  // the memsets ran on the legacy stream, which ctx's non-blocking one does not wait for
     gpt_point_acts(&m->acts, c, B, T, recompute, (char*)m->acts_memory);
-    FlceConfig hc = flce_config(B * T, c->channels, c->vocab_size, c->padded_vocab_size);
-    hc.path = head;
-    hc.scratch = head_scratch;
-    fused_lce_build(&m->head, &hc);
-    model_staging_build(&m->staging, (size_t)B * T, c->vocab_size);
-    model_reduce_build(&m->reduce, m->comm->world, c->num_layers);
+    model_head_build(m, c, B, T, head, head_scratch);
 }
 
 static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, FlcePath head,
@@ -102,26 +89,10 @@ static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int 
     gpt_build_dist(m, c, B, T, recompute, head, head_scratch, NULL);
 }
 
-static inline void gpt_free(GptModel* m) {
-    model_reduce_free(&m->reduce);
-    zero_plan_free(&m->zero);
-    model_staging_free(&m->staging);
-    fused_lce_free(&m->head);
-    cuda_check(cudaFree(m->acts_memory));
-    cuda_check(cudaFree(m->grads_memory));
-    cuda_check(cudaFree(m->v_memory));
-    cuda_check(cudaFree(m->m_memory));
-    cuda_check(cudaFree(m->master_lo));
-    cuda_check(cudaFree(m->params_memory));
-    memset(m, 0, sizeof(*m));
-}
+static inline void gpt_free(GptModel* m) { model_state_free(m); }
 
 // The model's optimizer state (llmc/optim.cuh): pointers into its blocks.
-static inline OptimState gpt_optim(GptModel* m) {
-    OptimState o = {m->num_params, m->params_memory, m->master_lo, m->m_memory, m->v_memory, m->grads_memory,
-                    &m->zero, m->comm};
-    return o;
-}
+static inline OptimState gpt_optim(GptModel* m) { return model_optim(m); }
 
 // Sets the parameters from host fp32 values (num_params, in layout order): master = values (this
 // rank's share of them), bf16 params = their high halves (llmc/master.cuh), AdamW moments cleared.

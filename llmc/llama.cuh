@@ -16,7 +16,8 @@
 // the head's scratch. The training step allocates nothing. Never materialized: the (B·T, V) logits, the
 // (B, NH, T, T) attention.
 // Determinism: no floating-point atomics anywhere in the step (see each layer's header).
-// Data parallelism (ZeRO-1) and the optimizer step are GPT-2's (llmc/model_step.cuh, llmc/optim.cuh).
+// Data parallelism (ZeRO-1), the optimizer step and the blocks' allocation are GPT-2's (llmc/model_step.cuh,
+// llmc/optim.cuh, llmc/model_state.cuh).
 #pragma once
 #include <math.h>
 #include "cuda_common.cuh"
@@ -30,6 +31,7 @@
 #include "fused_lce.cuh"
 #include "rand.h"
 #include "optim.cuh"               // OptimState: set, update
+#include "model_state.cuh"         // the blocks both model families hold: built, viewed and freed
 #include "llama_layout.cuh"        // LlamaConfig, LlamaModel and their memory layout
 
 // --- build / free --------------------------------------------------------------------------------
@@ -84,18 +86,9 @@ static inline void llama_build_dist(LlamaModel* m, const LlamaConfig* c, int B, 
         m->tensor_offset[i] = m->num_params;
         m->num_params += m->tensor_size[i];
     }
-    comm_single(&m->single);
-    m->comm = comm ? comm : &m->single;
     ZeroSlice* slices = (ZeroSlice*)malloc_check((size_t)LLAMA_NUM_TENSORS * c->num_layers * sizeof(ZeroSlice));
-    optim_plan_build(&m->zero, slices, llama_slices(slices, m), m->comm, c->channels, c->padded_vocab_size);
+    model_state_build(m, c, slices, llama_slices(slices, m), comm);
     free(slices);
-    size_t n = m->num_params, shard = m->zero.shard_size;
-    cuda_check(cudaMalloc(&m->params_memory, n * sizeof(bf16)));
-    cuda_check(cudaMalloc(&m->master_lo, shard * sizeof(int16_t)));
-    cuda_check(cudaMalloc(&m->m_memory, shard * sizeof(float)));
-    cuda_check(cudaMalloc(&m->v_memory, shard * sizeof(float)));
-    cuda_check(cudaMalloc(&m->grads_memory, n * sizeof(float)));
-    cuda_check(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
     llama_point_params(m);
     m->acts_bytes = llama_point_acts(&m->acts, c, B, T, NULL);
     cuda_check(cudaMalloc(&m->acts_memory, m->acts_bytes));
@@ -105,38 +98,17 @@ static inline void llama_build_dist(LlamaModel* m, const LlamaConfig* c, int B, 
     memset(&legacy, 0, sizeof(legacy));
     rope_table_fill(m->acts.rope, T, c->channels / c->num_heads, c->rope_theta, &legacy);
     cuda_check(cudaDeviceSynchronize());  // the legacy stream's work, which ctx's non-blocking one does not wait for
-    FlceConfig hc = flce_config(B * T, c->channels, c->vocab_size, c->padded_vocab_size);
-    hc.path = head;
-    hc.scratch = head_scratch;
-    fused_lce_build(&m->head, &hc);
-    model_staging_build(&m->staging, (size_t)B * T, c->vocab_size);
-    model_reduce_build(&m->reduce, m->comm->world, c->num_layers);
+    model_head_build(m, c, B, T, head, head_scratch);
 }
 
 static inline void llama_build(LlamaModel* m, const LlamaConfig* c, int B, int T, FlcePath head, size_t head_scratch) {
     llama_build_dist(m, c, B, T, head, head_scratch, NULL);
 }
 
-static inline void llama_free(LlamaModel* m) {
-    model_reduce_free(&m->reduce);
-    zero_plan_free(&m->zero);
-    model_staging_free(&m->staging);
-    fused_lce_free(&m->head);
-    cuda_check(cudaFree(m->acts_memory));
-    cuda_check(cudaFree(m->grads_memory));
-    cuda_check(cudaFree(m->v_memory));
-    cuda_check(cudaFree(m->m_memory));
-    cuda_check(cudaFree(m->master_lo));
-    cuda_check(cudaFree(m->params_memory));
-    memset(m, 0, sizeof(*m));
-}
+static inline void llama_free(LlamaModel* m) { model_state_free(m); }
 
 // The model's optimizer state (llmc/optim.cuh): pointers into its blocks.
-static inline OptimState llama_optim(LlamaModel* m) {
-    OptimState o = {m->num_params, m->params_memory, m->master_lo, m->m_memory, m->v_memory, m->grads_memory,
-                    &m->zero, m->comm};
-    return o;
-}
+static inline OptimState llama_optim(LlamaModel* m) { return model_optim(m); }
 
 // Sets the parameters from host fp32 values (num_params, in layout order): master = values (this
 // rank's share of them), bf16 params = their high halves (llmc/master.cuh), AdamW moments cleared.
