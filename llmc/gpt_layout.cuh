@@ -126,7 +126,7 @@ static inline size_t gpt_point_acts(GptActs* a, const GptConfig* c, int B, int T
         L * BT * f, L * BT * f, L * BT * 4 * C * h, (recompute ? 1 : L) * BT * 4 * C * h, L * BT * C * h,
         BT * C * h, BT * f, BT * f, BT * C * h, BT * C * h,
         BT * C * h, BT * 3 * C * h, BT * 4 * C * h, BT * NH * f, gpt_scratch_floats(B, T, (int)C) * f,
-        3 * f, f, (size_t)c->padded_vocab_size * f, BT * sizeof(int), BT * sizeof(int),
+        4 * f, f, (size_t)c->padded_vocab_size * f, BT * sizeof(int), BT * sizeof(int),
         BT * sizeof(int), (BT + 1) * sizeof(int), BT * sizeof(int)};
     return model_carve(p, bytes, (int)(sizeof(bytes) / sizeof(bytes[0])), base);
 }
