@@ -11,15 +11,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 script=$PWD/scripts/compare_builds.sh
-passed=0; failed=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_compare_builds.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-
-expect() {  # expect "what" CONDITION...: one check
-    local what=$1; shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $what"; fi
-}
-has() { printf '%s' "$1" | grep -qF -- "$2"; }
+source dev/test/testing.sh
+test_begin test_compare_builds
 
 # a stand-in build: LABEL, the tok_s of steps 1..4, the ms of steps 1..4, memory MiB, exit code
 stub() {
@@ -101,5 +94,4 @@ run alpha="$tmp/alpha"
 expect "no GPU: SKIPPED, exit 0, nothing run (rc $rc; $out)" \
     bash -c '[ "$1" = 0 ] && printf "%s" "$2" | grep -q "^SKIPPED" && [ ! -s "$3" ]' _ "$rc" "$out" "$tmp/order"
 
-echo "test_compare_builds: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+test_end

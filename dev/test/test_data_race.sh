@@ -24,14 +24,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DOCS=871; TRAIN_DOCS=827; VAL_DOCS=44; TRAIN_TOKENS=3476006; VAL_TOKENS=179352
-passed=0; failed=0
-expect() {  # expect "what" CONDITION...: one check
-    local what=$1; shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $what"; fi
-}
-
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/test_data_race.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+source dev/test/testing.sh
+test_begin test_data_race
+scratch=$tmp  # the copy of the tree the makes run in
 mkdir -p "$scratch/data/.cache"
 cp -r Makefile ./*.cu llmc dev "$scratch/"
 cp data/*.sh data/*.c "$scratch/data/"
@@ -145,5 +140,4 @@ for case in "o200k_base|4||hold 3 documents" "cl100k_base|3||hold 0 documents" \
 $(cat "$pub.log")" grep -qF -- "$says" "$pub.log"
 done
 
-echo "test_data_race: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+test_end

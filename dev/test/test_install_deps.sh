@@ -13,16 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 script=$PWD/data/install_deps.sh
-passed=0; failed=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_install_deps.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-
-expect() {  # expect "what" CONDITION...: one check
-    local what=$1; shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $what"; fi
-}
-has() { printf '%s' "$1" | grep -qF -- "$2"; }
-hasnt() { ! has "$@"; }
+source dev/test/testing.sh
+test_begin test_install_deps
 
 # stub_cmd DIR NAME: an executable that does nothing
 stub_cmd() { printf '#!/bin/sh\nexit 0\n' > "$1/$2"; chmod +x "$1/$2"; }
@@ -155,5 +147,4 @@ expect "--trainer, zlib missing: the command for zlib1g-dev alone (output: $out)
 run -- bogus
 expect "an unknown argument: exit 2 with the usage (rc $rc, output: $out)" [ "$rc" = 2 ]
 
-echo "test_install_deps: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+test_end

@@ -17,15 +17,8 @@ NVCC=${NVCC:-nvcc}
 for cmd in python3 "$NVCC"; do
     if ! command -v "$cmd" > /dev/null; then echo "SKIPPED test_ptx_same: no $cmd on this machine"; exit 0; fi
 done
-passed=0; failed=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_ptx_same.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-
-expect() {  # expect "what" CONDITION...: one check
-    local what=$1; shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $what"; fi
-}
-has() { printf '%s' "$1" | grep -qF -- "$2"; }
+source dev/test/testing.sh
+test_begin test_ptx_same
 ptx() {  # ptx NAME SOURCE: $tmp/NAME.ptx from the source text
     printf '%s\n' "$2" > "$tmp/$1.cu"
     "$NVCC" -O3 -lineinfo -arch=sm_80 -ptx -o "$tmp/$1.ptx" "$tmp/$1.cu" || { echo "FAIL nvcc on $1.cu"; exit 1; }
@@ -115,5 +108,4 @@ expect "a file without kernels: exit 2 naming it (rc $rc: $out)" \
 run "$tmp/a.ptx" "$tmp/b.ptx" --show
 expect "--show without a value: exit 2 (rc $rc: $out)" [ "$rc" = 2 ]
 
-echo "test_ptx_same: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+test_end

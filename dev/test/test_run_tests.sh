@@ -7,14 +7,9 @@
 # Prints `test_run_tests: N passed, M failed`.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-passed=0; failed=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_run_tests.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-expect() {  # expect "what" COMMAND...
-    local what=$1; shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $what"; fi
-}
-has() { printf '%s' "$1" | grep -qE -- "$2"; }
+source dev/test/testing.sh
+test_begin test_run_tests
+matches() { printf '%s' "$1" | grep -qE -- "$2"; }  # matches TEXT REGEX: a line of TEXT matches
 stub() {  # stub NAME BODY: an executable script in $tmp/bin
     mkdir -p "$tmp/bin"
     printf '#!/bin/sh\n%s\n' "$2" > "$tmp/bin/$1"; chmod +x "$tmp/bin/$1"
@@ -32,23 +27,22 @@ stub crash 'kill -SEGV $$'
 rc=0; out=$(PATH="$tmp/nogpu:$PATH" bash dev/test/run_tests.sh --cpu "$tmp/bin/suite_a" "$tmp/bin/suite_b" \
             "$tmp/bin/silent" "$tmp/bin/crash" --gpu "$tmp/bin/suite_a" 2>&1) || rc=$?
 expect "stub suites: the run fails (rc $rc)" [ "$rc" = 1 ]
-expect "stub suites: the total: $out" has "$out" '^tests: 8 passed, 3 failed$'
-expect "stub suites: suite_a's row" has "$out" '^suite_a +cpu +3 +0'
-expect "stub suites: suite_b's row" has "$out" '^suite_b +cpu +5 +1'
-expect "stub suites: exit 0 without a summary fails" has "$out" '^silent +cpu +0 +1 +no summary'
-expect "stub suites: a crash is one failed check" has "$out" '^crash +cpu +0 +1 +exit'
-expect "stub suites: no GPU: the GPU suite is listed as skipped" has "$out" '^suite_a +gpu +- +- +skipped: no GPU'
+expect "stub suites: the total: $out" matches "$out" '^tests: 8 passed, 3 failed$'
+expect "stub suites: suite_a's row" matches "$out" '^suite_a +cpu +3 +0'
+expect "stub suites: suite_b's row" matches "$out" '^suite_b +cpu +5 +1'
+expect "stub suites: exit 0 without a summary fails" matches "$out" '^silent +cpu +0 +1 +no summary'
+expect "stub suites: a crash is one failed check" matches "$out" '^crash +cpu +0 +1 +exit'
+expect "stub suites: no GPU: the GPU suite is listed as skipped" matches "$out" '^suite_a +gpu +- +- +skipped: no GPU'
 
 # the real GPU suites, a GPU listed, CUDA unable to start
 if [ -x build/test_attention ] && [ -x build/test_layers ]; then
     rc=0; out=$(PATH="$tmp/gpu:$PATH" CUDA_VISIBLE_DEVICES="" bash dev/test/run_tests.sh \
                 --gpu build/test_attention build/test_layers 2>&1) || rc=$?
     expect "CUDA cannot start: the run fails (rc $rc): $out" [ "$rc" = 1 ]
-    expect "CUDA cannot start: test_attention fails" has "$out" '^test_attention +gpu +0 +1'
-    expect "CUDA cannot start: test_layers fails" has "$out" '^test_layers +gpu +0 +1'
-    expect "CUDA cannot start: the suites say so" has "$out" 'test_attention: CUDA cannot start'
+    expect "CUDA cannot start: test_attention fails" matches "$out" '^test_attention +gpu +0 +1'
+    expect "CUDA cannot start: test_layers fails" matches "$out" '^test_layers +gpu +0 +1'
+    expect "CUDA cannot start: the suites say so" matches "$out" 'test_attention: CUDA cannot start'
 else
     failed=$((failed + 1)); echo "FAIL build/test_attention or build/test_layers not built (make test builds them)"
 fi
-echo "test_run_tests: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+test_end
