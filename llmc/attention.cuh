@@ -5,7 +5,7 @@
 //        NKV = NH: qkv (B, T, 3C), head h's q, k, v at h·hs, C + h·hs, 2C + h·hs.
 //   out (B, T, C) bf16:  out[b, t, h·hs + d] = Σ_{t2 ≤ t} softmax_t2(q·k[t2] / √hs) · v[t2, d]
 // Picks the kernels by head size and GPU: flash attention on the tensor cores for hs = 64 and 128, with
-// wgmma and TMA on an sm_90 GPU in an sm_90a build (flash_attention_sm90.cuh), with mma.sync elsewhere
+// wgmma and TMA on an sm_90 GPU in an sm_90a build (flash_attention_sm90{,_backward}.cuh), with mma.sync elsewhere
 // (flash_attention.cuh, flash_attention_backward.cuh); the simple exact kernels for any other head size
 // (attention_simple.cuh: T <= 1024). All save only lse (B, NH, T) fp32 for the backward; none ever holds
 // the (B, NH, T, T) scores. All are deterministic (no atomics): the backward sums a kv head's gradient
@@ -22,7 +22,7 @@
 #include "rope.cuh"
 #include "flash_attention.cuh"
 #include "flash_attention_backward.cuh"
-#include "flash_attention_sm90.cuh"
+#include "flash_attention_sm90_backward.cuh"  // and the forward
 
 // --- launchers -------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@
 //   out[i] = x[i] cos − x[i + hs/2] sin,   out[i + hs/2] = x[i + hs/2] cos + x[i] sin.
 // The backward is the transpose of that rotation, i.e. the rotation by minus the angle.
 //
-// Where it runs (llmc/attention.cuh). With the sm_90a flash kernels (llmc/flash_attention_sm90.cuh):
+// Where it runs (llmc/attention.cuh). With the sm_90a flash kernels (llmc/flash_attention_sm90{,_backward}.cuh):
 // rope_forward over q and k before the forward, and the backward kernels rotate dq and dk back in
 // registers. With the mma.sync flash kernels (hs = 64, 128, other GPUs): the k heads are rotated in
 // place by a pass over memory (rope_keys_forward: NKV heads of a row, a fifth of the q + k channels at

@@ -20,7 +20,8 @@
 //   6 wgmma forward (sm_90a): TMA, a producer warp and two consumer warpgroups, P in registers
 //     (llmc/flash_attention_sm90.cuh), with variant 3's backward
 //   7 wgmma forward and backward (sm_90a): variant 3's three backward kernels and order of sums, the dq
-//     and dkdv kernels on TMA and wgmma (llmc/flash_attention_sm90.cuh): what the trainer runs on an H100/H200;
+//     and dkdv kernels on TMA and wgmma (llmc/flash_attention_sm90_backward.cuh): what the trainer runs
+//     on an H100/H200;
 //     its bench line below times the backward with the QKV bias gradient in its epilogues (GPT-2's layer)
 //     against the backward and the bias kernel after it
 // Columns: F = 4·B·NH·T²·hs/2 (causal, the forward's two GEMMs); TF/s counts fwd F, bwd 2.5F,

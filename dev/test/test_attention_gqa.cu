@@ -1,6 +1,6 @@
 // test_attention_gqa.cu: GPU test of grouped-query attention (NKV key/value heads shared by NH query
 // heads; qkv (B, T, (NH + 2·NKV)·hs)) in the flash kernels (llmc/flash_attention{,_backward}.cuh; on an
-// sm_90 GPU in an sm_90a build also llmc/flash_attention_sm90.cuh, check 1) and the simple ones
+// sm_90 GPU in an sm_90a build also llmc/flash_attention_sm90{,_backward}.cuh, check 1) and the simple ones
 // (llmc/attention_simple.cuh, through the layer's dispatcher llmc/attention.cuh).
 //   1. Against the CPU fp64 reference (dev/ref/llama_ref_layers.h; NKV == NH: gpt_ref_layers.h, through
 //      dev/ref/attention_check.cuh): forward out and lse, backward dq, dk, dv, at every combination of

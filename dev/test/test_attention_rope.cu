@@ -2,7 +2,7 @@
 //   mma.sync (llmc/flash_attention{,_backward}.cuh): fused, a pass rotates the k heads, the forward kernel
 //            rotates each query tile as it loads it and writes it back, the backward kernels rotate dq
 //            and dk back before writing them;
-//   sm90     (llmc/flash_attention_sm90.cuh, on an sm_90 GPU in an sm_90a build): a pass rotates q and k,
+//   sm90     (llmc/flash_attention_sm90{,_backward}.cuh, on an sm_90 GPU in an sm_90a build): a pass rotates q and k,
 //            the backward kernels rotate dq and dk back;
 //   layer    (llmc/attention.cuh at hs = 32 and 96: the simple kernels) a pass on each side.
 //   1. Against the CPU fp64 reference (dev/ref/attention_check.cuh's att_check_rope: the reference
@@ -28,7 +28,7 @@
 #include "testing.h"
 
 // The kernels under test: the mma.sync flash kernels (RoPE fused as llmc/flash_attention.cuh says), the
-// sm_90a ones (llmc/flash_attention_sm90.cuh: q and k rotated by the pass, dq and dk rotated back in the
+// sm_90a ones (llmc/flash_attention_sm90{,_backward}.cuh: q and k rotated by the pass, dq and dk rotated back in the
 // backward's registers), or whatever the layer picks (the simple kernels at other head sizes).
 enum { IMPL_LAYER, IMPL_MMA, IMPL_SM90 };
 static const char* IMPL_NAMES[] = {"layer", "mma.sync", "sm90"};
