@@ -42,21 +42,11 @@
 #define GPT_HF_EOT 50256       // <|endoftext|>
 #define GPT_HF_LN_EPS 1e-5     // llmc/layernorm.cuh's LN_EPS: train_gpt.cu checks at compile time that they agree
 
-// One tensor of HF's GPT-2 and where it lives in our parameter array.
-typedef struct {
-    char name[48];     // HF's name, without the "transformer." prefix
-    int tensor;        // GPT_WTE ... of llmc/gpt_config.h
-    size_t offset;     // of its first element in our parameter array
-    int rows, cols;    // in our layout, (out, in) for a matrix; a vector is (1, n)
-    int transpose;     // HF stores it (cols, rows)
-    int ndim;          // HF's shape: (shape[0]) or (shape[0], shape[1])
-    int64_t shape[2];
-} GptHfTensor;
-
 static inline int gpt_hf_num_tensors(const GptConfig* c) { return 4 + 12 * c->num_layers; }
 
-// The gpt_hf_num_tensors(c) tensors in file order: wte, wpe, h.0 ... h.{L-1}, ln_f.
-static inline void gpt_hf_tensors(GptHfTensor* t, const GptConfig* c) {
+// The gpt_hf_num_tensors(c) tensors in file order: wte, wpe, h.0 ... h.{L-1}, ln_f; their names without
+// the "transformer." prefix.
+static inline void gpt_hf_tensors(HfTensor* t, const GptConfig* c) {
     size_t size[GPT_NUM_TENSORS], off[GPT_NUM_TENSORS], o = 0;
     gpt_tensor_sizes(size, c);
     for (int i = 0; i < GPT_NUM_TENSORS; i++) { off[i] = o; o += size[i]; }
@@ -77,35 +67,25 @@ static inline void gpt_hf_tensors(GptHfTensor* t, const GptConfig* c) {
         if (k == 2) {  // the layers come between wpe and ln_f
             for (int l = 0; l < L; l++)
                 for (int j = 0; j < 12; j++) {
-                    GptHfTensor* e = &t[n++];
+                    HfTensor* e = &t[n++];
+                    int rows = layer[j].rows, cols = layer[j].cols;
                     snprintf(e->name, sizeof(e->name), "h.%d.%s", l, layer[j].suffix);
-                    e->tensor = layer[j].tensor;
-                    e->rows = layer[j].rows;
-                    e->cols = layer[j].cols;
-                    e->offset = off[e->tensor] + (size_t)l * e->rows * e->cols;
+                    e->offset = off[layer[j].tensor] + (size_t)l * rows * cols;
                     e->transpose = layer[j].transpose;
-                    e->ndim = e->rows == 1 ? 1 : 2;
-                    e->shape[0] = e->transpose ? e->cols : e->rows == 1 ? e->cols : e->rows;
-                    e->shape[1] = e->transpose ? e->rows : e->cols;
+                    e->ndim = rows == 1 ? 1 : 2;
+                    e->shape[0] = e->transpose ? cols : rows == 1 ? cols : rows;
+                    e->shape[1] = e->transpose ? rows : cols;
                 }
         }
-        GptHfTensor* e = &t[n++];
+        HfTensor* e = &t[n++];
+        int rows = whole[k].rows, cols = whole[k].cols;
         snprintf(e->name, sizeof(e->name), "%s", whole[k].name);
-        e->tensor = whole[k].tensor;
-        e->rows = whole[k].rows;
-        e->cols = whole[k].cols;
-        e->offset = off[e->tensor];
+        e->offset = off[whole[k].tensor];
         e->transpose = 0;
-        e->ndim = e->rows == 1 ? 1 : 2;
-        e->shape[0] = e->rows == 1 ? e->cols : e->rows;
-        e->shape[1] = e->cols;
+        e->ndim = rows == 1 ? 1 : 2;
+        e->shape[0] = rows == 1 ? cols : rows;
+        e->shape[1] = cols;
     }
-}
-
-// dst (cols, rows) = srcᵀ, src (rows, cols); row-major.
-static inline void gpt_hf_transpose(float* dst, const float* src, int rows, int cols) {
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
 }
 
 // --- export --------------------------------------------------------------------------------------
@@ -115,31 +95,11 @@ static inline void gpt_hf_transpose(float* dst, const float* src, int rows, int 
 static inline int gpt_hf_write_safetensors(const char* path, const GptConfig* c, const float* values, char* err,
                                            size_t errlen) {
     int n = gpt_hf_num_tensors(c);
-    GptHfTensor* hf = (GptHfTensor*)calloc((size_t)n, sizeof(GptHfTensor));
-    SafetensorsTensor* st = (SafetensorsTensor*)calloc((size_t)n, sizeof(SafetensorsTensor));
-    float* scratch = (float*)malloc((size_t)4 * c->channels * c->channels * sizeof(float));  // the largest transposed
-    if (!hf || !st || !scratch) {
-        snprintf(err, errlen, "%s: out of host memory", path);
-        free(hf); free(st); free(scratch);
-        return -1;
-    }
+    HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
+    if (!hf) { snprintf(err, errlen, "%s: out of host memory", path); return -1; }
     gpt_hf_tensors(hf, c);
-    for (int i = 0; i < n; i++) safetensors_tensor(&st[i], hf[i].name, ST_F32, hf[i].ndim, hf[i].shape);
-    const char* const meta[] = {"format", "pt", NULL};
-    SafetensorsWriter w;
-    int rc = safetensors_writer_open(&w, path, st, n, meta);
-    for (int i = 0; i < n && rc == 0; i++) {
-        const float* src = values + hf[i].offset;
-        size_t count = (size_t)hf[i].rows * hf[i].cols;
-        if (hf[i].transpose) {
-            gpt_hf_transpose(scratch, src, hf[i].rows, hf[i].cols);
-            src = scratch;
-        }
-        rc = safetensors_writer_append(&w, src, count * sizeof(float));
-    }
-    if (rc == 0) rc = safetensors_writer_close(&w);
-    if (rc != 0) snprintf(err, errlen, "%s", w.err);
-    free(scratch); free(st); free(hf);
+    int rc = hf_write_safetensors(path, hf, n, values, err, errlen);
+    free(hf);
     return rc;
 }
 

@@ -149,7 +149,7 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
         return gpt_hf_fail(r, "config.json beside it has n_head %d, this program's model of %d channels has %d heads",
                            r->num_heads, c->channels, c->num_heads);
     int n = gpt_hf_num_tensors(c);
-    GptHfTensor* hf = (GptHfTensor*)calloc((size_t)n, sizeof(GptHfTensor));
+    HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
     float* scratch = (float*)malloc((size_t)c->vocab_size * c->channels * sizeof(float));  // the largest tensor
     if (!hf || !scratch) {
         free(hf); free(scratch);
@@ -196,7 +196,7 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
             rc = -1;
             break;
         }
-        if (hf[k].transpose) gpt_hf_transpose(dst, scratch, hf[k].cols, hf[k].rows);  // (in, out) -> (out, in)
+        if (hf[k].transpose) hf_transpose(dst, scratch, hf[k].shape[0], hf[k].shape[1]);  // (in, out) -> (out, in)
     }
     if (rc == 0) {  // the padded vocabulary: rows V .. Vp-1 of wte are zero
         memset(values + (size_t)c->vocab_size * c->channels, 0,

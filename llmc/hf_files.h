@@ -1,8 +1,9 @@
 // hf_files.h: host-only. The files of a Hugging Face export, whichever the model family (llmc/gpt_hf.h,
 // llmc/llama_hf.h; dev/interop/dump.h's output directory too): the directory made as mkdir -p does, a
 // file written or copied atomically (llmc/atomic_file.h: temporary file, fsync, rename), a cJSON value
-// written formatted. Errors: 0, or -1 with the message in `err`; nothing exits. HF_ERR_LEN holds any of
-// these messages and the safetensors writer's and reader's.
+// written formatted, and the weights' safetensors file from a family's list of tensors (HfTensor).
+// Errors: 0, or -1 with the message in `err`; nothing exits. HF_ERR_LEN holds any of these messages and
+// the safetensors writer's and reader's.
 #pragma once
 #include <errno.h>
 #include <stdio.h>
@@ -13,6 +14,23 @@
 #include "safetensors.h"  // cJSON, SAFETENSORS_PATH_MAX, SAFETENSORS_ERR_LEN
 
 #define HF_ERR_LEN (SAFETENSORS_ERR_LEN + 1024)
+#define HF_NAME_MAX 96
+
+// One tensor of a model in Hugging Face's layout and where its values are in our fp32 parameter array
+// (llmc/gpt_hf.h and llmc/llama_hf.h list them in file order).
+typedef struct {
+    char name[HF_NAME_MAX];
+    size_t offset;     // of its first element in our parameter array
+    int ndim;          // HF's shape: (shape[0]) or (shape[0], shape[1])
+    int64_t shape[2];
+    int transpose;     // ours is (shape[1], shape[0]), row-major, and HF's its transpose (GPT-2's Conv1D)
+} HfTensor;
+
+// dst (cols, rows) = srcᵀ, src (rows, cols); row-major.
+static inline void hf_transpose(float* dst, const float* src, int64_t rows, int64_t cols) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) dst[j * rows + i] = src[i * cols + j];
+}
 
 // Writes `len` bytes to path atomically (atomic_file.h).
 static inline int hf_write_file(const char* path, const void* data, size_t len, char* err, size_t errlen) {
@@ -74,4 +92,40 @@ static inline int hf_make_dir(const char* dir, char* err, size_t errlen) {
         if (keep == '\0') return 0;
         *s = keep;
     }
+}
+
+// values fp32 in our order -> path, a safetensors file (fp32, metadata {"format": "pt"}) of the n
+// tensors t, in that order, each transposed where t says. Also writes gradients: they have the
+// parameters' layout (dev/interop/).
+static inline int hf_write_safetensors(const char* path, const HfTensor* t, int n, const float* values, char* err,
+                                       size_t errlen) {
+    size_t largest = 0;  // of the transposed tensors: the scratch
+    for (int i = 0; i < n; i++) {
+        size_t count = (size_t)t[i].shape[0] * (size_t)t[i].shape[1];
+        if (t[i].transpose && count > largest) largest = count;
+    }
+    SafetensorsTensor* st = (SafetensorsTensor*)calloc((size_t)n, sizeof(SafetensorsTensor));
+    float* scratch = (float*)malloc((largest ? largest : 1) * sizeof(float));
+    if (!st || !scratch) {
+        snprintf(err, errlen, "%s: out of host memory", path);
+        free(st); free(scratch);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) safetensors_tensor(&st[i], t[i].name, ST_F32, t[i].ndim, t[i].shape);
+    const char* const meta[] = {"format", "pt", NULL};
+    SafetensorsWriter w;
+    int rc = safetensors_writer_open(&w, path, st, n, meta);
+    for (int i = 0; i < n && rc == 0; i++) {
+        const float* src = values + t[i].offset;
+        size_t count = (size_t)t[i].shape[0] * (size_t)(t[i].ndim == 2 ? t[i].shape[1] : 1);
+        if (t[i].transpose) {
+            hf_transpose(scratch, src, t[i].shape[1], t[i].shape[0]);
+            src = scratch;
+        }
+        rc = safetensors_writer_append(&w, src, count * sizeof(float));
+    }
+    if (rc == 0) rc = safetensors_writer_close(&w);
+    if (rc != 0) snprintf(err, errlen, "%s", w.err);
+    free(scratch); free(st);
+    return rc;
 }

@@ -30,19 +30,10 @@
 #include "hf_files.h"  // the directory, JSON and atomic-file helpers
 #include "llama_config.h"
 
-#define LLAMA_HF_MAX_NAME 96
-
-typedef struct {
-    char name[LLAMA_HF_MAX_NAME];
-    size_t offset;   // of its first element in our parameter array
-    int64_t shape[2];
-    int ndim;
-} LlamaHfTensor;
-
 static inline int llama_hf_num_tensors(const LlamaConfig* c) { return 3 + 9 * c->num_layers; }
 
 // The tensors in file order: embed, then each layer's, then norm and lm_head.
-static inline void llama_hf_tensors(LlamaHfTensor* t, const LlamaConfig* c) {
+static inline void llama_hf_tensors(HfTensor* t, const LlamaConfig* c) {
     size_t s[LLAMA_NUM_TENSORS], off[LLAMA_NUM_TENSORS], o = 0;
     llama_tensor_sizes(s, c);
     for (int i = 0; i < LLAMA_NUM_TENSORS; i++) { off[i] = o; o += s[i]; }
@@ -50,7 +41,7 @@ static inline void llama_hf_tensors(LlamaHfTensor* t, const LlamaConfig* c) {
     size_t q = c->num_heads * hs, kv = c->num_kv_heads * hs, qkv = q + 2 * kv;
     int n = 0;
 #define LLAMA_HF_T(off_, rows_, cols_, ...) do { \
-        LlamaHfTensor* x = &t[n++]; snprintf(x->name, sizeof(x->name), __VA_ARGS__); x->offset = (off_); \
+        HfTensor* x = &t[n++]; snprintf(x->name, sizeof(x->name), __VA_ARGS__); x->offset = (off_); x->transpose = 0; \
         x->shape[0] = (int64_t)(rows_); x->shape[1] = (int64_t)(cols_); x->ndim = (cols_) ? 2 : 1; } while (0)
     LLAMA_HF_T(off[LLAMA_EMBED], c->vocab_size, C, "model.embed_tokens.weight");
     for (size_t l = 0; l < L; l++) {
@@ -70,29 +61,16 @@ static inline void llama_hf_tensors(LlamaHfTensor* t, const LlamaConfig* c) {
 #undef LLAMA_HF_T
 }
 
-// values (num_params) fp32 in our order -> path, a safetensors file with HF's names (fp32).
+// values (num_params) fp32 in our order -> path, a safetensors file with HF's names (fp32). Also
+// writes gradients (dev/interop/llama_dump.cu).
 static inline int llama_hf_write_safetensors(const char* path, const LlamaConfig* c, const float* values, char* err,
                                              size_t errlen) {
     int n = llama_hf_num_tensors(c);
-    LlamaHfTensor* hf = (LlamaHfTensor*)calloc((size_t)n, sizeof(LlamaHfTensor));
-    SafetensorsTensor* st = (SafetensorsTensor*)calloc((size_t)n, sizeof(SafetensorsTensor));
-    if (!hf || !st) {
-        snprintf(err, errlen, "%s: out of host memory", path);
-        free(hf); free(st);
-        return -1;
-    }
+    HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
+    if (!hf) { snprintf(err, errlen, "%s: out of host memory", path); return -1; }
     llama_hf_tensors(hf, c);
-    for (int i = 0; i < n; i++) safetensors_tensor(&st[i], hf[i].name, ST_F32, hf[i].ndim, hf[i].shape);
-    const char* const meta[] = {"format", "pt", NULL};
-    SafetensorsWriter w;
-    int rc = safetensors_writer_open(&w, path, st, n, meta);
-    for (int i = 0; i < n && rc == 0; i++) {
-        size_t count = (size_t)hf[i].shape[0] * (size_t)(hf[i].ndim == 2 ? hf[i].shape[1] : 1);
-        rc = safetensors_writer_append(&w, values + hf[i].offset, count * sizeof(float));
-    }
-    if (rc == 0) rc = safetensors_writer_close(&w);
-    if (rc != 0) snprintf(err, errlen, "%s", w.err);
-    free(st); free(hf);
+    int rc = hf_write_safetensors(path, hf, n, values, err, errlen);
+    free(hf);
     return rc;
 }
 

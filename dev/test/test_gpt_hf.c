@@ -233,7 +233,7 @@ static uint16_t to_f16(float f) {  // the values here are normal fp16 numbers or
 
 static int write_variant(const char* path, const GptConfig* c, const float* v, const Variant* o) {
     int n = gpt_hf_num_tensors(c), total = 0;
-    GptHfTensor* hf = (GptHfTensor*)calloc((size_t)n, sizeof(GptHfTensor));
+    HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
     gpt_hf_tensors(hf, c);
     SafetensorsTensor* st = (SafetensorsTensor*)calloc((size_t)n + 4 + (size_t)c->num_layers, sizeof(SafetensorsTensor));
     const float** src = (const float**)calloc((size_t)n + 4 + (size_t)c->num_layers, sizeof(float*));
@@ -274,7 +274,7 @@ static int write_variant(const char* path, const GptConfig* c, const float* v, c
     for (int i = 0; i < total && rc == 0; i++) {
         size_t count = (size_t)safetensors_numel(&st[i]);
         const float* s = src[i];
-        if (transpose[i] >= 0) { gpt_hf_transpose(tmp, s, hf[transpose[i]].rows, hf[transpose[i]].cols); s = tmp; }
+        if (transpose[i] >= 0) { hf_transpose(tmp, s, hf[transpose[i]].shape[1], hf[transpose[i]].shape[0]); s = tmp; }
         if (st[i].dtype == ST_F32 || st[i].dtype == ST_I32) { rc = safetensors_writer_append(&w, s, count * 4); continue; }
         for (size_t j = 0; j < count; j++) h[j] = st[i].dtype == ST_BF16 ? to_bf16(s[j]) : to_f16(s[j]);
         rc = safetensors_writer_append(&w, h, count * 2);
