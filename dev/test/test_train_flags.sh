@@ -9,33 +9,33 @@
 # passed, M failed`.
 set -u
 cd "$(dirname "$0")/../.."
+source dev/test/testing.sh
+test_begin test_train_flags  # $tmp: the scratch directory of the cases that write files
 bin=./train_gpt
-passed=0; failed=0
 
-# expect_error "what" "message fragment" args...: exit status 1 and the fragment on stderr
+# refused RC ERR FRAGMENT: exit status 1 and the fragment in the error text
+refused() { [ "$1" = 1 ] && has "$2" "$3"; }
+# expect_error "what" "message fragment" args...: ./train_gpt args exits 1 with the fragment on stderr
 expect_error() {
     local what=$1 frag=$2; shift 2
     local err rc
     err=$("$bin" "$@" 2>&1 >/dev/null); rc=$?
-    if [ "$rc" = 1 ] && printf '%s' "$err" | grep -qF -- "$frag"; then
-        passed=$((passed + 1))
-    else
-        failed=$((failed + 1)); echo "FAIL $what: rc $rc, stderr: $err"
-    fi
+    expect "$what: rc $rc, stderr: $err" refused "$rc" "$err" "$frag"
 }
+# lists TEXT REGEX: a line of TEXT matches the extended regex; unlisted: none does
+lists() { printf '%s' "$1" | grep -qE -- "$2"; }
+unlisted() { ! lists "$@"; }
 
 help=$("$bin" -h); rc=$?
-if [ "$rc" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL -h exits $rc"; fi
+expect "-h exits $rc" [ "$rc" = 0 ]
 # every flag declared in the table appears in the usage text
 for flag in $(grep -oE '^\s*\{"-[a-z_]+"' train_gpt.cu | grep -oE '\-[a-z_]+'); do
-    if printf '%s' "$help" | grep -qE -- "^\s*$flag\s"; then passed=$((passed + 1))
-    else failed=$((failed + 1)); echo "FAIL -h does not list $flag"; fi
+    expect "-h does not list $flag" lists "$help" "^\s*$flag\s"
 done
 
 # the model family's flags show their defaults
 for line in "-model .*(default gpt2)" "-size .*llama-1b.*(default llama-30m)" "-encoding .*o200k_base.*(default auto)"; do
-    if printf '%s' "$help" | grep -qE -- "^\s*$line"; then passed=$((passed + 1))
-    else failed=$((failed + 1)); echo "FAIL -h has no line matching \"$line\""; fi
+    expect "-h has no line matching \"$line\"" lists "$help" "^\s*$line"
 done
 
 expect_error "unknown flag" 'unknown flag "-nope"' -nope 1
@@ -54,8 +54,7 @@ expect_error "no train shards" "no shard file matches the pattern nothere/*.bin"
 # each bad value gets a message for its own flag only
 expect_error "beta1 out of range" "-beta1 1.5: must be in [0, 1)" -beta1 1.5
 err=$("$bin" -beta1 1.5 2>&1 >/dev/null)
-if printf '%s' "$err" | grep -qE -- '-beta2|-wd|-clip|-eps'; then failed=$((failed + 1)); echo "FAIL -beta1 1.5 names other flags: $err"
-else passed=$((passed + 1)); fi
+expect "-beta1 1.5 names other flags: $err" unlisted "$err" '-beta2|-wd|-clip|-eps'
 expect_error "beta2 out of range" "-beta2 -0.5: must be in [0, 1)" -beta2 -0.5
 expect_error "negative clip" "-clip -1: the clipping norm" -clip -1
 expect_error "negative warmup" "-warmup -3: warm-up steps" -warmup -3
@@ -81,18 +80,13 @@ expect_error "GPT-2's context" "-t 1025: the sequence length must be in [1, 1024
 expect_error "top-k of o200k_base" "-top_k 200020: must be in [0, 200019]" -model llama -top_k 200020
 expect_error "top-k of gpt2" "-top_k 50258: must be in [0, 50257]" -top_k 50258
 
-# one scratch directory for the cases below that write files
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_flags.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-
 # nothing is created on disk before validation passes
 for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" "-resume $tmp/none.bin" \
             "-model llama -depth 12" "-model llama -size llama-2b"; do
     rm -rf "$tmp/out"
     # shellcheck disable=SC2086  # the words of $args are separate flags
     "$bin" $args -out "$tmp/out" >/dev/null 2>&1
-    if [ -e "$tmp/out" ]; then failed=$((failed + 1)); echo "FAIL $args: $tmp/out was created by a refused run"
-    else passed=$((passed + 1)); fi
+    expect "$args: $tmp/out was created by a refused run" [ ! -e "$tmp/out" ]
 done
 rm -rf "$tmp/out"
 
@@ -106,8 +100,8 @@ u32_shard() {  # u32_shard FILE N LAST_ID: N ids, all 0 but the last
 }
 u32_shard "$tmp/small.bin" 1000 50256
 u32_shard "$tmp/big.bin" 1000 50257
-if [ "$(stat -c %s "$tmp/small.bin")" = $((1024 + 4 * 1000)) ]; then passed=$((passed + 1))
-else failed=$((failed + 1)); echo "FAIL the test's uint32 shard has $(stat -c %s "$tmp/small.bin") bytes"; fi
+size=$(stat -c %s "$tmp/small.bin")
+expect "the test's uint32 shard has $size bytes" [ "$size" = $((1024 + 4 * 1000)) ]
 expect_error "uint32 shard, ids < 50257" "the val split $tmp/small.bin holds 3 batches" \
     -train "$tmp/small.bin" -val "$tmp/small.bin" -b 4 -t 64 -val_batches 100000
 expect_error "uint32 shard, id 50257 (file)" "$tmp/big.bin: token 999 (byte offset 5020) has id 50257" \
@@ -136,8 +130,8 @@ for case in "data/starter/starter_train_*.bin|" "data/starter_o200k/starter_trai
     want=${case%%|*}
     # shellcheck disable=SC2086  # the words are separate flags
     err=$(cd "$tmp" && "$abs_bin" ${case#*|} 2>&1 >/dev/null); rc=$?
-    if [ "$rc" = 1 ] && printf '%s' "$err" | grep -qF -- "no shard file matches the pattern $want"; then passed=$((passed + 1))
-    else failed=$((failed + 1)); echo "FAIL default shards of \"${case#*|}\": rc $rc, stderr: $err"; fi
+    expect "default shards of \"${case#*|}\": rc $rc, stderr: $err" refused "$rc" "$err" \
+        "no shard file matches the pattern $want"
 done
 
 # -resume of a checkpoint of either family: its header is read before anything else. fake_ckpt FILE
@@ -163,8 +157,8 @@ fake_ckpt() {
 fake_ckpt "$tmp/gpt2.bin" 0 "-depth 6 -b 4 -t 64 -seed 42"
 fake_ckpt "$tmp/llama.bin" 1 "-model llama -size llama-30m -encoding o200k_base -b 4 -t 64 -seed 42"
 fake_ckpt "$tmp/gpt2_size.bin" 0 "-depth 6 -size llama-30m -b 4 -t 64 -seed 42"
-if [ "$(stat -c %s "$tmp/llama.bin")" = $((1024 + 72 + 12)) ]; then passed=$((passed + 1))
-else failed=$((failed + 1)); echo "FAIL the test's fake checkpoint has $(stat -c %s "$tmp/llama.bin") bytes"; fi
+size=$(stat -c %s "$tmp/llama.bin")
+expect "the test's fake checkpoint has $size bytes" [ "$size" = $((1024 + 72 + 12)) ]
 expect_error "GPT-2 checkpoint resumed as llama" \
     "-model llama: the checkpoint $tmp/gpt2.bin holds a GPT-2 model (-model gpt2), another model family" \
     -resume "$tmp/gpt2.bin" -model llama -out "$tmp/out"
@@ -179,7 +173,7 @@ expect_error "Llama-style checkpoint, -depth" "-depth 6: a GPT-2 size" -resume "
 expect_error "GPT-2 checkpoint, -size" "-size llama-30m: a Llama-style size" -resume "$tmp/gpt2.bin" -size llama-30m
 expect_error "GPT-2 checkpoint whose settings hold -size" \
     "checkpoint $tmp/gpt2_size.bin records the setting \"-size\", which a GPT-2 model does not have" -resume "$tmp/gpt2_size.bin"
-if [ -e "$tmp/out" ]; then failed=$((failed + 1)); echo "FAIL a refused -resume created $tmp/out"; else passed=$((passed + 1)); fi
+expect "a refused -resume created $tmp/out" [ ! -e "$tmp/out" ]
 
 # -init: its file is read before the GPU is touched. A safetensors file of GPT-2 names but no layers
 # and 16 channels: not a GPT-2 size.
@@ -207,8 +201,7 @@ expect_env_error() {
     shift
     local err rc
     err=$(env "${vars[@]}" "$bin" "$@" 2>&1 >/dev/null); rc=$?
-    if [ "$rc" = 1 ] && printf '%s' "$err" | grep -qF -- "$frag"; then passed=$((passed + 1))
-    else failed=$((failed + 1)); echo "FAIL $what: rc $rc, stderr: $err"; fi
+    expect "$what: rc $rc, stderr: $err" refused "$rc" "$err" "$frag"
 }
 port=$((20000 + RANDOM % 20000))
 expect_env_error "RANK without WORLD_SIZE" "RANK is set but WORLD_SIZE is not" RANK=0 --
@@ -227,11 +220,9 @@ expect_env_error "rank 1 alone (tcp)" "rank 1 waited 2 s for rank 0 at 127.0.0.1
     RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- -nccl_timeout 2
 expect_env_error "rank 1 alone (file)" "rank 1 waited 2 s" OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 -- \
     -nccl_init "file:$tmp/rdzv" -nccl_timeout 2
-if [ $((SECONDS - t0)) -le 30 ]; then passed=$((passed + 1))
-else failed=$((failed + 1)); echo "FAIL the three 2 s rendezvous timeouts took $((SECONDS - t0)) s"; fi
+expect "the three 2 s rendezvous timeouts took $((SECONDS - t0)) s" [ $((SECONDS - t0)) -le 30 ]
 
 expect_error "-rope_theta with GPT-2" "-rope_theta 10000: the Llama-style model's rotary base" -rope_theta 10000
 expect_error "-rope_theta 0" "-rope_theta 0: RoPE's base must be 1 or more" -model llama -rope_theta 0
 
-echo "test_train_flags: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+test_end
