@@ -18,14 +18,8 @@ if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     exit 0
 fi
 bin=./train_gpt
-passed=0; failed=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_llama.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-check() {  # check "what" COMMAND...: one check, passed when COMMAND succeeds
-    local what=$1; shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $what"; fi
-}
-has() { grep -qF -- "$2" "$1" 2>/dev/null; }
+source dev/test/testing.sh
+test_begin test_train_llama  # $tmp: the runs' outputs
 same() { [ -n "$1" ] && [ "$1" = "$2" ]; }  # same A B: A is not empty and B is A
 # the log's numbers without the timings: step, loss, norm, lr; val losses
 numbers() { grep -E '^step [0-9]+ (train_loss|val_loss)' "$1" 2>/dev/null | sed -E 's/ ms .*//'; }
@@ -40,51 +34,50 @@ base=(-model llama -b 8 -t 256 -val_batches 3)
 # 1. 30 steps, a sample, the export
 "$bin" "${base[@]}" -steps 30 -warmup 5 -val_every 10 -sample_tokens 32 -keep 0 -export_hf "$tmp/hf" -out "$tmp/run" \
     > "$tmp/run.txt" 2>&1; rc=$?
-check "30 steps exit 0 (rc $rc)" test "$rc" = 0
-check "the table names the family and size" has "$tmp/run.txt" "| model                | Llama-style llama-30m: 10 layers, 512 channels, FFN 1536"
-check "the table names the encoding" has "$tmp/run.txt" "| encoding             | o200k_base, <|endoftext|> 199999"
-check "the table counts the parameters" has "$tmp/run.txt" "| parameters           | 235022848; 30157312 without the two tables"
-check "the data are the o200k_base starter shards" has "$tmp/run.txt" "data/starter_o200k/starter_train_*.bin"
+expect "30 steps exit 0 (rc $rc)" test "$rc" = 0
+expect "the table names the family and size" file_has "$tmp/run.txt" "| model                | Llama-style llama-30m: 10 layers, 512 channels, FFN 1536"
+expect "the table names the encoding" file_has "$tmp/run.txt" "| encoding             | o200k_base, <|endoftext|> 199999"
+expect "the table counts the parameters" file_has "$tmp/run.txt" "| parameters           | 235022848; 30157312 without the two tables"
+expect "the data are the o200k_base starter shards" file_has "$tmp/run.txt" "data/starter_o200k/starter_train_*.bin"
 first=$(train_loss "$tmp/run/log.txt" 1)
 last5=$(for s in 26 27 28 29 30; do train_loss "$tmp/run/log.txt" "$s"; done | awk '{ t += $1; n++ } END { if (n == 5) printf "%.4f", t / n }')
 echo "train loss: step 1 ${first:-none}, mean of steps 26-30 ${last5:-none} (ln 200019 = 12.2062)"
-check "step 1's loss is near ln(200019): ${first:-none}" awk -v a="${first:-0}" 'BEGIN { exit !(a > 11.9 && a < 12.7) }'
-check "the loss falls: mean of the last 5 steps ${last5:-none} at least 2 below step 1's ${first:-none}" \
+expect "step 1's loss is near ln(200019): ${first:-none}" awk -v a="${first:-0}" 'BEGIN { exit !(a > 11.9 && a < 12.7) }'
+expect "the loss falls: mean of the last 5 steps ${last5:-none} at least 2 below step 1's ${first:-none}" \
     awk -v a="${first:-0}" -v b="${last5:-99}" 'BEGIN { exit !(b < a - 2.0) }'
-check "a val loss at step 30" grep -sqE '^step 30 val_loss [0-9.]+$' "$tmp/run/log.txt"
-check "a sample at the end" grep -q '^sample (step 30): ' "$tmp/run.txt"
-check "MFU is printed where the GPU's peak is known" grep -qE '\| MFU +[0-9.]+%|peak bf16 +\| unknown' "$tmp/run.txt"
-check "-export_hf: config.json says LlamaForCausalLM" has "$tmp/hf/config.json" '"LlamaForCausalLM"'
-check "-export_hf: config.json has vocab_size 200019" grep -sqE '"vocab_size":[[:space:]]*200019' "$tmp/hf/config.json"
-check "-export_hf: config.json has eos_token_id 199999" grep -sqE '"eos_token_id":[[:space:]]*199999' "$tmp/hf/config.json"
+expect "a val loss at step 30" grep -sqE '^step 30 val_loss [0-9.]+$' "$tmp/run/log.txt"
+expect "a sample at the end" grep -q '^sample (step 30): ' "$tmp/run.txt"
+expect "MFU is printed where the GPU's peak is known" grep -qE '\| MFU +[0-9.]+%|peak bf16 +\| unknown' "$tmp/run.txt"
+expect "-export_hf: config.json says LlamaForCausalLM" file_has "$tmp/hf/config.json" '"LlamaForCausalLM"'
+expect "-export_hf: config.json has vocab_size 200019" grep -sqE '"vocab_size":[[:space:]]*200019' "$tmp/hf/config.json"
+expect "-export_hf: config.json has eos_token_id 199999" grep -sqE '"eos_token_id":[[:space:]]*199999' "$tmp/hf/config.json"
 # 234,976,768 parameters without the padded rows, 939.9 MB in fp32
-check "-export_hf: model.safetensors of the fp32 weights" test "$(stat -c %s "$tmp/hf/model.safetensors" 2>/dev/null || echo 0)" -gt 939907072
+expect "-export_hf: model.safetensors of the fp32 weights" test "$(stat -c %s "$tmp/hf/model.safetensors" 2>/dev/null || echo 0)" -gt 939907072
 
 # 2. 20 steps uninterrupted, against 10 + resume + 10
 small=("${base[@]}" -warmup 10 -val_every 5 -sample_tokens 16 -keep 1)
 "$bin" "${small[@]}" -steps 20 -out "$tmp/full" > "$tmp/full.txt" 2>&1; rc=$?
-check "20 steps exit 0 (rc $rc)" test "$rc" = 0
+expect "20 steps exit 0 (rc $rc)" test "$rc" = 0
 "$bin" "${small[@]}" -steps 10 -out "$tmp/half" > "$tmp/half1.txt" 2>&1; rc=$?
-check "10 steps exit 0 (rc $rc)" test "$rc" = 0
+expect "10 steps exit 0 (rc $rc)" test "$rc" = 0
 # the flags a checkpoint does not keep (evaluation, sampling, output) are given again
 "$bin" -resume latest -steps 20 -val_every 5 -val_batches 3 -sample_tokens 16 -keep 1 -out "$tmp/half" \
     > "$tmp/half2.txt" 2>&1; rc=$?
-check "-resume latest to step 20 exit 0 (rc $rc)" test "$rc" = 0
-check "the resumed run took the family from the checkpoint" has "$tmp/half2.txt" "Llama-style llama-30m"
-check "the logs have 20 steps and 4 val losses" test "$(numbers "$tmp/half/log.txt" | wc -l)" = 24
-check "resumed: losses, norms, val losses bitwise those of the uninterrupted run" \
+expect "-resume latest to step 20 exit 0 (rc $rc)" test "$rc" = 0
+expect "the resumed run took the family from the checkpoint" file_has "$tmp/half2.txt" "Llama-style llama-30m"
+expect "the logs have 20 steps and 4 val losses" test "$(numbers "$tmp/half/log.txt" | wc -l)" = 24
+expect "resumed: losses, norms, val losses bitwise those of the uninterrupted run" \
     same "$(numbers "$tmp/full/log.txt")" "$(numbers "$tmp/half/log.txt")"
 if ! same "$(numbers "$tmp/full/log.txt")" "$(numbers "$tmp/half/log.txt")"; then
     diff <(numbers "$tmp/full/log.txt") <(numbers "$tmp/half/log.txt") | head -n 10
 fi
 # the sample is the last output of a run, and may span lines
 sample_of() { sed -n '/^sample (step 20): /,$p' "$1" 2>/dev/null; }
-check "resumed: the sample at step 20 is the uninterrupted run's" same "$(sample_of "$tmp/full.txt")" "$(sample_of "$tmp/half2.txt")"
-check "resumed: the checkpoint of step 20 is byte-identical" cmp -s "$tmp/full/ckpt_00000020.bin" "$tmp/half/ckpt_00000020.bin"
-check "the checkpoint's settings name the model, size, encoding and RoPE base" \
+expect "resumed: the sample at step 20 is the uninterrupted run's" same "$(sample_of "$tmp/full.txt")" "$(sample_of "$tmp/half2.txt")"
+expect "resumed: the checkpoint of step 20 is byte-identical" cmp -s "$tmp/full/ckpt_00000020.bin" "$tmp/half/ckpt_00000020.bin"
+expect "the checkpoint's settings name the model, size, encoding and RoPE base" \
     grep -qaF -- "-model llama -size llama-30m -encoding o200k_base -rope_theta 500000 -b 8 -t 256" \
     <(head -c 2048 "$tmp/half/ckpt_00000020.bin" 2>/dev/null)
 if [ "$failed" != 0 ]; then for f in "$tmp"/*.txt; do echo "--- $f"; tail -n 25 "$f"; done; fi
 
-echo "test_train_llama: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+test_end

@@ -37,8 +37,9 @@ STEPS=${STEPS:-50}
 LOSS_RTOL=1e-4
 half=$((STEPS / 2))
 limit=300  # seconds any one run of the trainer may take
-passed=0; failed=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_train_multi_gpu.XXXXXX")
+source dev/test/testing.sh
+test_begin test_train_multi_gpu  # $tmp: the runs' outputs
+test_say_ok=1                    # a long run: each check says how it went as it goes
 cleanup() {  # the runs still in the background (their timeout, the trainer, its ranks), then the files
     local p
     for p in $(jobs -p); do kill_tree "$p"; done
@@ -50,12 +51,8 @@ trap 'exit 143' TERM  # the cleanup ends those in the background
 B=16; T=1024; total=$((2 * B * T))
 cfg=(-depth "$DEPTH" -b "$B" -t "$T" -total_batch "$total" -val_every 0 -val_batches 1 -sample_tokens 0)
 
-check() {  # check "what" COMMAND...: one check, passed when COMMAND succeeds; prints "ok" or "FAIL" and what
-    local what=$1; shift
-    if "$@"; then passed=$((passed + 1)); echo "ok   $what"; else failed=$((failed + 1)); echo "FAIL $what"; fi
-}
-has() { grep -qE -- "$2" "$1"; }    # has FILE REGEX
-lacks() { ! grep -qE -- "$2" "$1"; }
+matches() { grep -qE -- "$2" "$1"; }    # matches FILE REGEX: a line of the file matches
+lacks() { ! matches "$@"; }
 # Every run has a deadline: timeout --foreground -k 30 "$limit" (then SIGTERM, 30 s later SIGKILL).
 # --foreground keeps it in this script's process group, so that Ctrl-C reaches the runs; the ranks of
 # -gpus 2 hear of a deadline from the launcher.
@@ -148,13 +145,13 @@ echo "GPUs: $gpus (nvidia-smi); model d$DEPTH, B $B, T $T per GPU, $total tokens
 # a. 2 GPUs against one GPU with 2 micro-steps; both checkpoint at step STEPS/2 for b.
 f0=$failed
 run "$tmp/one.txt" "${cfg[@]}" -steps "$STEPS" -ckpt_every "$half" -keep 3 -out "$tmp/one"
-check "a. 1 GPU, 2 micro-steps: exit 0 (rc $rc)" [ "$rc" = 0 ]
-check "a. 1 GPU: the table shows 2 micro-steps" has "$tmp/one.txt" '\| grad accumulation +\| 2 micro-steps'
+expect "a. 1 GPU, 2 micro-steps: exit 0 (rc $rc)" [ "$rc" = 0 ]
+expect "a. 1 GPU: the table shows 2 micro-steps" matches "$tmp/one.txt" '\| grad accumulation +\| 2 micro-steps'
 run "$tmp/two.txt" "${cfg[@]}" -steps "$STEPS" -ckpt_every "$half" -keep 3 -gpus 2 -out "$tmp/two"
-check "a. -gpus 2: exit 0 (rc $rc)" [ "$rc" = 0 ]
-check "a. -gpus 2: the table shows 2 ranks" has "$tmp/two.txt" '\| ranks +\| 2 \('
-check "a. -gpus 2: the table shows 1 micro-step" has "$tmp/two.txt" '\| grad accumulation +\| 1 micro-steps'
-check "a. -gpus 2 against 1 GPU x 2 micro-steps: losses within $LOSS_RTOL" \
+expect "a. -gpus 2: exit 0 (rc $rc)" [ "$rc" = 0 ]
+expect "a. -gpus 2: the table shows 2 ranks" matches "$tmp/two.txt" '\| ranks +\| 2 \('
+expect "a. -gpus 2: the table shows 1 micro-step" matches "$tmp/two.txt" '\| grad accumulation +\| 1 micro-steps'
+expect "a. -gpus 2 against 1 GPU x 2 micro-steps: losses within $LOSS_RTOL" \
     same_losses "a. -gpus 2 against 1 GPU x 2 micro-steps" "$tmp/one/log.txt" "$tmp/two/log.txt" 1 "$STEPS"
 note_failures "$f0" "$tmp/one.txt" "$tmp/two.txt"
 
@@ -163,13 +160,13 @@ f0=$failed
 ck=$(printf 'ckpt_%08d.bin' "$half")
 resumed=(-val_every 0 -val_batches 1 -sample_tokens 0 -keep 0)
 run "$tmp/two_to_one.txt" -resume "$tmp/two/$ck" "${resumed[@]}" -out "$tmp/two_to_one"
-check "b. 2-GPU checkpoint of step $half resumed on 1 GPU: exit 0 (rc $rc)" [ "$rc" = 0 ]
-check "b. 2-GPU checkpoint resumed on 1 GPU: losses within $LOSS_RTOL of the uninterrupted 2-GPU run" \
+expect "b. 2-GPU checkpoint of step $half resumed on 1 GPU: exit 0 (rc $rc)" [ "$rc" = 0 ]
+expect "b. 2-GPU checkpoint resumed on 1 GPU: losses within $LOSS_RTOL of the uninterrupted 2-GPU run" \
     same_losses "b. 2-GPU checkpoint resumed on 1 GPU, against the 2-GPU run" \
     "$tmp/two/log.txt" "$tmp/two_to_one/log.txt" $((half + 1)) "$STEPS"
 run "$tmp/one_to_two.txt" -resume "$tmp/one/$ck" "${resumed[@]}" -gpus 2 -out "$tmp/one_to_two"
-check "b. 1-GPU checkpoint of step $half resumed on 2 GPUs: exit 0 (rc $rc)" [ "$rc" = 0 ]
-check "b. 1-GPU checkpoint resumed on 2 GPUs: losses within $LOSS_RTOL of the uninterrupted 1-GPU run" \
+expect "b. 1-GPU checkpoint of step $half resumed on 2 GPUs: exit 0 (rc $rc)" [ "$rc" = 0 ]
+expect "b. 1-GPU checkpoint resumed on 2 GPUs: losses within $LOSS_RTOL of the uninterrupted 1-GPU run" \
     same_losses "b. 1-GPU checkpoint resumed on 2 GPUs, against the 1-GPU run" \
     "$tmp/one/log.txt" "$tmp/one_to_two/log.txt" $((half + 1)) "$STEPS"
 note_failures "$f0" "$tmp/two_to_one.txt" "$tmp/one_to_two.txt"
@@ -179,13 +176,13 @@ rm -rf "$tmp/one" "$tmp/two"  # 2 checkpoints each of the model's master weights
 f0=$failed
 short=("${cfg[@]}" -steps 4 -keep 0)
 run "$tmp/gpus.txt" "${short[@]}" -gpus 2 -out "$tmp/gpus"
-check "c. -gpus 2: exit 0 (rc $rc)" [ "$rc" = 0 ]
+expect "c. -gpus 2: exit 0 (rc $rc)" [ "$rc" = 0 ]
 start_ranks vars "${short[@]}" -out "$tmp/vars"
 wait_exit "$r0"; rc0=$rc
 wait_exit "$r1"; rc1=$rc
-check "c. torchrun-style variables, 2 processes started here: both exit 0 (rc $rc0, $rc1)" [ "$rc0:$rc1" = 0:0 ]
-check "c. torchrun-style variables: the table shows 2 ranks (torchrun)" has "$tmp/vars.rank0.txt" '\| ranks +\| 2 \(torchrun\)'
-check "c. torchrun-style variables against -gpus 2: losses within $LOSS_RTOL" \
+expect "c. torchrun-style variables, 2 processes started here: both exit 0 (rc $rc0, $rc1)" [ "$rc0:$rc1" = 0:0 ]
+expect "c. torchrun-style variables: the table shows 2 ranks (torchrun)" matches "$tmp/vars.rank0.txt" '\| ranks +\| 2 \(torchrun\)'
+expect "c. torchrun-style variables against -gpus 2: losses within $LOSS_RTOL" \
     same_losses "c. torchrun-style variables against -gpus 2" "$tmp/gpus/log.txt" "$tmp/vars/log.txt" 1 4
 logs=("$tmp/gpus.txt" "$tmp/vars.rank0.txt" "$tmp/vars.rank1.txt")
 if command -v mpirun > /dev/null; then
@@ -196,9 +193,9 @@ if command -v mpirun > /dev/null; then
     rc=0
     MASTER_PORT=$(port) OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         timeout --foreground -k 30 "$limit" "${mpi[@]}" "$bin" "${short[@]}" -out "$tmp/mpi" > "$tmp/mpi.txt" 2>&1 || rc=$?
-    check "c. ${mpi[*]}: exit 0 (rc $rc)" [ "$rc" = 0 ]
-    check "c. mpirun: the table shows 2 ranks" has "$tmp/mpi.txt" '\| ranks +\| 2 \('
-    check "c. mpirun against -gpus 2: losses within $LOSS_RTOL" \
+    expect "c. ${mpi[*]}: exit 0 (rc $rc)" [ "$rc" = 0 ]
+    expect "c. mpirun: the table shows 2 ranks" matches "$tmp/mpi.txt" '\| ranks +\| 2 \('
+    expect "c. mpirun against -gpus 2: losses within $LOSS_RTOL" \
         same_losses "c. mpirun -np 2 against -gpus 2" "$tmp/gpus/log.txt" "$tmp/mpi/log.txt" 1 4
     logs+=("$tmp/mpi.txt")
 else
@@ -213,14 +210,14 @@ for victim in 1 0; do
     start_ranks "kill$victim" "${cfg[@]}" -steps 100000 -keep 0 -out "$tmp/kill$victim"
     if [ "$victim" = 1 ]; then vt=$r1; ot=$r0; else vt=$r0; ot=$r1; fi
     wait_steps "$tmp/kill$victim" 3 "$r0"
-    check "d. rank $victim: steps run before the kill" has "$tmp/kill$victim/log.txt" '^step 3 train_loss '
+    expect "d. rank $victim: steps run before the kill" matches "$tmp/kill$victim/log.txt" '^step 3 train_loss '
     kill -KILL "$(children "$vt")" 2>/dev/null  # the trainer under rank $victim's timeout
     wait_exit "$ot"
     out=$tmp/kill$victim.rank$other.txt
-    check "d. SIGKILL to rank $victim: rank $other exits within 60 s (took $took s)" [ "$took" -le 60 ]
-    check "d. SIGKILL to rank $victim: rank $other exits non-zero (rc $rc)" [ "$rc" != 0 ]
-    check "d. SIGKILL to rank $victim: rank $other names rank $victim: $(grep -m1 "rank $victim" "$out")" \
-        has "$out" "rank $victim (exited|failed|closed|could not)"
+    expect "d. SIGKILL to rank $victim: rank $other exits within 60 s (took $took s)" [ "$took" -le 60 ]
+    expect "d. SIGKILL to rank $victim: rank $other exits non-zero (rc $rc)" [ "$rc" != 0 ]
+    expect "d. SIGKILL to rank $victim: rank $other names rank $victim: $(grep -m1 "rank $victim" "$out")" \
+        matches "$out" "rank $victim (exited|failed|closed|could not)"
     wait_exit "$vt"
     note_failures "$f0" "$tmp/kill$victim.rank0.txt" "$tmp/kill$victim.rank1.txt"
 done
@@ -233,14 +230,14 @@ wait_steps "$tmp/gkill" 3 "$t"
 launcher=$(children "$t")
 rank1=""
 for c in $(children "$launcher"); do [ "$(rank_of "$c")" = 1 ] && rank1=$c; done
-check "d. -gpus 2: rank 1 found among the launcher's processes (pid ${rank1:-none})" [ -n "$rank1" ]
+expect "d. -gpus 2: rank 1 found among the launcher's processes (pid ${rank1:-none})" [ -n "$rank1" ]
 kill -KILL "$rank1" 2>/dev/null
 wait_exit "$t"
-check "d. -gpus 2, SIGKILL to rank 1: the launcher exits within 60 s (took $took s)" [ "$took" -le 60 ]
-check "d. -gpus 2, SIGKILL to rank 1: the launcher exits 1 (rc $rc)" [ "$rc" = 1 ]
-check "d. -gpus 2, SIGKILL to rank 1: rank 0 names rank 1 by itself: $(grep -m1 '\[rank 0\].*rank 1' "$tmp/gkill.txt")" \
-    has "$tmp/gkill.txt" '\[rank 0\].*rank 1 (exited|failed)'
-check "d. -gpus 2, SIGKILL to rank 1: rank 0 exited by itself, before the launcher's grace period ended" \
+expect "d. -gpus 2, SIGKILL to rank 1: the launcher exits within 60 s (took $took s)" [ "$took" -le 60 ]
+expect "d. -gpus 2, SIGKILL to rank 1: the launcher exits 1 (rc $rc)" [ "$rc" = 1 ]
+expect "d. -gpus 2, SIGKILL to rank 1: rank 0 names rank 1 by itself: $(grep -m1 '\[rank 0\].*rank 1' "$tmp/gkill.txt")" \
+    matches "$tmp/gkill.txt" '\[rank 0\].*rank 1 (exited|failed)'
+expect "d. -gpus 2, SIGKILL to rank 1: rank 0 exited by itself, before the launcher's grace period ended" \
     lacks "$tmp/gkill.txt" 'still running'
 note_failures "$f0" "$tmp/gkill.txt"
 
@@ -251,36 +248,35 @@ t=$!
 wait_steps "$tmp/term" 3 "$t"
 kill -TERM "$(children "$t")" 2>/dev/null  # the launcher itself (timeout's child)
 wait_exit "$t"
-check "d. SIGTERM to the launcher: exit 0 (rc $rc, $took s)" [ "$rc" = 0 ]
+expect "d. SIGTERM to the launcher: exit 0 (rc $rc, $took s)" [ "$rc" = 0 ]
 stop=$(sed -nE 's/^stopped by .* after step ([0-9]+).*/\1/p' "$tmp/term.txt")
-check "d. SIGTERM: stopped after step ${stop:-none}" [ -n "$stop" ]
-check "d. SIGTERM: one checkpoint written ($(grep -c '^checkpoint ' "$tmp/term.txt"))" \
+expect "d. SIGTERM: stopped after step ${stop:-none}" [ -n "$stop" ]
+expect "d. SIGTERM: one checkpoint written ($(grep -c '^checkpoint ' "$tmp/term.txt"))" \
     [ "$(grep -c '^checkpoint ' "$tmp/term.txt")" = 1 ]
 stop=${stop:-0}
 run "$tmp/term2.txt" -gpus 2 -resume latest -out "$tmp/term" -steps $((stop + 2)) -val_every 0 -val_batches 1 \
     -sample_tokens 0 -keep 1
-check "d. -gpus 2 -resume latest: exit 0 (rc $rc)" [ "$rc" = 0 ]
-check "d. -resume latest: resumed from step $stop" has "$tmp/term2.txt" "\| resumed from .*\(step $stop\)"
-check "d. -resume latest: steps $((stop + 1)) and $((stop + 2)) logged" \
+expect "d. -gpus 2 -resume latest: exit 0 (rc $rc)" [ "$rc" = 0 ]
+expect "d. -resume latest: resumed from step $stop" matches "$tmp/term2.txt" "\| resumed from .*\(step $stop\)"
+expect "d. -resume latest: steps $((stop + 1)) and $((stop + 2)) logged" \
     [ "$(grep -cE "^step ($((stop + 1))|$((stop + 2))) train_loss " "$tmp/term/log.txt")" = 2 ]
 note_failures "$f0" "$tmp/term.txt" "$tmp/term2.txt"
 
 # e. -zero 0 against c's -gpus 2 (ZeRO-1) run
 f0=$failed
 run "$tmp/zero0.txt" "${short[@]}" -gpus 2 -zero 0 -out "$tmp/zero0"
-check "e. -gpus 2 -zero 0: exit 0 (rc $rc)" [ "$rc" = 0 ]
-check "e. -zero 0: the table says the state is whole on every GPU" has "$tmp/zero0.txt" 'whole on every GPU \(-zero 0\)'
+expect "e. -gpus 2 -zero 0: exit 0 (rc $rc)" [ "$rc" = 0 ]
+expect "e. -zero 0: the table says the state is whole on every GPU" matches "$tmp/zero0.txt" 'whole on every GPU \(-zero 0\)'
 optim() { sed -nE 's/^memory per GPU: .*optimizer \(master, m, v\) ([0-9.]+) MiB.*/\1/p' "$1"; }
 o1=$(optim "$tmp/gpus.txt"); o0=$(optim "$tmp/zero0.txt")
-check "e. -zero 0: optimizer memory per GPU ${o0:-?} MiB, twice ZeRO-1's ${o1:-?} MiB at 2 GPUs" \
+expect "e. -zero 0: optimizer memory per GPU ${o0:-?} MiB, twice ZeRO-1's ${o1:-?} MiB at 2 GPUs" \
     awk -v a="${o0:-0}" -v b="${o1:-0}" 'BEGIN { exit !(b > 0 && a > 1.99 * b && a < 2.01 * b) }'
-check "e. -zero 0 against -gpus 2 (ZeRO-1): losses within $LOSS_RTOL" \
+expect "e. -zero 0 against -gpus 2 (ZeRO-1): losses within $LOSS_RTOL" \
     same_losses "e. -zero 0 against ZeRO-1, 2 GPUs" "$tmp/gpus/log.txt" "$tmp/zero0/log.txt" 1 4
 # the norms too: a gradient not all-gathered, or a norm counted once per rank, is off by O(10%) in the
 # norm where the early losses may not show it
-check "e. -zero 0 against -gpus 2 (ZeRO-1): gradient norms within $LOSS_RTOL" \
+expect "e. -zero 0 against -gpus 2 (ZeRO-1): gradient norms within $LOSS_RTOL" \
     same_losses "e. -zero 0 against ZeRO-1, 2 GPUs" "$tmp/gpus/log.txt" "$tmp/zero0/log.txt" 1 4 norms
 note_failures "$f0" "$tmp/zero0.txt"
 
-echo "test_train_multi_gpu: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+test_end
