@@ -18,6 +18,7 @@
 #include <string.h>
 #include "llmc/train_model.cuh"        // TrainModel: GPT-2 or Llama-style, build / step / checkpoint / free
 #include "llmc/gpt_hf_import.h"        // -init: GPT-2 weights in Hugging Face's layout
+#include "llmc/llama_hf_import.h"      // -init: Llama weights in Hugging Face's layout
 #include "llmc/flags.h"                // the flag table's parser
 #include "llmc/dataloader.h"           // DataLoader: (B, T) batches from shards
 #include "llmc/tokenizer_tiktoken.h"   // the encodings (gpt2, cl100k_base, o200k_base): ids and decoding, for samples
@@ -88,7 +89,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-depth", FLAG_INT, &c->depth, "6", "model", "GPT-2 size (-model gpt2): 6 (30M), 12 (124M), 24, 36, 48 (1.5B)"},
         {"-size", FLAG_STR, &c->size, "llama-30m", "model", "Llama-style size (-model llama): " LLAMA_SIZE_NAMES},
         {"-rope_theta", FLAG_FLOAT, &c->rope_theta, "500000", "model", "RoPE's base θ (-model llama; Llama 2 used 1e4, Llama 3 5e5)"},
-        {"-init", FLAG_STR, &c->init, "", "model", "start from GPT-2 weights in Hugging Face's layout: a .safetensors file or a directory with model.safetensors (sets -depth; fresh optimizer; GPT-2 only)"},
+        {"-init", FLAG_STR, &c->init, "", "model", "start from weights in Hugging Face's layout (GPT2LMHeadModel or LlamaForCausalLM): a .safetensors file or a directory with model.safetensors (and config.json: Llama's needs it); sets -model, -depth or -size, -encoding, -rope_theta; fresh optimizer"},
         {"-t", FLAG_INT, &c->T, "256", "batch", "sequence length T (at most 1024 for GPT-2, 4096 for llama)"},
         {"-b", FLAG_INT, &c->B, "32", "batch", "micro-batch size B (sequences per forward)"},
         {"-total_batch", FLAG_INT, &c->total_batch, "0", "batch", "tokens per optimizer step, a multiple of B*T (0: B*T)"},
@@ -200,9 +201,6 @@ static const char* resolve_model(TrainConfig* c, int argc, char** argv, char* ms
             c->depth, LLAMA_SIZE_NAMES);
     if (llama && llama_config_named(&lc, c->size, enc->vocab_size, LLAMA_MAX_SEQ_LEN) != 0)
         BAD("-size", "-size %s: the Llama-style sizes are %s", c->size, LLAMA_SIZE_NAMES);
-    if (llama && c->init[0])
-        BAD("-init", "-init %s: imports GPT-2 weights (-model gpt2); a Llama-style run starts from its own init, so "
-            "leave -init out", c->init);
     if (llama && c->recompute != 0)
         BAD("-recompute", "-recompute %d: recomputes GPT-2's GELU; the Llama-style model has nothing to recompute, "
             "leave it out", c->recompute);
@@ -630,14 +628,65 @@ static void test_nan_steps(int* from, int* to) {
     printf("test: a NaN is injected into the gradient at steps %d..%d (LLMC_TEST_NAN_STEP)\n", *from, *to);
 }
 
-// --- Hugging Face interop: -init (llmc/gpt_hf_import.h), -export_hf (llmc/gpt_hf.h) ---------------
+// --- Hugging Face interop: -init (llmc/gpt_hf_import.h, llmc/llama_hf_import.h), -export_hf ------
 
-// Opens the -init file and takes the depth from its tensors, or checks them against a given -depth.
-static void init_open(GptHfReader* r, TrainConfig* c, int argc, char** argv) {
-    if (gpt_hf_open(r, c->init) != 0) {
-        fprintf(stderr, "error: -init %s: %s\n", c->init, r->err);
-        exit(EXIT_FAILURE);
-    }
+// The -init file, of either family, opened before the GPU is touched.
+typedef struct {
+    int llama;         // a LlamaForCausalLM (lm); else a GPT2LMHeadModel (gpt)
+    GptHfReader gpt;
+    LlamaHfReader lm;
+} InitFile;
+
+static void init_fail(const TrainConfig* c, const char* msg) {
+    fprintf(stderr, "error: -init %s: %s\n", c->init, msg);
+    exit(EXIT_FAILURE);
+}
+
+// -model left out: the -init file's family (a Llama model's tensors are named model.embed_tokens ...).
+static void init_family(TrainConfig* c, int argc, char** argv) {
+    if (!flag_given(argc, argv, "-model") && llama_hf_detect(c->init)) c->model = "llama";
+}
+
+// A Llama -init (before resolve_model): -size from the layers of its config.json (one of the sizes),
+// -encoding from its vocabulary, -rope_theta from its rope_theta; a flag given must agree.
+static void init_open_llama(LlamaHfReader* r, TrainConfig* c, int argc, char** argv) {
+    if (llama_hf_open(r, c->init) != 0) init_fail(c, r->err);
+    const LlamaConfig* f = &r->config;
+    const char* size = llama_size_name(f);
+    const TokenizerEncoding* enc = NULL;
+    for (size_t i = 0; i < sizeof(tokenizer_encodings) / sizeof(tokenizer_encodings[0]); i++)
+        if (tokenizer_encodings[i].vocab_size == f->vocab_size) enc = &tokenizer_encodings[i];
+    LlamaConfig named;
+    char msg[768] = "";
+    if (!size)
+        snprintf(msg, sizeof(msg), "a model of %d layers, %d channels, %d heads (%d key/value) and FFN %d, not one of "
+                 "this program's sizes\n  hint: the Llama-style sizes are %s (llmc/llama_config.h has their shapes)",
+                 f->num_layers, f->channels, f->num_heads, f->num_kv_heads, f->ffn_hidden, LLAMA_SIZE_NAMES);
+    else if (flag_given(argc, argv, "-size") && strcmp(c->size, size) != 0)
+        snprintf(msg, sizeof(msg), "a %s model, which is not -size %s\n  hint: leave -size out to take it from the "
+                 "file", size, c->size);
+    else if (!enc)
+        snprintf(msg, sizeof(msg), "vocab_size %d, the vocabulary of none of this program's encodings (%s)\n  hint: "
+                 "train on shards of the model's own encoding, which must be one of these", f->vocab_size,
+                 TOKENIZER_ENCODING_NAMES);
+    else if (strcmp(c->encoding, "auto") != 0 && strcmp(c->encoding, enc->name) != 0)
+        snprintf(msg, sizeof(msg), "a vocabulary of %d, %s's, which is not -encoding %s\n  hint: leave -encoding out "
+                 "to take it from the file", f->vocab_size, enc->name, c->encoding);
+    else if (flag_given(argc, argv, "-rope_theta") && fabs(c->rope_theta - f->rope_theta) > 1e-6 * f->rope_theta)
+        snprintf(msg, sizeof(msg), "rope_theta %g, which is not -rope_theta %g\n  hint: leave -rope_theta out to take "
+                 "it from the file", f->rope_theta, c->rope_theta);
+    else if (llama_config_named(&named, size, f->vocab_size, LLAMA_MAX_SEQ_LEN) != 0 || f->norm_eps != named.norm_eps)
+        snprintf(msg, sizeof(msg), "rms_norm_eps %g; this program's Llama-style models use %g", f->norm_eps,
+                 named.norm_eps);
+    if (msg[0]) init_fail(c, msg);
+    c->size = size;
+    c->encoding = enc->name;
+    c->rope_theta = (float)f->rope_theta;
+}
+
+// A GPT-2 -init (after resolve_model): the depth from its tensors, or checked against a given -depth.
+static void init_open_gpt(GptHfReader* r, TrainConfig* c, int argc, char** argv) {
+    if (gpt_hf_open(r, c->init) != 0) init_fail(c, r->err);
     int given = flag_given(argc, argv, "-depth"), ch, nh;
     if (!given) c->depth = r->num_layers;
     if (gpt2_size(c->depth, &ch, &nh) != 0 || c->depth != r->num_layers || ch != r->channels) {
@@ -650,12 +699,10 @@ static void init_open(GptHfReader* r, TrainConfig* c, int argc, char** argv) {
 }
 
 // The -init weights into the model: master and bf16 parameters; AdamW's moments zero (a fresh start).
-static void init_load(TrainModel* m, GptHfReader* r, const TrainConfig* c, const GpuContext* ctx) {
+static void init_load(TrainModel* m, InitFile* f, const TrainConfig* c, const GpuContext* ctx) {
     float* values = (float*)malloc_check(m->num_params * sizeof(float));
-    if (gpt_hf_load(r, &m->gpt.config, values) != 0) {  // -init is GPT-2's (resolve_model)
-        fprintf(stderr, "error: -init %s: %s\n", c->init, r->err);
-        exit(EXIT_FAILURE);
-    }
+    int rc = f->llama ? llama_hf_load(&f->lm, &m->llama.config, values) : gpt_hf_load(&f->gpt, &m->gpt.config, values);
+    if (rc != 0) init_fail(c, f->llama ? f->lm.err : f->gpt.err);
     train_model_set_params(m, values, ctx);
     free(values);
 }
@@ -689,6 +736,14 @@ int main(int argc, char** argv) {
                 "one\n", cfg.resume, cfg.init);
         exit(EXIT_FAILURE);
     }
+    // -init: the file's family, and a Llama model's sizes and encoding, before the flags that depend on them
+    InitFile init;
+    memset(&init, 0, sizeof(init));
+    if (cfg.init[0]) init_family(&cfg, argc, argv);
+    if (cfg.init[0] && is_llama(&cfg)) {
+        init.llama = 1;
+        init_open_llama(&init.lm, &cfg, argc, argv);
+    }
     if (resumed) {
         checkpoint_check(err, checkpoint_resolve(ckpt_path, sizeof(ckpt_path), cfg.resume, cfg.out_dir, err, sizeof(err)));
         checkpoint_check(ckpt.err, checkpoint_reader_open(&ckpt, ckpt_path));
@@ -699,10 +754,9 @@ int main(int argc, char** argv) {
     char msg[512];
     exit_if_bad(resolve_model(&cfg, argc, argv, msg, sizeof(msg)), msg, resumed ? ckpt_path : NULL, argc, argv);
     const TokenizerEncoding* encoding = tokenizer_find_encoding(cfg.encoding);
-    // -init: the file's header first, so that a bad file fails before the GPU is touched and the depth can
-    // come from its tensors
-    GptHfReader init;
-    if (cfg.init[0]) init_open(&init, &cfg, argc, argv);
+    // -init of GPT-2: the file's header first, so that a bad file fails before the GPU is touched and the
+    // depth can come from its tensors
+    if (cfg.init[0] && !init.llama) init_open_gpt(&init.gpt, &cfg, argc, argv);
     exit_if_bad(validate(&cfg, msg, sizeof(msg)), msg, resumed ? ckpt_path : NULL, argc, argv);
     int start_step = resumed ? (int)ckpt.state.step : 0;
     int train_steps = cfg.steps == 0 ? 0 : cfg.steps - start_step;  // 0: evaluate and sample only
@@ -877,7 +931,8 @@ int main(int argc, char** argv) {
     else if (cfg.ckpt_every > 0) table_row("checkpoints", "every %d steps and at the end, keep %d", cfg.ckpt_every, cfg.keep);
     else table_row("checkpoints", "at the end (and on Ctrl-C), keep %d", cfg.keep);
     if (resumed) table_row("resumed from", "%s (step %d)", ckpt_path, start_step);
-    if (cfg.init[0]) table_row("initialised from", "%s (optimizer state fresh)", init.path);
+    if (cfg.init[0])
+        table_row("initialised from", "%s (optimizer state fresh)", init.llama ? init.lm.path : init.gpt.path);
     if (cfg.export_hf[0]) table_row("export at the end", "%s/ (Hugging Face transformers)", cfg.export_hf);
     table_row("seed", "%d", cfg.seed);
     table_row("GPU", "%s", prop.name);

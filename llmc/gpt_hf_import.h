@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "gpt_hf.h"
 #include "safetensors.h"
 
@@ -47,18 +46,12 @@ static inline const SafetensorsTensor* gpt_hf_find(const GptHfReader* r, const c
 
 // The config.json beside the weights, when there is one: the settings that change the math but not the
 // shapes must be GPT-2's as this program computes it.
-static inline int gpt_hf_check_config(GptHfReader* r, const char* config_path) {
-    FILE* f = fopen(config_path, "rb");
-    if (!f) return 0;
-    char buf[1 << 16];
-    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    cJSON* j = cJSON_Parse(buf);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return gpt_hf_fail(r, "%s beside it is not a JSON object (or longer than 64 KiB)", config_path);
-    }
+static inline int gpt_hf_check_config(GptHfReader* r) {
+    char config_path[SAFETENSORS_PATH_MAX + 64], err[SAFETENSORS_PATH_MAX + 128];
+    cJSON* j;
+    if (hf_read_config(r->path, &j, config_path, sizeof(config_path), err, sizeof(err)) != 0)
+        return gpt_hf_fail(r, "%s", err);
+    if (!j) return 0;
     const cJSON* nh = cJSON_GetObjectItemCaseSensitive(j, "n_head");
     const cJSON* act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
     const cJSON* eps = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
@@ -86,12 +79,7 @@ static inline int gpt_hf_check_config(GptHfReader* r, const char* config_path) {
 static inline int gpt_hf_open(GptHfReader* r, const char* path) {
     memset(r, 0, sizeof(*r));
     r->prefix = "";
-    struct stat sb;
-    int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-    snprintf(r->path, sizeof(r->path), is_dir ? "%s/model.safetensors" : "%s", path);
-    if (is_dir && stat(r->path, &sb) != 0)
-        return gpt_hf_fail(r, "no such file in the directory %s (a model split into model-0000N-of-M.safetensors "
-                           "files is not read: merge it into one file first)", path);
+    if (hf_weights_path(r->path, sizeof(r->path), path, r->err, sizeof(r->err)) != 0) return -1;
     if (safetensors_open(&r->st, r->path) != 0) {
         snprintf(r->err, sizeof(r->err), "%s", r->st.err);
         return -1;
@@ -115,12 +103,7 @@ static inline int gpt_hf_open(GptHfReader* r, const char* path) {
         snprintf(name, sizeof(name), "h.%d.ln_1.weight", r->num_layers);
         if (!gpt_hf_find(r, name)) break;
     }
-    char config_path[SAFETENSORS_PATH_MAX + 64];
-    snprintf(config_path, sizeof(config_path), "%s", r->path);
-    char* slash = strrchr(config_path, '/');
-    snprintf(slash ? slash + 1 : config_path, sizeof(config_path) - (size_t)(slash ? slash + 1 - config_path : 0),
-             "config.json");
-    return gpt_hf_check_config(r, config_path);
+    return gpt_hf_check_config(r);
 }
 
 // Is `name` (without the prefix) a buffer that older GPT-2 files carry and this program has no use for?

@@ -1,7 +1,8 @@
 // hf_files.h: host-only. The files of a Hugging Face export, whichever the model family (llmc/gpt_hf.h,
 // llmc/llama_hf.h; dev/interop/dump.h's output directory too): the directory made as mkdir -p does, a
 // file written or copied atomically (llmc/atomic_file.h: temporary file, fsync, rename), a cJSON value
-// written formatted, and the weights' safetensors file from a family's list of tensors (HfTensor).
+// written formatted, and the weights' safetensors file from a family's list of tensors (HfTensor); for
+// an import, the weights file of a path and the config.json beside it.
 // Errors: 0, or -1 with the message in `err`; nothing exits. HF_ERR_LEN holds any of these messages and
 // the safetensors writer's and reader's.
 #pragma once
@@ -43,8 +44,12 @@ static inline int hf_write_file(const char* path, const void* data, size_t len, 
 
 // A JSON value (consumed) written formatted to dir/name.
 static inline int hf_write_json(const char* dir, const char* name, cJSON* json, char* err, size_t errlen) {
-    char path[SAFETENSORS_PATH_MAX + 64];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    char path[ATOMIC_PATH_MAX];
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path)) {
+        cJSON_Delete(json);
+        snprintf(err, errlen, "path too long: %s/%s", dir, name);
+        return -1;
+    }
     char* text = cJSON_Print(json);
     cJSON_Delete(json);
     if (!text) { snprintf(err, errlen, "%s: out of host memory formatting the JSON", path); return -1; }
@@ -99,6 +104,7 @@ static inline int hf_make_dir(const char* dir, char* err, size_t errlen) {
 // parameters' layout (dev/interop/).
 static inline int hf_write_safetensors(const char* path, const HfTensor* t, int n, const float* values, char* err,
                                        size_t errlen) {
+    if (n < 1) { snprintf(err, errlen, "%s: no tensors to write", path); return -1; }
     size_t largest = 0;  // of the transposed tensors: the scratch
     for (int i = 0; i < n; i++) {
         size_t count = (size_t)t[i].shape[0] * (size_t)t[i].shape[1];
@@ -128,4 +134,43 @@ static inline int hf_write_safetensors(const char* path, const HfTensor* t, int 
     if (rc != 0) snprintf(err, errlen, "%s", w.err);
     free(scratch); free(st);
     return rc;
+}
+
+// --- import: the files read back --------------------------------------------------------------------
+
+// The weights file of an import (llmc/gpt_hf_import.h, llmc/llama_hf_import.h) into out: path itself, or
+// path/model.safetensors for a directory, which must hold it.
+static inline int hf_weights_path(char* out, size_t n, const char* path, char* err, size_t errlen) {
+    struct stat sb;
+    int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    snprintf(out, n, is_dir ? "%s/model.safetensors" : "%s", path);
+    if (is_dir && stat(out, &sb) != 0) {
+        snprintf(err, errlen, "%s: no such file in the directory %s (a model split into model-0000N-of-M.safetensors "
+                 "files is not read: merge it into one file first)", out, path);
+        return -1;
+    }
+    return 0;
+}
+
+// The config.json beside the weights file `weights`, parsed into *json; *json is NULL when there is none.
+// -1 (message in err) when it is not a JSON object of at most 64 KiB.
+static inline int hf_read_config(const char* weights, cJSON** json, char* path, size_t n, char* err, size_t errlen) {
+    snprintf(path, n, "%s", weights);
+    char* slash = strrchr(path, '/');
+    snprintf(slash ? slash + 1 : path, n - (size_t)(slash ? slash + 1 - path : 0), "config.json");
+    *json = NULL;
+    FILE* f = fopen(path, "rb");
+    if (!f) return 0;
+    char buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    cJSON* j = cJSON_Parse(buf);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        snprintf(err, errlen, "%s beside it is not a JSON object (or longer than 64 KiB)", path);
+        return -1;
+    }
+    *json = j;
+    return 0;
 }

@@ -80,25 +80,37 @@ static inline int llama_tensor_is_norm(int i) {
 // Vp: V rounded up to a multiple of 128.
 static inline int llama_padded_vocab(int V) { return (V + 127) / 128 * 128; }
 
+static const struct { const char* name; int L, C, NH, NKV, F; } llama_sizes[] = {
+    {"llama-30m", 10, 512, 8, 2, 1536}, {"llama-125m", 20, 768, 12, 3, 2048},
+    {"llama-350m", 20, 1280, 20, 5, 3584}, {"llama-1b", 22, 2048, 16, 4, 5632}};
+#define LLAMA_NUM_SIZES ((int)(sizeof(llama_sizes) / sizeof(llama_sizes[0])))
+
 // Fills c with the named size for vocabulary V and sequences of up to max_seq_len tokens. Returns 0, or
 // -1 for an unknown name (LLAMA_SIZE_NAMES lists the known ones).
 static inline int llama_config_named(LlamaConfig* c, const char* name, int vocab_size, int max_seq_len) {
-    static const struct { const char* name; int L, C, NH, NKV, F; } sizes[] = {
-        {"llama-30m", 10, 512, 8, 2, 1536}, {"llama-125m", 20, 768, 12, 3, 2048},
-        {"llama-350m", 20, 1280, 20, 5, 3584}, {"llama-1b", 22, 2048, 16, 4, 5632}};
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-        if (strcmp(name, sizes[i].name) != 0) continue;
+    for (int i = 0; i < LLAMA_NUM_SIZES; i++) {
+        if (strcmp(name, llama_sizes[i].name) != 0) continue;
         c->vocab_size = vocab_size;
         c->padded_vocab_size = llama_padded_vocab(vocab_size);
         c->max_seq_len = max_seq_len;
-        c->num_layers = sizes[i].L;
-        c->channels = sizes[i].C;
-        c->num_heads = sizes[i].NH;
-        c->num_kv_heads = sizes[i].NKV;
-        c->ffn_hidden = sizes[i].F;
+        c->num_layers = llama_sizes[i].L;
+        c->channels = llama_sizes[i].C;
+        c->num_heads = llama_sizes[i].NH;
+        c->num_kv_heads = llama_sizes[i].NKV;
+        c->ffn_hidden = llama_sizes[i].F;
         c->rope_theta = 500000.0;
         c->norm_eps = 1e-5;
         return 0;
     }
     return -1;
+}
+
+// The name of the size whose layers c has (L, C, NH, NKV and F; the vocabulary, RoPE base and eps aside),
+// or NULL: how a model read from elsewhere (llmc/llama_hf_import.h) is matched to -size.
+static inline const char* llama_size_name(const LlamaConfig* c) {
+    for (int i = 0; i < LLAMA_NUM_SIZES; i++)
+        if (c->num_layers == llama_sizes[i].L && c->channels == llama_sizes[i].C && c->num_heads == llama_sizes[i].NH &&
+            c->num_kv_heads == llama_sizes[i].NKV && c->ffn_hidden == llama_sizes[i].F)
+            return llama_sizes[i].name;
+    return NULL;
 }

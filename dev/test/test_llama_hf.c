@@ -1,12 +1,18 @@
-// test_llama_hf.c: the Llama-style model's export to Hugging Face's layout (llmc/llama_hf.h), on the CPU:
-// every tensor's name, shape and data (our values are their own indices, so each tensor's data says
-// exactly which part of our array it came from), and config.json's fields. transformers loading the
-// export, and its logits against the reference's, is dev/interop/llama_check.py (needs PyTorch).
+// test_llama_hf.c: the Llama-style model's export to Hugging Face's layout (llmc/llama_hf.h) and its
+// import (llmc/llama_hf_import.h), on the CPU. Export: every tensor's name, shape and data (our values
+// are their own indices, so each tensor's data says exactly which part of our array it came from), and
+// config.json's fields. Import: the export read back is our array bitwise (the padded rows zero); a
+// tied head is embed's copy; each setting of config.json this program cannot compute, a missing, unknown
+// or misshapen tensor and a model of other sizes are refused, naming what; the named sizes are found by
+// their layers. transformers loading the export, and its logits against the reference's, is
+// dev/interop/llama_check.py (needs PyTorch).
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/check.h"
 #include "../../llmc/llama_hf.h"
+#include "../../llmc/llama_hf_import.h"
 #include "testing.h"
 
 static LlamaConfig tiny(void) {
@@ -56,6 +62,184 @@ static void check_tensor(SafetensorsReader* r, const LlamaConfig* c, const char*
         bad = v[i] != (float)expected_offset(c, what, l, i / ncols, i % ncols);
     EXPECT(!bad, "%s does not hold the expected part of our parameters", name);
     free(v);
+}
+
+// --- import ----------------------------------------------------------------------------------------
+
+// dir/model.safetensors of values (c's tensors in HF's layout, but `drop` left out, `extra` (C,) added and
+// layer 0's k_proj given the transposed shape when swap_k), and config (consumed) as dir/config.json
+// unless NULL.
+static void write_model(const char* dir, const LlamaConfig* c, const float* values, const char* drop,
+                        const char* extra, int swap_k, cJSON* config) {
+    char err[HF_ERR_LEN], path[512];
+    int n = llama_hf_num_tensors(c), m = 0;
+    HfTensor* t = (HfTensor*)calloc((size_t)n + 1, sizeof(HfTensor));
+    llama_hf_tensors(t, c);
+    for (int i = 0; i < n; i++) {
+        if (drop && !strcmp(t[i].name, drop)) continue;
+        t[m] = t[i];
+        if (swap_k && !strcmp(t[m].name, "model.layers.0.self_attn.k_proj.weight")) {
+            int64_t r = t[m].shape[0];
+            t[m].shape[0] = t[m].shape[1];
+            t[m].shape[1] = r;
+        }
+        m++;
+    }
+    if (extra) {
+        snprintf(t[m].name, sizeof(t[m].name), "%s", extra);
+        t[m].ndim = 1; t[m].shape[0] = c->channels; t[m].offset = 0;
+        m++;
+    }
+    EXPECT(hf_make_dir(dir, err, sizeof(err)) == 0, "%s", err);
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    EXPECT(hf_write_safetensors(path, t, m, values, err, sizeof(err)) == 0, "%s", err);
+    if (config) EXPECT(hf_write_json(dir, "config.json", config, err, sizeof(err)) == 0, "%s", err);
+    free(t);
+}
+
+// config.json as the export writes it, with key set to the JSON value `json` (NULL: key removed).
+static cJSON* config_with(const LlamaConfig* c, const char* key, const char* json) {
+    cJSON* j = llama_hf_config_json(c, 49);
+    cJSON_DeleteItemFromObjectCaseSensitive(j, key);
+    if (json) cJSON_AddItemToObject(j, key, cJSON_Parse(json));
+    return j;
+}
+
+static void expect_open_error(const char* dir, const char* frag, const char* what) {
+    LlamaHfReader r;
+    int rc = llama_hf_open(&r, dir);
+    EXPECT(rc != 0 && strstr(r.err, frag), "%s: open returned %d (%s), expected an error with \"%s\"", what, rc,
+           rc ? r.err : "no error", frag);
+    if (rc == 0) llama_hf_close(&r);
+    else printf("  refused, %s: %s\n", what, r.err);
+}
+
+// Opens dir, loads it as the model c into out (n floats); returns the load's status, r->err its message.
+static int load(LlamaHfReader* r, const char* dir, const LlamaConfig* c, float* out) {
+    if (llama_hf_open(r, dir) != 0) return -2;
+    return llama_hf_load(r, c, out);
+}
+
+static void expect_load_error(const char* dir, const LlamaConfig* c, float* out, const char* frag, const char* what) {
+    LlamaHfReader r;
+    int rc = load(&r, dir, c, out);
+    EXPECT(rc == -1 && strstr(r.err, frag), "%s: load returned %d (%s), expected an error with \"%s\"", what, rc,
+           rc ? r.err : "no error", frag);
+    if (rc == -1) printf("  refused, %s: %s\n", what, r.err);
+}
+
+// out holds values, but for the padded rows of embed and lm_head, which are 0 (head_from_embed: lm_head's
+// rows [0, V) are embed's).
+static int same_as_values(const LlamaConfig* c, const float* values, const float* out, int head_from_embed) {
+    size_t s[LLAMA_NUM_TENSORS], n = llama_num_params(c), C = c->channels, V = c->vocab_size;
+    llama_tensor_sizes(s, c);
+    size_t head = n - s[LLAMA_LM_HEAD];
+    for (size_t i = 0; i < n; i++) {
+        int padded = (i >= V * C && i < s[LLAMA_EMBED]) || i >= head + V * C;
+        float want = padded ? 0.0f : head_from_embed && i >= head ? values[i - head] : values[i];
+        if (memcmp(&out[i], &want, sizeof(float)) != 0) {
+            printf("  element %zu: %g, expected %g\n", i, out[i], want);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void test_import(const char* dir, const LlamaConfig* c, const float* values) {
+    size_t n = llama_num_params(c);
+    float* out = (float*)malloc_check(n * sizeof(float));
+    char path[512], sub[512];
+    LlamaHfReader r;
+    // the export read back, as a directory and as the file
+    snprintf(path, sizeof(path), "%s/out", dir);
+    for (size_t i = 0; i < n; i++) out[i] = NAN;
+    int rc = load(&r, path, c, out);
+    EXPECT(rc == 0, "import of the export: %s", r.err);
+    const LlamaConfig* f = &r.config;
+    EXPECT(f->num_layers == c->num_layers && f->channels == c->channels && f->num_heads == c->num_heads &&
+           f->num_kv_heads == c->num_kv_heads && f->ffn_hidden == c->ffn_hidden && f->vocab_size == c->vocab_size &&
+           f->rope_theta == c->rope_theta && f->norm_eps == c->norm_eps, "the sizes read from config.json");
+    EXPECT(rc == 0 && same_as_values(c, values, out, 0), "the export read back is our parameters bitwise");
+    snprintf(path, sizeof(path), "%s/out/model.safetensors", dir);
+    EXPECT(load(&r, path, c, out) == 0 && same_as_values(c, values, out, 0), "the file read back: %s", r.err);
+
+    // another model: its sizes, RoPE base or eps
+    snprintf(path, sizeof(path), "%s/out", dir);
+    LlamaConfig o = *c;
+    o.num_kv_heads = 4;
+    expect_load_error(path, &o, out, "this run's has 2 layers, 16 channels, 4 heads (4 key/value)", "other kv heads");
+    o = *c;
+    o.rope_theta = 500000;
+    expect_load_error(path, &o, out, "rope_theta 10000 and rms_norm_eps 1e-06, this run's are 500000",
+                      "other RoPE base");
+
+    // config.json: absent, and each setting this program cannot compute
+    snprintf(sub, sizeof(sub), "%s/noconfig", dir);
+    write_model(sub, c, values, NULL, NULL, 0, NULL);
+    expect_open_error(sub, "config.json beside it: the model's sizes and head counts are read from it",
+                      "no config.json");
+    struct { const char* key; const char* json; const char* frag; } bad[] = {
+        {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0}", "rope_scaling set"},
+        {"hidden_act", "\"gelu\"", "hidden_act \"gelu\""},
+        {"attention_bias", "true", "attention_bias true"},
+        {"mlp_bias", "true", "mlp_bias true"},
+        {"model_type", "\"mistral\"", "model_type \"mistral\""},
+        {"head_dim", "8", "head_dim is not hidden_size / num_attention_heads = 4"},
+        {"num_attention_heads", NULL, "num_attention_heads is missing"},
+        {"num_key_value_heads", "3", "the heads must divide hidden_size and the key/value heads the heads"},
+        {"rms_norm_eps", "\"small\"", "rope_theta and rms_norm_eps must be numbers"},
+        {"vocab_size", "51", "tensor \"model.embed_tokens.weight\": shape (50, 16)"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(sub, sizeof(sub), "%s/config%zu", dir, i);
+        write_model(sub, c, values, NULL, NULL, 0, config_with(c, bad[i].key, bad[i].json));
+        expect_open_error(sub, bad[i].frag, bad[i].key);
+    }
+    // num_key_value_heads absent: as many as the heads (transformers' default), so not this model
+    snprintf(sub, sizeof(sub), "%s/nokv", dir);
+    write_model(sub, c, values, NULL, NULL, 0, config_with(c, "num_key_value_heads", NULL));
+    EXPECT(llama_hf_open(&r, sub) == 0 && r.config.num_kv_heads == c->num_heads, "no num_key_value_heads: %d, "
+           "expected num_attention_heads %d", r.config.num_kv_heads, c->num_heads);
+    llama_hf_close(&r);
+
+    // the tensors: one missing, one unknown, one misshapen, an old buffer
+    snprintf(sub, sizeof(sub), "%s/missing", dir);
+    write_model(sub, c, values, "model.layers.1.mlp.up_proj.weight", NULL, 0, llama_hf_config_json(c, 49));
+    expect_load_error(sub, c, out, "no tensor \"model.layers.1.mlp.up_proj.weight\"", "a missing tensor");
+    snprintf(sub, sizeof(sub), "%s/unknown", dir);
+    write_model(sub, c, values, NULL, "model.layers.0.self_attn.q_norm.weight", 0, llama_hf_config_json(c, 49));
+    expect_load_error(sub, c, out, "tensor \"model.layers.0.self_attn.q_norm.weight\": not part of",
+                      "an unknown tensor");
+    snprintf(sub, sizeof(sub), "%s/shape", dir);
+    write_model(sub, c, values, NULL, NULL, 1, llama_hf_config_json(c, 49));
+    expect_load_error(sub, c, out, "\"model.layers.0.self_attn.k_proj.weight\": shape (16, 8), expected (8, 16)",
+                      "a transposed tensor");
+    snprintf(sub, sizeof(sub), "%s/inv_freq", dir);
+    write_model(sub, c, values, NULL, "model.layers.1.self_attn.rotary_emb.inv_freq", 0, llama_hf_config_json(c, 49));
+    EXPECT(load(&r, sub, c, out) == 0 && same_as_values(c, values, out, 0), "rotary_emb.inv_freq ignored: %s", r.err);
+
+    // the head: tied (no lm_head.weight) starts as embed's copy; left out untied, it is missing
+    snprintf(sub, sizeof(sub), "%s/tied", dir);
+    write_model(sub, c, values, "lm_head.weight", NULL, 0, config_with(c, "tie_word_embeddings", "true"));
+    EXPECT(load(&r, sub, c, out) == 0 && same_as_values(c, values, out, 1), "a tied head is embed's copy: %s", r.err);
+    snprintf(sub, sizeof(sub), "%s/nohead", dir);
+    write_model(sub, c, values, "lm_head.weight", NULL, 0, llama_hf_config_json(c, 49));
+    expect_load_error(sub, c, out, "no tensor \"lm_head.weight\"", "an untied model without its head");
+    free(out);
+}
+
+// llama_size_name: each named size found by its layers, whatever the vocabulary; another width none.
+static void test_size_names(void) {
+    const char* names[] = {"llama-30m", "llama-125m", "llama-350m", "llama-1b"};
+    for (int i = 0; i < 4; i++) {
+        LlamaConfig c;
+        memset(&c, 0, sizeof(c));
+        EXPECT(llama_config_named(&c, names[i], 100277, 4096) == 0, "%s is a size", names[i]);
+        const char* got = llama_size_name(&c);
+        EXPECT(got && !strcmp(got, names[i]), "llama_size_name of %s: %s", names[i], got ? got : "NULL");
+        c.ffn_hidden += 256;
+        EXPECT(llama_size_name(&c) == NULL, "%s with another FFN width has no name", names[i]);
+    }
 }
 
 int main(void) {
@@ -118,6 +302,8 @@ int main(void) {
     const cJSON* act = j ? cJSON_GetObjectItemCaseSensitive(j, "hidden_act") : NULL;
     EXPECT(cJSON_IsString(act) && !strcmp(act->valuestring, "silu"), "config.json hidden_act silu");
     cJSON_Delete(j);
+    test_import(dir, &c, values);
+    test_size_names();
     free(values);
     snprintf(path, sizeof(path), "rm -rf %s", dir);
     if (system(path) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -73,7 +73,6 @@ expect_error "unknown size" "-size llama-2b: the Llama-style sizes are llama-30m
     -model llama -size llama-2b
 expect_error "gpt2 with another encoding" "-encoding o200k_base: GPT-2's vocabulary is gpt2's" -encoding o200k_base
 expect_error "unknown encoding" "-encoding p50k: choose gpt2, cl100k_base, o200k_base" -model llama -encoding p50k
-expect_error "-init with llama" "-init w.safetensors: imports GPT-2 weights (-model gpt2)" -model llama -init w.safetensors
 expect_error "-recompute with llama" "-recompute 1: recomputes GPT-2's GELU" -model llama -recompute 1
 expect_error "llama's context" "-t 4097: the sequence length must be in [1, 4096]" -model llama -t 4097
 expect_error "GPT-2's context" "-t 1025: the sequence length must be in [1, 1024]" -t 1025
@@ -185,6 +184,49 @@ expect_error "-init of a directory without model.safetensors" "no such file in t
 expect_error "-init, not a GPT-2 size" "a model of 0 layers and 16 channels, not one of GPT-2's sizes" -init "$tmp/m.safetensors"
 expect_error "-init with -depth" "which is not what -depth gives" -init "$tmp/m.safetensors" -depth 6
 expect_error "-init and -resume" "-resume continues a run, -init starts one from weights" -init "$tmp/m.safetensors" -resume latest
+
+# -init of a Llama model: its config.json and the header of its safetensors file are read first, and
+# give the family (without -model), -size, -encoding and -rope_theta. llama_file DIR L C NH NKV F V:
+# config.json of those sizes, and a model.safetensors of model.embed_tokens.weight (V, C) alone, its data
+# a hole in a sparse file (the rest of the tensors is read on the GPU's side of the checks)
+llama_file() {
+    local dir=$1 bytes=$(($3 * $7 * 4))
+    local json="{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[$7,$3],\"data_offsets\":[0,$bytes]}}"
+    mkdir -p "$dir"
+    { printf %b "$(le32 ${#json})$(le32 0)"; printf '%s' "$json"; } > "$dir/model.safetensors"
+    truncate -s $((8 + ${#json} + bytes)) "$dir/model.safetensors"
+    {
+        printf '{"model_type": "llama", "num_hidden_layers": %d, "hidden_size": %d, ' "$2" "$3"
+        printf '"num_attention_heads": %d, "num_key_value_heads": %d, ' "$4" "$5"
+        printf '"intermediate_size": %d, "vocab_size": %d, "rope_theta": 500000.0, ' "$6" "$7"
+        printf '"rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": false}\n'
+    } > "$dir/config.json"
+}
+llama_file "$tmp/tiny" 1 16 4 2 24 50
+llama_file "$tmp/l30" 10 512 8 2 1536 50257        # llama-30m's layers, gpt2's vocabulary
+llama_file "$tmp/l30v" 10 512 8 2 1536 50
+expect_error "-init of a Llama model, its family found" \
+    "-init $tmp/tiny: a model of 1 layers, 16 channels, 4 heads (2 key/value) and FFN 24, not one of this program's sizes" \
+    -init "$tmp/tiny"
+expect_error "-model llama -init, not a size" "not one of this program's sizes" -model llama -init "$tmp/tiny"
+expect_error "-init of a Llama model, another -size" "a llama-30m model, which is not -size llama-125m" \
+    -init "$tmp/l30" -size llama-125m
+expect_error "-init of a Llama model, another -encoding" \
+    "a vocabulary of 50257, gpt2's, which is not -encoding o200k_base" \
+    -init "$tmp/l30" -encoding o200k_base
+expect_error "-init of a Llama model, another -rope_theta" "rope_theta 500000, which is not -rope_theta 10000" \
+    -init "$tmp/l30" -rope_theta 10000
+expect_error "-init of a Llama model, no encoding's vocabulary" \
+    "vocab_size 50, the vocabulary of none of this program's encodings" \
+    -init "$tmp/l30v"
+expect_error "-init of a Llama model, with -depth" "-depth 12: a GPT-2 size" -init "$tmp/l30" -depth 12
+rm "$tmp/tiny/config.json"
+expect_error "-init of a Llama model without config.json" "config.json beside it: the model's sizes and head counts" \
+    -init "$tmp/tiny"
+# every check of the file passed: the run goes on with llama-30m on gpt2's shards (data/starter, uint16),
+# where -val_batches stops it before the GPU
+expect_error "-init of a Llama model sets the size and encoding" "the val split data/starter/starter_val_" \
+    -init "$tmp/l30" -val_batches 100000
 
 # multi-GPU flags and launch environments: refused before the GPU is touched. The ranks meet before
 # the data is read, so a rank whose partner never comes fails within -nccl_timeout, naming the wait.

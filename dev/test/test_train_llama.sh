@@ -4,7 +4,8 @@
 #   1. 30 steps: exit 0; the config table shows the family, the size, the encoding and the parameters;
 #      the first step's loss is near ln(200019) = 12.21 (the untrained model's), the mean of the last five
 #      is at least 2 below it; a val loss and a sample decoded with o200k_base are printed; -export_hf
-#      writes config.json (LlamaForCausalLM, vocab 200019, <|endoftext|> 199999) and model.safetensors;
+#      writes config.json (LlamaForCausalLM, vocab 200019, <|endoftext|> 199999) and model.safetensors,
+#      which -init (the family, size and encoding from the file) reads back to the exporter's val loss;
 #   2. resume: 20 steps against 10 steps, then -resume latest to 20 (-warmup 10: the first 10 steps are
 #      all warm-up, whose learning rate does not depend on -steps): the logs' losses, norms and val losses,
 #      the sample at the end and the final checkpoint are bitwise those of the uninterrupted run, and the
@@ -21,6 +22,7 @@ bin=./train_gpt
 source dev/test/testing.sh
 test_begin test_train_llama  # $tmp: the runs' outputs
 same() { [ -n "$1" ] && [ "$1" = "$2" ]; }  # same A B: A is not empty and B is A
+all_in() { local f=$1; shift; for p in "$@"; do file_has "$f" "$p" || return 1; done; }  # all_in FILE PART...
 # the log's numbers without the timings: step, loss, norm, lr; val losses
 numbers() { grep -E '^step [0-9]+ (train_loss|val_loss)' "$1" 2>/dev/null | sed -E 's/ ms .*//'; }
 train_loss() { awk -v s="$2" '$1 == "step" && $2 == s && $3 == "train_loss" { print $4 }' "$1" 2>/dev/null; }
@@ -53,6 +55,17 @@ expect "-export_hf: config.json has vocab_size 200019" grep -sqE '"vocab_size":[
 expect "-export_hf: config.json has eos_token_id 199999" grep -sqE '"eos_token_id":[[:space:]]*199999' "$tmp/hf/config.json"
 # 234,976,768 parameters without the padded rows, 939.9 MB in fp32
 expect "-export_hf: model.safetensors of the fp32 weights" test "$(stat -c %s "$tmp/hf/model.safetensors" 2>/dev/null || echo 0)" -gt 939907072
+# the export read back by -init (no -model: the family, size and encoding from the file): the same
+# weights, so the val loss of the same batches is the exporter's last, bitwise
+"$bin" -init "$tmp/hf" -b 8 -t 256 -val_batches 3 -steps 0 -sample_tokens 0 -out "$tmp/init" \
+    > "$tmp/init.txt" 2>&1; rc=$?
+expect "-init of the export, -steps 0: exit 0 (rc $rc)" test "$rc" = 0
+expect "-init of the export: the table names the family, size and encoding" \
+    all_in "$tmp/init.txt" "Llama-style llama-30m" "o200k_base, <|endoftext|> 199999"
+want=$(awk '$1 == "step" && $2 == 30 && $3 == "val_loss" { print $4 }' "$tmp/run/log.txt" 2>/dev/null)
+got=$(sed -nE 's/^val loss [0-9.]+ \(the weights of -init .*; ([^)]+)\)$/\1/p' "$tmp/init.txt" 2>/dev/null)
+expect "-init of the export: val loss ${got:-none}, bitwise the exporter's at step 30, ${want:-none}" \
+    same "$want" "$got"
 
 # 2. 20 steps uninterrupted, against 10 + resume + 10
 small=("${base[@]}" -warmup 10 -val_every 5 -sample_tokens 16 -keep 1)
