@@ -159,23 +159,13 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
             rc = gpt_hf_fail(r, "no tensor \"%s%s\" (a GPT-2 of %d layers has it)", r->prefix, hf[k].name, c->num_layers);
             break;
         }
-        int same = t->ndim == hf[k].ndim;
-        for (int d = 0; d < t->ndim && same; d++) same = t->shape[d] == hf[k].shape[d];
-        if (!same) {
-            rc = gpt_hf_fail(r, "tensor \"%s\": shape %s, expected %s (n_embd %d%s)", t->name,
-                             safetensors_shape_text(s1, sizeof(s1), t->ndim, t->shape),
-                             safetensors_shape_text(s2, sizeof(s2), hf[k].ndim, hf[k].shape), c->channels,
-                             hf[k].transpose ? ", Conv1D weights are (in, out)" : "");
-            break;
-        }
-        if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16) {
-            rc = gpt_hf_fail(r, "tensor \"%s\": dtype %s, expected F32, BF16 or F16", t->name,
-                             safetensors_dtype_name(t->dtype));
-            break;
-        }
         float* dst = values + hf[k].offset;
-        if (safetensors_read_f32(&r->st, t, hf[k].transpose ? scratch : dst) != 0) {
-            snprintf(r->err, sizeof(r->err), "%s", r->st.err);
+        char hint[64], msg[HF_ERR_LEN - 1024];
+        snprintf(hint, sizeof(hint), "n_embd %d%s", c->channels, hf[k].transpose ? ", Conv1D weights are (in, out)" : "");
+        int got = hf_read_tensor(&r->st, t, &hf[k], hf[k].transpose ? scratch : dst, hint, msg, sizeof(msg));
+        if (got != 0) {
+            if (got == -1) gpt_hf_fail(r, "%s", msg);
+            else snprintf(r->err, sizeof(r->err), "%s", msg);
             rc = -1;
             break;
         }

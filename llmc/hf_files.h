@@ -174,3 +174,29 @@ static inline int hf_read_config(const char* weights, cJSON** json, char* path, 
     *json = j;
     return 0;
 }
+
+// Checks tensor t of an import against want's shape and the dtypes an import takes (F32, BF16 or F16,
+// converted exactly), then reads it into dst as fp32. -1: it differs, msg says how (shape_hint, when not
+// empty, in parentheses after a shape's); -2: it could not be read, msg is the reader's message.
+static inline int hf_read_tensor(SafetensorsReader* st, const SafetensorsTensor* t, const HfTensor* want, float* dst,
+                                 const char* shape_hint, char* msg, size_t n) {
+    char s1[160], s2[160];
+    int same = t->ndim == want->ndim;
+    for (int d = 0; d < t->ndim && same; d++) same = t->shape[d] == want->shape[d];
+    if (!same) {
+        snprintf(msg, n, "tensor \"%s\": shape %s, expected %s%s%s%s", t->name,
+                 safetensors_shape_text(s1, sizeof(s1), t->ndim, t->shape),
+                 safetensors_shape_text(s2, sizeof(s2), want->ndim, want->shape), shape_hint[0] ? " (" : "", shape_hint,
+                 shape_hint[0] ? ")" : "");
+        return -1;
+    }
+    if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16) {
+        snprintf(msg, n, "tensor \"%s\": dtype %s, expected F32, BF16 or F16", t->name, safetensors_dtype_name(t->dtype));
+        return -1;
+    }
+    if (safetensors_read_f32(st, t, dst) != 0) {
+        snprintf(msg, n, "%s", st->err);
+        return -2;
+    }
+    return 0;
+}

@@ -174,7 +174,6 @@ static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* v
     llama_hf_tensors(hf, c);
     int head = n - 1;  // lm_head comes last (llama_hf_tensors)
     int rc = 0;
-    char s1[160], s2[160];
     for (int i = 0; i < r->st.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
         const char* name = r->st.tensors[i].name;
         int known = llama_hf_ignored(name);
@@ -193,21 +192,11 @@ static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* v
                                "may be left out" : "");
             break;
         }
-        int same = t->ndim == hf[k].ndim;
-        for (int d = 0; d < t->ndim && same; d++) same = t->shape[d] == hf[k].shape[d];
-        if (!same) {
-            rc = llama_hf_fail(r, "tensor \"%s\": shape %s, expected %s", t->name,
-                               safetensors_shape_text(s1, sizeof(s1), t->ndim, t->shape),
-                               safetensors_shape_text(s2, sizeof(s2), hf[k].ndim, hf[k].shape));
-            break;
-        }
-        if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16) {
-            rc = llama_hf_fail(r, "tensor \"%s\": dtype %s, expected F32, BF16 or F16", t->name,
-                               safetensors_dtype_name(t->dtype));
-            break;
-        }
-        if (safetensors_read_f32(&r->st, t, values + hf[k].offset) != 0) {
-            snprintf(r->err, sizeof(r->err), "%s", r->st.err);
+        char msg[HF_ERR_LEN - 1024];
+        int got = hf_read_tensor(&r->st, t, &hf[k], values + hf[k].offset, "", msg, sizeof(msg));
+        if (got != 0) {
+            if (got == -1) llama_hf_fail(r, "%s", msg);
+            else snprintf(r->err, sizeof(r->err), "%s", msg);
             rc = -1;
             break;
         }
