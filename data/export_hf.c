@@ -1,26 +1,28 @@
 // export_hf.c: a train_gpt checkpoint to a directory that Hugging Face transformers loads as it is
-// (llmc/gpt_hf.h): model.safetensors (the fp32 master weights), config.json, the GPT-2 tokenizer files.
+// (llmc/hf_checkpoint.h): model.safetensors (the fp32 master weights) and config.json; for GPT-2 also
+// its tokenizer files.
 //   build/export_hf [-vocab PATH] CKPT OUT_DIR
 // CKPT is what -resume takes: a ckpt_<step>.bin file, a run's -out directory (its latest checkpoint),
 // or `latest` (of out/). Host only: no GPU needed. Then, in Python:
-//   GPT2LMHeadModel.from_pretrained(OUT_DIR), AutoTokenizer.from_pretrained(OUT_DIR)
+//   GPT2LMHeadModel.from_pretrained(OUT_DIR), AutoTokenizer.from_pretrained(OUT_DIR)   (GPT-2)
+//   LlamaForCausalLM.from_pretrained(OUT_DIR), and tiktoken for the ids                (-model llama)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../llmc/check.h"
 #include "../llmc/checkpoint_dir.h"
-#include "../llmc/gpt_hf.h"
+#include "../llmc/hf_checkpoint.h"
 
 static void usage(FILE* f) {
     fprintf(f,
             "usage: build/export_hf [-vocab PATH] CKPT OUT_DIR\n"
             "  CKPT      a train_gpt checkpoint: a ckpt_<step>.bin file, a run's -out directory (its latest\n"
             "            checkpoint), or `latest` (of out/)\n"
-            "  OUT_DIR   created if missing; gets model.safetensors (fp32), config.json, vocab.json,\n"
-            "            merges.txt, tokenizer_config.json, special_tokens_map.json\n"
+            "  OUT_DIR   created if missing; gets model.safetensors (fp32) and config.json; for GPT-2 also\n"
+            "            vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json\n"
             "options:\n"
             "  -vocab PATH   GPT-2 vocab.bpe, with encoder.json beside it (default data/gpt2/vocab.bpe;\n"
-            "                `make data` fetches them)\n");
+            "                `make data` fetches them); a Llama-style export has no tokenizer files\n");
 }
 
 int main(int argc, char** argv) {
@@ -43,14 +45,21 @@ int main(int argc, char** argv) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_FAILURE;
     }
-    GptConfig c;
-    int64_t step = 0;
-    if (gpt_hf_export_checkpoint(ckpt, args[1], vocab, &c, &step, err, sizeof(err)) != 0) {
+    HfExported ex;
+    if (hf_export_checkpoint(ckpt, args[1], vocab, &ex, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return EXIT_FAILURE;
     }
-    printf("exported %s (step %lld: %d layers, %d channels, %d heads, context %d) to %s/: model.safetensors "
-           "(fp32 master weights), config.json, the GPT-2 tokenizer files\n", ckpt, (long long)step, c.num_layers,
-           c.channels, c.num_heads, c.max_seq_len, args[1]);
+    const CheckpointModel* m = &ex.model;
+    if (m->family == CHECKPOINT_FAMILY_GPT2)
+        printf("exported %s (GPT-2, step %lld: %d layers, %d channels, %d heads, context %d) to %s/: "
+               "model.safetensors (fp32 master weights), config.json (GPT2LMHeadModel), the GPT-2 tokenizer files\n",
+               ckpt, (long long)ex.step, m->num_layers, m->channels, m->num_heads, m->max_seq_len, args[1]);
+    else
+        printf("exported %s (Llama-style, step %lld: %d layers, %d channels, %d heads on %d key/value heads, FFN %d, "
+               "vocabulary %d) to %s/: model.safetensors (fp32 master weights), config.json (LlamaForCausalLM%s)\n",
+               ckpt, (long long)ex.step, m->num_layers, m->channels, m->num_heads, m->num_kv_heads, m->ffn_hidden,
+               m->vocab_size, args[1], ex.eos >= 0 ? ", eos_token_id of its encoding" : "; no encoding has its "
+               "vocabulary, so no eos_token_id");
     return 0;
 }

@@ -1,8 +1,8 @@
 // gpt_hf.h: host-only. The GPT-2 model in Hugging Face's layout, and its export: our parameters (fp32,
 // in llmc/gpt_config.h's order) to a directory that transformers loads as it is
-// (GPT2LMHeadModel.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)). Used by data/export_hf.c,
-// train_gpt's -export_hf and dev/interop/gpt_dump.cu. A checkpoint is read through llmc/checkpoint.h's
-// reader (gpt_hf_export_checkpoint). The import of such files (-init) is llmc/gpt_hf_import.h.
+// (GPT2LMHeadModel.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)). Used by train_gpt's
+// -export_hf, build/export_hf (llmc/hf_checkpoint.h: a checkpoint's master weights) and
+// dev/interop/gpt_dump.cu. The import of such files (-init) is llmc/gpt_hf_import.h.
 //
 // The directory:
 //   model.safetensors        the weights in fp32, with the names below; metadata {"format": "pt"}
@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "checkpoint.h"
 #include "gpt_config.h"
 #include "hf_files.h"
 #include "safetensors.h"
@@ -165,47 +164,4 @@ static inline int gpt_hf_export(const char* dir, const GptConfig* c, const float
     if (hf_write_json(dir, "config.json", gpt_hf_config_json(c), err, errlen) != 0) return -1;
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     return gpt_hf_write_safetensors(path, c, values, err, errlen);
-}
-
-// The model of a train_gpt checkpoint (its fp32 master weights, read through llmc/checkpoint.h) exported
-// to dir; *config and *step tell what it was. Host memory: the master weights, 4 bytes per parameter.
-static inline int gpt_hf_export_checkpoint(const char* ckpt, const char* dir, const char* vocab_bpe, GptConfig* config,
-                                           int64_t* step, char* err, size_t errlen) {
-    CheckpointReader r;
-    if (checkpoint_reader_open(&r, ckpt) != 0) { snprintf(err, errlen, "%s", r.err); return -1; }
-    CheckpointModel m = r.state.model;
-    GptConfig c;
-    c.num_layers = m.num_layers; c.channels = m.channels; c.num_heads = m.num_heads;
-    c.vocab_size = m.vocab_size; c.padded_vocab_size = m.padded_vocab_size; c.max_seq_len = m.max_seq_len;
-    size_t size[GPT_NUM_TENSORS], total = 0;
-    gpt_tensor_sizes(size, &c);
-    for (int i = 0; i < GPT_NUM_TENSORS; i++) total += size[i];
-    CheckpointModel want = m;
-    want.num_params = (int64_t)total;  // the header's count must be what its sizes give
-    want.family = CHECKPOINT_FAMILY_GPT2;  // a Llama-style checkpoint is refused, naming its family
-    if (m.num_layers < 1 || m.channels < 1 || m.num_heads < 1 || m.vocab_size > m.padded_vocab_size ||
-        checkpoint_check_model(&r, &want) != 0) {
-        snprintf(err, errlen, "%s", r.err[0] ? r.err : "corrupt model sizes in the header");
-        checkpoint_reader_close(&r);
-        return -1;
-    }
-    if (checkpoint_reader_verify(&r) != 0) {  // the checksum, and every value finite, before anything is written
-        snprintf(err, errlen, "%s", r.err);
-        checkpoint_reader_close(&r);
-        return -1;
-    }
-    float* values = (float*)malloc(total * sizeof(float));
-    if (!values) {
-        snprintf(err, errlen, "%s: cannot allocate %.1f MiB for the weights", ckpt, total * 4.0 / 1048576.0);
-        checkpoint_reader_close(&r);
-        return -1;
-    }
-    int rc = checkpoint_reader_read(&r, values, total * sizeof(float));  // the master weights come first
-    if (rc != 0) snprintf(err, errlen, "%s", r.err);
-    checkpoint_reader_close(&r);
-    if (rc == 0) rc = gpt_hf_export(dir, &c, values, vocab_bpe, err, errlen);
-    free(values);
-    if (config) *config = c;
-    if (step) *step = r.state.step;
-    return rc;
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "../../llmc/gpt_hf_import.h"
+#include "../../llmc/hf_checkpoint.h"
 #include "testing.h"
 
 #define VOCAB_BPE "data/gpt2/vocab.bpe"
@@ -323,11 +324,11 @@ int main(void) {
     EXPECT(write_checkpoint(ckpt, &c, v, n) == 0, "writing the synthetic checkpoint");
 
     // export through the checkpoint reader, then import: bitwise the same
-    GptConfig ec;
-    int64_t step = -1;
-    int rc = gpt_hf_export_checkpoint(ckpt, out, VOCAB_BPE, &ec, &step, err, sizeof(err));
+    HfExported ex;
+    int rc = hf_export_checkpoint(ckpt, out, VOCAB_BPE, &ex, err, sizeof(err));
     EXPECT(rc == 0, "export: %s", err);
-    EXPECT(step == 7 && ec.num_layers == 2 && ec.channels == 16 && ec.num_heads == 2, "export's config and step");
+    EXPECT(ex.step == 7 && ex.model.family == CHECKPOINT_FAMILY_GPT2 && ex.model.num_layers == 2 &&
+           ex.model.channels == 16 && ex.model.num_heads == 2, "export's model and step");
     rc = import(out, &c, got, n, err, sizeof(err));
     EXPECT(rc == 0, "import: %s", err);
     size_t diff = n;

@@ -13,6 +13,7 @@
 #include "../../llmc/check.h"
 #include "../../llmc/llama_hf.h"
 #include "../../llmc/llama_hf_import.h"
+#include "../../llmc/hf_checkpoint.h"
 #include "testing.h"
 
 static LlamaConfig tiny(void) {
@@ -228,6 +229,66 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
     free(out);
 }
 
+// A checkpoint of the model c (master weights `master`, padded rows zero as the trainer keeps them) through
+// build/export_hf's code (llmc/hf_checkpoint.h), read back by the import: bitwise the master weights,
+// and config.json's eos_token_id the encoding's of its vocabulary (gpt2's here).
+static void test_checkpoint_export(const char* dir) {
+    LlamaConfig c = tiny();
+    c.vocab_size = 50257;
+    c.padded_vocab_size = 50304;
+    size_t n = llama_num_params(&c), s[LLAMA_NUM_TENSORS];
+    llama_tensor_sizes(s, &c);
+    float* master = (float*)malloc_check(n * sizeof(float));
+    float* mv = (float*)malloc_check(n * sizeof(float));
+    float* out = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        master[i] = (float)((double)(i % 100003) * 1e-4 + (double)i * 1e-9) * (i % 3 ? 1.0f : -1.0f);
+        mv[i] = 1.0f + (float)i;  // m and v: not the master weights
+    }
+    size_t C = (size_t)c.channels, V = (size_t)c.vocab_size, pad = (size_t)(c.padded_vocab_size - c.vocab_size);
+    memset(master + V * C, 0, pad * C * sizeof(float));
+    memset(master + n - s[LLAMA_LM_HEAD] + V * C, 0, pad * C * sizeof(float));
+    CheckpointState st;
+    memset(&st, 0, sizeof(st));
+    CheckpointModel* m = &st.model;
+    m->family = CHECKPOINT_FAMILY_LLAMA; m->num_layers = c.num_layers; m->channels = c.channels;
+    m->num_heads = c.num_heads; m->num_kv_heads = c.num_kv_heads; m->ffn_hidden = c.ffn_hidden;
+    m->vocab_size = c.vocab_size; m->padded_vocab_size = c.padded_vocab_size; m->max_seq_len = c.max_seq_len;
+    m->rope_theta = c.rope_theta; m->norm_eps = c.norm_eps; m->num_params = (int64_t)n;
+    st.step = 9;
+    snprintf(st.settings, sizeof(st.settings), "-model llama -encoding gpt2");
+    char ckpt[512], hf[512], err[HF_ERR_LEN];
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt_00000009.bin", dir);
+    snprintf(hf, sizeof(hf), "%s/from_ckpt", dir);
+    CheckpointWriter w;
+    int rc = checkpoint_writer_open(&w, ckpt, &st);
+    if (rc == 0) rc = checkpoint_writer_append(&w, master, n * sizeof(float));
+    for (int k = 0; k < 2 && rc == 0; k++) rc = checkpoint_writer_append(&w, mv, n * sizeof(float));
+    if (rc == 0) rc = checkpoint_writer_close(&w);
+    EXPECT(rc == 0, "writing the synthetic Llama checkpoint: %s", w.err);
+    HfExported ex;
+    rc = hf_export_checkpoint(ckpt, hf, "data/gpt2/vocab.bpe", &ex, err, sizeof(err));
+    EXPECT(rc == 0, "export of the checkpoint: %s", err);
+    EXPECT(ex.step == 9 && ex.model.family == CHECKPOINT_FAMILY_LLAMA && ex.model.num_kv_heads == 2 && ex.eos == 50256,
+           "the export's step %lld, family %d, eos %d", (long long)ex.step, ex.model.family, ex.eos);
+    LlamaHfReader r;
+    rc = load(&r, hf, &c, out);
+    EXPECT(rc == 0 && !memcmp(out, master, n * sizeof(float)), "the checkpoint's export read back is its master "
+           "weights bitwise (%s)", rc ? r.err : "");
+    char path[600];
+    snprintf(path, sizeof(path), "%s/config.json", hf);
+    FILE* f = fopen_check(path, "rb");
+    char text[4096];
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    cJSON* j = cJSON_Parse(text);
+    const cJSON* eos = j ? cJSON_GetObjectItemCaseSensitive(j, "eos_token_id") : NULL;
+    EXPECT(cJSON_IsNumber(eos) && eos->valuedouble == 50256, "the export's config.json: eos_token_id 50256");
+    cJSON_Delete(j);
+    free(master); free(mv); free(out);
+}
+
 // llama_size_name: each named size found by its layers, whatever the vocabulary; another width none.
 static void test_size_names(void) {
     const char* names[] = {"llama-30m", "llama-125m", "llama-350m", "llama-1b"};
@@ -303,6 +364,7 @@ int main(void) {
     EXPECT(cJSON_IsString(act) && !strcmp(act->valuestring, "silu"), "config.json hidden_act silu");
     cJSON_Delete(j);
     test_import(dir, &c, values);
+    test_checkpoint_export(dir);
     test_size_names();
     free(values);
     snprintf(path, sizeof(path), "rm -rf %s", dir);
