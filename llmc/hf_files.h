@@ -2,9 +2,10 @@
 // llmc/llama_hf.h; dev/interop/dump.h's output directory too): the directory made as mkdir -p does, a
 // file written or copied atomically (llmc/atomic_file.h: temporary file, fsync, rename), a cJSON value
 // written formatted, and the weights' safetensors file from a family's list of tensors (HfTensor); for
-// an import, the weights file of a path and the config.json beside it.
-// Errors: 0, or -1 with the message in `err`; nothing exits. HF_ERR_LEN holds any of these messages and
-// the safetensors writer's and reader's.
+// an import (llmc/gpt_hf_import.h, llmc/llama_hf_import.h), the weights file of a path, the config.json
+// beside it, and a tensor checked against its HfTensor and read as fp32.
+// Errors: 0, or -1 with the message in `err` (hf_read_tensor: -1 or -2, see there); nothing exits.
+// HF_ERR_LEN holds any of these messages and the safetensors writer's and reader's.
 #pragma once
 #include <errno.h>
 #include <stdio.h>
