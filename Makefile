@@ -3,6 +3,8 @@
 #                    trainer still builds, for your own shards); ./train_gpt -h lists its flags
 #   make test        install what is missing, fetch the data, build everything, run every CPU test,
 #                    and the GPU tests when a GPU is present
+#   make test-gpu    the GPU tests alone (on a machine with a GPU), JOBS=N of them at once on its GPU
+#                    (default 1)
 #   make data        fetch the GPT-2 BPE files and the starter corpus, write data/starter/*.bin
 #   make data-tiktoken  fetch tiktoken's cl100k_base and o200k_base files into data/tiktoken/ (for
 #                    `--encoding` in build/tokenize and build/make_shards; `make test` fetches them)
@@ -107,7 +109,7 @@ GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 INTEROP     := build/dev/gpt_dump build/dev/llama_dump build/dev/llama_ref_dump
 
-.PHONY: help deps deps-trainer cjson-local data data-try data-debian data-tiktoken data-starter-o200k data-starter-cl100k export_hf test dev clean clean-data test-deps
+.PHONY: help deps deps-trainer cjson-local data data-try data-debian data-tiktoken data-starter-o200k data-starter-cl100k export_hf test test-gpu dev clean clean-data test-deps
 help:
 	@sed -n '2,/^$$/s/^# \{0,3\}//p' Makefile
 
@@ -239,6 +241,11 @@ TIKTOKEN := build/node/node_modules/tiktoken/package.json
 test-deps: $(TIKTOKEN)
 $(TIKTOKEN): | deps
 	mkdir -p build/node && npm install --silent --no-audit --no-fund --prefix build/node tiktoken@1.0.22
+
+# the GPU suites alone, JOBS at once (dev/test/run_tests.sh -j: each suite's output whole when it ends)
+JOBS ?= 1
+test-gpu: data data-starter-o200k $(GPU_TESTS) train_gpt test_gpt
+	bash dev/test/run_tests.sh -j $(JOBS) --gpu $(GPU_TESTS) ./test_gpt $(GPU_TEST_SCRIPTS)
 
 # builds every CUDA target too, so that a compile error in any .cu fails the test run
 test: data data-tiktoken data-starter-o200k test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV_KERNELS) $(INTEROP) build/export_hf train_gpt test_gpt
