@@ -6,9 +6,10 @@
 // config.json is needed: the head counts are not in the tensors' shapes (q_proj is (C, C) for any
 // num_attention_heads). Read from it: hidden_size, intermediate_size, num_hidden_layers,
 // num_attention_heads, num_key_value_heads (as transformers: num_attention_heads when absent), vocab_size,
-// rope_theta (10000 when absent) and rms_norm_eps (1e-6 when absent); what this program does not compute
-// is refused, naming it: a model_type other than llama, hidden_act other than silu, attention or MLP
-// biases, rope_scaling, a head_dim other than hidden_size / num_attention_heads. With
+// rope_theta (or rope_parameters' rope_theta, as transformers 5 writes it; 10000 when absent) and
+// rms_norm_eps (1e-6 when absent); what this program does not compute is refused, naming it: a model_type
+// other than llama, hidden_act other than silu, attention or MLP biases, rope_scaling or a rope_type other
+// than default, a head_dim other than hidden_size / num_attention_heads. With
 // tie_word_embeddings and no lm_head.weight the head starts as a copy of embed_tokens (then trained on
 // its own: the head here is untied). Tensors may be F32, BF16 or F16 (converted exactly to fp32); the
 // rotary_emb.inv_freq buffers older files carry are ignored; any other difference (a missing or unknown
@@ -79,12 +80,28 @@ static inline int llama_hf_parse_config(LlamaHfReader* r, const cJSON* j, char* 
                  c->channels / c->num_heads);
         return -1;
     }
+    // RoPE's base: rope_theta, or (transformers 5's files) rope_parameters' rope_theta; both, they must agree
     const cJSON* theta = cJSON_GetObjectItemCaseSensitive(j, "rope_theta");
+    const cJSON* params = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    const cJSON* ptheta = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, "rope_theta") : NULL;
+    const cJSON* ptype = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, "rope_type") : NULL;
     const cJSON* eps = cJSON_GetObjectItemCaseSensitive(j, "rms_norm_eps");
-    c->rope_theta = cJSON_IsNumber(theta) ? theta->valuedouble : 10000.0;
+    c->rope_theta = cJSON_IsNumber(ptheta) ? ptheta->valuedouble : cJSON_IsNumber(theta) ? theta->valuedouble : 10000.0;
     c->norm_eps = cJSON_IsNumber(eps) ? eps->valuedouble : 1e-6;
-    if ((theta && !cJSON_IsNumber(theta)) || !(c->rope_theta >= 1) || (eps && !cJSON_IsNumber(eps)) || !(c->norm_eps >= 0)) {
+    if ((theta && !cJSON_IsNumber(theta)) || (ptheta && !cJSON_IsNumber(ptheta)) || !(c->rope_theta >= 1) ||
+        (eps && !cJSON_IsNumber(eps)) || !(c->norm_eps >= 0)) {
         snprintf(msg, n, "rope_theta and rms_norm_eps must be numbers, rope_theta 1 or more and rms_norm_eps not negative");
+        return -1;
+    }
+    if (cJSON_IsNumber(theta) && cJSON_IsNumber(ptheta) && theta->valuedouble != ptheta->valuedouble) {
+        snprintf(msg, n, "rope_theta %g and rope_parameters' rope_theta %g, which disagree", theta->valuedouble,
+                 ptheta->valuedouble);
+        return -1;
+    }
+    if ((params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) ||
+        (ptype && !(cJSON_IsString(ptype) && strcmp(ptype->valuestring, "default") == 0))) {
+        snprintf(msg, n, "rope_parameters' rope_type \"%s\", this program computes plain RoPE (rope_type default)",
+                 cJSON_IsString(ptype) ? ptype->valuestring : "(not a string)");
         return -1;
     }
     const cJSON* act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");

@@ -196,6 +196,31 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
         write_model(sub, c, values, NULL, NULL, 0, config_with(c, bad[i].key, bad[i].json));
         expect_open_error(sub, bad[i].frag, bad[i].key);
     }
+    // RoPE's base in rope_parameters (transformers 5's config.json), without rope_theta: read from there
+    LlamaConfig t5 = *c;
+    t5.rope_theta = 500000.0;
+    struct { const char* params; const char* theta; const char* frag; } rp[] = {
+        {"{\"rope_type\": \"default\", \"rope_theta\": 500000.0}", NULL, NULL},
+        {"{\"rope_type\": \"default\", \"rope_theta\": 500000.0}", "500000.0", NULL},
+        {"{\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0}", NULL,
+         "rope_parameters' rope_type \"llama3\", this program computes plain RoPE"},
+        {"{\"rope_type\": \"default\", \"rope_theta\": 500000.0}", "10000.0",
+         "rope_theta 10000 and rope_parameters' rope_theta 500000, which disagree"},
+    };
+    for (size_t i = 0; i < sizeof(rp) / sizeof(rp[0]); i++) {
+        cJSON* j = config_with(&t5, "rope_theta", rp[i].theta);
+        cJSON_AddItemToObject(j, "rope_parameters", cJSON_Parse(rp[i].params));
+        snprintf(sub, sizeof(sub), "%s/rope_parameters%zu", dir, i);
+        write_model(sub, &t5, values, NULL, NULL, 0, j);
+        if (rp[i].frag) {
+            expect_open_error(sub, rp[i].frag, "rope_parameters");
+        } else {
+            rc = load(&r, sub, &t5, out);
+            EXPECT(rc == 0 && r.config.rope_theta == 500000.0 && same_as_values(&t5, values, out, 0),
+                   "rope_parameters %zu: rope_theta %g, expected 500000 (%s)", i, r.config.rope_theta, r.err);
+        }
+    }
+
     // num_key_value_heads absent: as many as the heads (transformers' default), so not this model
     snprintf(sub, sizeof(sub), "%s/nokv", dir);
     write_model(sub, c, values, NULL, NULL, 0, config_with(c, "num_key_value_heads", NULL));
