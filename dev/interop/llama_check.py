@@ -10,7 +10,10 @@ The script
      random tokens;
   2. loads DIR/hf with LlamaForCausalLM.from_pretrained as a user would (nothing missing or left over),
      in float64 with eager attention, and runs the same tokens;
-  3. compares: logits relative L2 error <= 1e-5, loss relative difference <= 1e-6.
+  3. compares: logits relative L2 error <= 1e-5, loss relative difference <= 1e-6;
+  4. the import (llmc/llama_hf_import.h, train_gpt's -init): moves every weight a little, saves the model
+     with transformers' own save_pretrained (fp32), and runs build/dev/llama_ref_dump DIR --init on that
+     directory: the reference's loss on the same tokens against transformers', within the same 1e-6.
 Why these tolerances: both sides compute in double from the same fp32 weights; what differs is that
 transformers computes RoPE's angles in fp32 (inv_freq and position x inv_freq), off by up to
 t * 2^-24 relative at position t < 33, ~2e-6 rad, which moves the attention scores and the logits by
@@ -68,6 +71,28 @@ def main():
     lrel = abs(loss - ref_loss) / abs(ref_loss)
     check(lrel <= a.loss_tol, f"loss: transformers {loss:.12f}, reference {ref_loss:.12f} (rel diff {lrel:.1e}, "
           f"tol {a.loss_tol:.0e})")
+
+    # 4. transformers' own file read by the import: other weights than the export's (each moved by 1% of
+    # its scale), rounded to fp32 as saved, so that both sides compute with the same numbers
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * p.abs().mean() * torch.randn_like(p))
+    model = model.to(torch.float32)
+    saved = os.path.join(d, "saved")
+    model.save_pretrained(saved, safe_serialization=True)
+    model = model.to(torch.float64)
+    with torch.no_grad():
+        loss2 = F.cross_entropy(model(inputs).logits.reshape(B * T, -1), targets.reshape(-1)).item()
+    r = subprocess.run([a.dump, d, "--init", saved], capture_output=True, text=True)
+    print(r.stdout.strip())
+    if not check(r.returncode == 0, f"{a.dump} {d} --init {saved} (exit {r.returncode}) {r.stderr.strip()}"):
+        return
+    init_loss = float(open(os.path.join(d, "loss_init.txt")).read())
+    lrel2 = abs(loss2 - init_loss) / abs(loss2)
+    check(lrel2 <= a.loss_tol and abs(loss2 - loss) > 1e-4,
+          f"import of save_pretrained's file: transformers {loss2:.12f}, reference {init_loss:.12f} (rel diff "
+          f"{lrel2:.1e}, tol {a.loss_tol:.0e}; the export's loss was {loss:.6f})")
 
 
 if __name__ == "__main__":

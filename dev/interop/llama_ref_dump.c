@@ -6,6 +6,9 @@
 // writes DIR/hf/ (config.json, model.safetensors), DIR/tokens.bin (int32, B·(T+1): inputs are the first
 // T of each row, targets the last T), DIR/logits.bin (float64, B·T·V: the real vocabulary only) and
 // DIR/loss.txt (the mean cross-entropy, %.17g).
+//   build/dev/llama_ref_dump DIR --init HF_DIR
+// the import's side: the model of HF_DIR (a LlamaForCausalLM of the sizes below, e.g. transformers'
+// save_pretrained) read by llmc/llama_hf_import.h, its loss on DIR/tokens.bin to DIR/loss_init.txt.
 // The model: V = 997 padded to 1024, L = 2, C = 128, NH = 4, NKV = 2 (grouped-query), hs = 32, F = 344,
 // θ = 5e5, eps 1e-5; B = 2, T = 33. The weights are the reference's init scaled so that the layers do
 // something measurable (matrices N(0, 0.2) before scaling by the init's depth factor, norm weights
@@ -15,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/llama_hf.h"
+#include "../../llmc/llama_hf_import.h"
 #include "../ref/llama_ref.h"
 
 #define B_ 2
@@ -26,9 +30,40 @@ static void write_file(const char* path, const void* data, size_t bytes) {
     fclose_check(f);
 }
 
+// The import's side (usage above): the loss of HF_DIR's weights on DIR/tokens.bin.
+static int init_loss(llama_ref_model* m, const LlamaConfig* c, const char* dir, const char* hf) {
+    char path[1024];
+    float* values = (float*)malloc_check(m->num_params * sizeof(float));
+    LlamaHfReader r;
+    if (llama_hf_open(&r, hf) != 0 || llama_hf_load(&r, c, values) != 0) {
+        fprintf(stderr, "error: --init %s: %s\n", hf, r.err);
+        return 1;
+    }
+    for (size_t i = 0; i < m->num_params; i++) m->params_memory[i] = (double)values[i];
+    int tokens[B_ * (T_ + 1)], in[B_ * T_], tg[B_ * T_];
+    snprintf(path, sizeof(path), "%s/tokens.bin", dir);
+    FILE* f = fopen_check(path, "rb");
+    fread_check(tokens, sizeof(int), B_ * (T_ + 1), f);
+    fclose_check(f);
+    for (int b = 0; b < B_; b++)
+        for (int t = 0; t < T_; t++) {
+            in[b * T_ + t] = tokens[b * (T_ + 1) + t];
+            tg[b * T_ + t] = tokens[b * (T_ + 1) + t + 1];
+        }
+    double loss = llama_ref_forward(m, in, tg, B_, T_);
+    snprintf(path, sizeof(path), "%s/loss_init.txt", dir);
+    f = fopen_check(path, "w");
+    fprintf(f, "%.17g\n", loss);
+    fclose_check(f);
+    printf("llama_ref_dump: --init %s, loss %.9f\n", hf, loss);
+    free(values);
+    return 0;
+}
+
 int main(int argc, char** argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    int init = argc == 4 && strcmp(argv[2], "--init") == 0;
+    if (argc != 2 && !init) {
+        fprintf(stderr, "usage: %s DIR [--init HF_DIR]\n", argv[0]);
         return 2;
     }
     const char* dir = argv[1];
@@ -53,6 +88,11 @@ int main(int argc, char** argv) {
         fprintf(stderr, "error: the reference has %zu parameters, llmc/llama_config.h counts %zu\n", m.num_params,
                 llama_num_params(&c));
         return 1;
+    }
+    if (init) {
+        int rc = init_loss(&m, &c, dir, argv[3]);
+        llama_ref_free(&m);
+        return rc;
     }
     llama_ref_init_params(&m, 1234);
     size_t sizes[LLAMA_REF_NUM_TENSORS], off = 0;
