@@ -11,7 +11,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 source dev/test/testing.sh
 test_begin test_run_tests
-matches() { printf '%s' "$1" | grep -qE -- "$2"; }  # matches TEXT REGEX: a line of TEXT matches
+matches() { grep -qE -- "$2" <<< "$1"; }  # matches TEXT REGEX: a line of TEXT matches
 stub() {  # stub NAME BODY: an executable script in $tmp/bin
     mkdir -p "$tmp/bin"
     printf '#!/bin/sh\n%s\n' "$2" > "$tmp/bin/$1"; chmod +x "$tmp/bin/$1"

@@ -24,7 +24,9 @@ expect() {
     fi
 }
 
-has() { printf '%s' "$1" | grep -qF -- "$2"; }
+# (a pattern match, not printf | grep -q: under pipefail the printf's SIGPIPE, when grep has matched
+# and gone, would fail the check)
+has() { [[ "$1" == *"$2"* ]]; }
 hasnt() { ! has "$@"; }
 file_has() { grep -qF -- "$2" "$1" 2>/dev/null; }
 
