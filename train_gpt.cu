@@ -7,9 +7,9 @@
 // The models and their layers are in llmc/ (gpt.cuh and llama.cuh wire them, train_model.cuh puts both
 // behind one interface); this file is the program around them: flags, the learning-rate schedule, the
 // loop with gradient accumulation, validation, sampling, the log, and checkpoints with bitwise-identical
-// resume (Ctrl-C writes one and exits cleanly); -init starts from Hugging Face GPT-2 weights
-// (llmc/gpt_hf_import.h) and -export_hf writes the model in Hugging Face's layout (llmc/gpt_hf.h,
-// llmc/llama_hf.h, doc/interop.md).
+// resume (Ctrl-C writes one and exits cleanly); -init starts from weights in Hugging Face's layout
+// (llmc/gpt_hf_import.h, llmc/llama_hf_import.h) and -export_hf writes the model in that layout
+// (llmc/gpt_hf.h, llmc/llama_hf.h, doc/interop.md).
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -197,8 +197,8 @@ static const char* resolve_model(TrainConfig* c, int argc, char** argv, char* ms
     if (llama && !(c->rope_theta >= 1.0f))
         BAD("-rope_theta", "-rope_theta %g: RoPE's base must be 1 or more (1e4 and 5e5 are the usual)", c->rope_theta);
     if (llama && flag_given(argc, argv, "-depth"))
-        BAD("-depth", "-depth %d: a GPT-2 size; the Llama-style model's is -size (%s), or leave -model out for GPT-2",
-            c->depth, LLAMA_SIZE_NAMES);
+        BAD("-depth", "-depth %d: a GPT-2 size; the Llama-style model's is -size (%s)%s", c->depth, LLAMA_SIZE_NAMES,
+            c->init[0] ? ", and the -init file is a Llama-style model" : ", or leave -model out for GPT-2");
     if (llama && llama_config_named(&lc, c->size, enc->vocab_size, LLAMA_MAX_SEQ_LEN) != 0)
         BAD("-size", "-size %s: the Llama-style sizes are %s", c->size, LLAMA_SIZE_NAMES);
     if (llama && c->recompute != 0)
@@ -675,13 +675,16 @@ static void init_open_llama(LlamaHfReader* r, TrainConfig* c, int argc, char** a
     else if (flag_given(argc, argv, "-rope_theta") && fabs(c->rope_theta - f->rope_theta) > 1e-6 * f->rope_theta)
         snprintf(msg, sizeof(msg), "rope_theta %g, which is not -rope_theta %g\n  hint: leave -rope_theta out to take "
                  "it from the file", f->rope_theta, c->rope_theta);
-    else if (llama_config_named(&named, size, f->vocab_size, LLAMA_MAX_SEQ_LEN) != 0 || f->norm_eps != named.norm_eps)
-        snprintf(msg, sizeof(msg), "rms_norm_eps %g; this program's Llama-style models use %g", f->norm_eps,
-                 named.norm_eps);
+    else if (llama_config_named(&named, size, f->vocab_size, LLAMA_MAX_SEQ_LEN) != 0 ||
+             fabs(f->norm_eps - named.norm_eps) > 1e-6 * named.norm_eps)
+        snprintf(msg, sizeof(msg), "rms_norm_eps %g (transformers' 1e-6 where config.json leaves it out); this "
+                 "program's Llama-style models use %g", f->norm_eps, named.norm_eps);
     if (msg[0]) init_fail(c, msg);
     c->size = size;
     c->encoding = enc->name;
     c->rope_theta = (float)f->rope_theta;
+    printf("-init %s: a Llama-style model, so -model llama -size %s -encoding %s -rope_theta %g\n", c->init, c->size,
+           c->encoding, c->rope_theta);
 }
 
 // A GPT-2 -init (after resolve_model): the depth from its tensors, or checked against a given -depth.

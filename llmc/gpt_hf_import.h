@@ -73,9 +73,72 @@ static inline int gpt_hf_check_config(GptHfReader* r) {
     return 0;
 }
 
-// Opens path (a safetensors file, or a directory holding model.safetensors), checks the file and reads
-// the model's sizes from its tensors' shapes (and n_head from a config.json beside it). The caller
-// builds its model from these, then calls gpt_hf_load.
+// Is `name` (without the prefix) a buffer that older GPT-2 files carry and this program has no use for?
+static inline int gpt_hf_ignored(const char* name) {
+    int l, end = 0;
+    if (sscanf(name, "h.%d.attn.bias%n", &l, &end) == 1 && end > 0 && name[end] == '\0') return 1;
+    end = 0;
+    if (sscanf(name, "h.%d.attn.masked_bias%n", &l, &end) == 1 && end > 0 && name[end] == '\0') return 1;
+    return 0;
+}
+
+// Every tensor of the file against the GPT-2 of the file's own sizes (r->num_layers, r->channels, its
+// vocabulary and positions): each expected one present with its shape and a dtype the import reads, none
+// unknown; an lm_head.weight of wte's shape (its values are compared on load).
+static inline int gpt_hf_check_tensors(GptHfReader* r) {
+    GptConfig c;
+    memset(&c, 0, sizeof(c));
+    c.num_layers = r->num_layers; c.channels = r->channels; c.num_heads = 1;
+    c.vocab_size = c.padded_vocab_size = r->vocab_rows; c.max_seq_len = r->positions;
+    int n = gpt_hf_num_tensors(&c);
+    HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
+    if (!hf) return gpt_hf_fail(r, "out of host memory");
+    gpt_hf_tensors(hf, &c);
+    int rc = 0;
+    char s1[160], s2[160];
+    size_t plen = strlen(r->prefix);
+    for (int i = 0; i < r->st.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
+        const char* name = r->st.tensors[i].name;
+        if (strcmp(name, "lm_head.weight") == 0) continue;
+        int known = strncmp(name, r->prefix, plen) == 0 && gpt_hf_ignored(name + plen);
+        for (int k = 0; k < n && !known; k++) known = strncmp(name, r->prefix, plen) == 0 && strcmp(name + plen, hf[k].name) == 0;
+        if (!known)
+            rc = gpt_hf_fail(r, "tensor \"%s\": not part of GPT-2 in Hugging Face's layout with %d layers (expected "
+                             "%swte.weight, %swpe.weight, %sh.0 ... h.%d.*, %sln_f.*)", name, c.num_layers, r->prefix,
+                             r->prefix, r->prefix, c.num_layers - 1, r->prefix);
+    }
+    for (int k = 0; k < n && rc == 0; k++) {
+        const SafetensorsTensor* t = gpt_hf_find(r, hf[k].name);
+        if (!t) {
+            rc = gpt_hf_fail(r, "no tensor \"%s%s\" (a GPT-2 of %d layers has it)", r->prefix, hf[k].name, c.num_layers);
+            break;
+        }
+        int same = t->ndim == hf[k].ndim;
+        for (int d = 0; d < t->ndim && same; d++) same = t->shape[d] == hf[k].shape[d];
+        if (!same)
+            rc = gpt_hf_fail(r, "tensor \"%s\": shape %s, expected %s (n_embd %d%s)", t->name,
+                             safetensors_shape_text(s1, sizeof(s1), t->ndim, t->shape),
+                             safetensors_shape_text(s2, sizeof(s2), hf[k].ndim, hf[k].shape), c.channels,
+                             hf[k].transpose ? ", Conv1D weights are (in, out)" : "");
+        else if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+            rc = gpt_hf_fail(r, "tensor \"%s\": dtype %s, expected F32, BF16 or F16", t->name,
+                             safetensors_dtype_name(t->dtype));
+    }
+    const SafetensorsTensor* lm = rc == 0 ? safetensors_find(&r->st, "lm_head.weight") : NULL;
+    int64_t want[2] = {c.vocab_size, c.channels};
+    if (lm && (lm->ndim != 2 || lm->shape[0] != want[0] || lm->shape[1] != want[1] ||
+               (lm->dtype != ST_F32 && lm->dtype != ST_BF16 && lm->dtype != ST_F16)))
+        rc = gpt_hf_fail(r, "tensor \"lm_head.weight\": shape %s %s, expected %s F32, BF16 or F16 (equal to wte.weight)",
+                         safetensors_shape_text(s1, sizeof(s1), lm->ndim, lm->shape), safetensors_dtype_name(lm->dtype),
+                         safetensors_shape_text(s2, sizeof(s2), 2, want));
+    free(hf);
+    return rc;
+}
+
+// Opens path (a safetensors file, or a directory holding model.safetensors), reads the model's sizes from
+// its tensors' shapes (and n_head from a config.json beside it) and checks every tensor's name, shape
+// and dtype against them: what can be wrong with the file but its values is found here. The caller builds
+// its model from these, then calls gpt_hf_load.
 static inline int gpt_hf_open(GptHfReader* r, const char* path) {
     memset(r, 0, sizeof(*r));
     r->prefix = "";
@@ -103,21 +166,13 @@ static inline int gpt_hf_open(GptHfReader* r, const char* path) {
         snprintf(name, sizeof(name), "h.%d.ln_1.weight", r->num_layers);
         if (!gpt_hf_find(r, name)) break;
     }
-    return gpt_hf_check_config(r);
+    if (gpt_hf_check_config(r) != 0) return -1;
+    return gpt_hf_check_tensors(r);
 }
 
-// Is `name` (without the prefix) a buffer that older GPT-2 files carry and this program has no use for?
-static inline int gpt_hf_ignored(const char* name) {
-    int l, end = 0;
-    if (sscanf(name, "h.%d.attn.bias%n", &l, &end) == 1 && end > 0 && name[end] == '\0') return 1;
-    end = 0;
-    if (sscanf(name, "h.%d.attn.masked_bias%n", &l, &end) == 1 && end > 0 && name[end] == '\0') return 1;
-    return 0;
-}
-
-// Checks every tensor's name, shape and dtype against the model c, and fills values (num_params) fp32
-// in our order: the tensors converted to fp32, the matrices transposed back, wte's padded rows zero.
-// Closes the file in every case.
+// The file's values into the model c, whose sizes must be the file's: values (num_params) fp32 in our
+// order, the tensors converted to fp32, the matrices transposed back, wte's padded rows zero; an
+// lm_head.weight must equal wte.weight. Closes the file in every case.
 static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values) {
     if (r->num_layers != c->num_layers || r->channels != c->channels)
         return gpt_hf_fail(r, "a model of %d layers and %d channels, this run's has %d layers and %d channels",
@@ -140,25 +195,8 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
     }
     gpt_hf_tensors(hf, c);
     int rc = 0;
-    char s1[160], s2[160];
-    // every tensor of the file is expected, or ignored
-    size_t plen = strlen(r->prefix);
-    for (int i = 0; i < r->st.num_tensors && rc == 0; i++) {
-        const char* name = r->st.tensors[i].name;
-        if (strcmp(name, "lm_head.weight") == 0) continue;
-        int known = strncmp(name, r->prefix, plen) == 0 && gpt_hf_ignored(name + plen);
-        for (int k = 0; k < n && !known; k++) known = strncmp(name, r->prefix, plen) == 0 && strcmp(name + plen, hf[k].name) == 0;
-        if (!known)
-            rc = gpt_hf_fail(r, "tensor \"%s\": not part of GPT-2 in Hugging Face's layout with %d layers (expected "
-                             "%swte.weight, %swpe.weight, %sh.0 ... h.%d.*, %sln_f.*)", name, c->num_layers, r->prefix,
-                             r->prefix, r->prefix, c->num_layers - 1, r->prefix);
-    }
-    for (int k = 0; k < n && rc == 0; k++) {
+    for (int k = 0; k < n && rc == 0; k++) {  // gpt_hf_open checked the names, shapes and dtypes
         const SafetensorsTensor* t = gpt_hf_find(r, hf[k].name);
-        if (!t) {
-            rc = gpt_hf_fail(r, "no tensor \"%s%s\" (a GPT-2 of %d layers has it)", r->prefix, hf[k].name, c->num_layers);
-            break;
-        }
         float* dst = values + hf[k].offset;
         char hint[64], msg[HF_ERR_LEN - 1024];
         snprintf(hint, sizeof(hint), "n_embd %d%s", c->channels, hf[k].transpose ? ", Conv1D weights are (in, out)" : "");
@@ -176,14 +214,8 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
                (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels * sizeof(float));
     }
     const SafetensorsTensor* lm = rc == 0 ? safetensors_find(&r->st, "lm_head.weight") : NULL;
-    if (lm) {  // an explicit head must be the tied one
-        int64_t want[2] = {c->vocab_size, c->channels};
-        if (lm->ndim != 2 || lm->shape[0] != want[0] || lm->shape[1] != want[1] ||
-            (lm->dtype != ST_F32 && lm->dtype != ST_BF16 && lm->dtype != ST_F16)) {
-            rc = gpt_hf_fail(r, "tensor \"lm_head.weight\": shape %s %s, expected %s F32, BF16 or F16 (equal to wte.weight)",
-                             safetensors_shape_text(s1, sizeof(s1), lm->ndim, lm->shape), safetensors_dtype_name(lm->dtype),
-                             safetensors_shape_text(s2, sizeof(s2), 2, want));
-        } else if (safetensors_read_f32(&r->st, lm, scratch) != 0) {
+    if (lm) {  // an explicit head must be the tied one (its shape and dtype checked by gpt_hf_open)
+        if (safetensors_read_f32(&r->st, lm, scratch) != 0) {
             snprintf(r->err, sizeof(r->err), "%s", r->st.err);
             rc = -1;
         } else if (memcmp(scratch, values, (size_t)c->vocab_size * c->channels * sizeof(float)) != 0) {

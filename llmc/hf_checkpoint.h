@@ -25,8 +25,10 @@ typedef struct {
 // The model sizes of a checkpoint's header as the family's config; 0 when they make no model (a
 // corrupt header). *num_params: what those sizes hold.
 static inline int hf_checkpoint_config(const CheckpointModel* m, GptConfig* g, LlamaConfig* l, size_t* num_params) {
-    if (m->num_layers < 1 || m->channels < 1 || m->num_heads < 1 || m->vocab_size < 1 ||
-        m->vocab_size > m->padded_vocab_size || m->max_seq_len < 1)
+    const int32_t most = 1 << 20;  // bounds every size, so that no product below overflows
+    if (m->num_layers < 1 || m->channels < 1 || m->num_heads < 1 || m->vocab_size < 1 || m->max_seq_len < 1 ||
+        m->vocab_size > m->padded_vocab_size || m->num_layers > 4096 || m->channels > most || m->num_heads > m->channels ||
+        m->padded_vocab_size > most || m->max_seq_len > most)
         return 0;
     if (m->family == CHECKPOINT_FAMILY_GPT2) {
         g->num_layers = m->num_layers; g->channels = m->channels; g->num_heads = m->num_heads;
@@ -37,7 +39,7 @@ static inline int hf_checkpoint_config(const CheckpointModel* m, GptConfig* g, L
         for (int i = 0; i < GPT_NUM_TENSORS; i++) *num_params += size[i];
         return 1;
     }
-    if (m->family != CHECKPOINT_FAMILY_LLAMA || m->num_kv_heads < 1 || m->ffn_hidden < 1 ||
+    if (m->family != CHECKPOINT_FAMILY_LLAMA || m->num_kv_heads < 1 || m->ffn_hidden < 1 || m->ffn_hidden > most ||
         m->channels % m->num_heads != 0 || m->num_heads % m->num_kv_heads != 0)
         return 0;
     l->num_layers = m->num_layers; l->channels = m->channels; l->num_heads = m->num_heads;

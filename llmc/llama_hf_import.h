@@ -8,13 +8,14 @@
 // num_attention_heads, num_key_value_heads (as transformers: num_attention_heads when absent), vocab_size,
 // rope_theta (or rope_parameters' rope_theta, as transformers 5 writes it; 10000 when absent) and
 // rms_norm_eps (1e-6 when absent); what this program does not compute is refused, naming it: a model_type
-// other than llama, hidden_act other than silu, attention or MLP biases, rope_scaling or a rope_type other
-// than default, a head_dim other than hidden_size / num_attention_heads. With
-// tie_word_embeddings and no lm_head.weight the head starts as a copy of embed_tokens (then trained on
-// its own: the head here is untied). Tensors may be F32, BF16 or F16 (converted exactly to fp32); the
-// rotary_emb.inv_freq buffers older files carry are ignored; any other difference (a missing or unknown
-// tensor, another shape or dtype) is an error that names it. Errors: 0, or -1 with the message in
-// r->err; nothing exits.
+// other than llama, hidden_act other than silu, attention or MLP biases, RoPE scaled in any way
+// (rope_parameters or rope_scaling other than plain "default"), a head_dim other than hidden_size /
+// num_attention_heads. With tie_word_embeddings the head starts as embed_tokens (lm_head.weight may be
+// left out, or must equal it), then trains on its own: the head here is untied. Tensors may be F32, BF16
+// or F16 (converted exactly to fp32); the rotary_emb.inv_freq buffers older files carry are ignored; any
+// other difference (a missing or unknown tensor, another shape or dtype) is an error that names it, found
+// by llama_hf_open before any value is read. A model split into several safetensors files is not read.
+// Errors: 0, or -1 with the message in r->err; nothing exits.
 #pragma once
 #include <math.h>
 #include <stdarg.h>
@@ -28,7 +29,8 @@ typedef struct {
     SafetensorsReader st;
     char path[SAFETENSORS_PATH_MAX + 32];  // the safetensors file
     LlamaConfig config;                     // from config.json; max_seq_len and padded_vocab_size 0
-    int tied;                               // tie_word_embeddings, and no lm_head.weight in the file
+    int tie;                                // tie_word_embeddings: the head is embed_tokens (lm_head.weight,
+                                            // when the file has it too, must equal it)
     char err[HF_ERR_LEN];
 } LlamaHfReader;
 
@@ -46,20 +48,44 @@ static inline int llama_hf_fail(LlamaHfReader* r, const char* fmt, ...) {
 static inline int llama_hf_config_int(const cJSON* j, const char* key, int fallback, int* v, char* msg, size_t n) {
     const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!x && fallback > 0) { *v = fallback; return 0; }
+    if (!x) { snprintf(msg, n, "%s is missing", key); return -1; }
     if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble > (1 << 30) || x->valuedouble != floor(x->valuedouble)) {
-        snprintf(msg, n, "%s %s", key, x ? "is not a positive integer" : "is missing");
+        snprintf(msg, n, "%s is not a positive integer", key);
         return -1;
     }
     *v = (int)x->valuedouble;
     return 0;
 }
 
-// The settings of config.json into r->config, and what this program cannot compute refused; msg says why.
+// Whether RoPE settings object o (config.json's rope_parameters, or rope_scaling) asks for plain RoPE:
+// absent or null, or an object whose rope_type (or type) is "default" and whose only other member is
+// rope_theta (put into *theta; only where allow_theta). msg says what else it asks for.
+static inline int llama_hf_plain_rope(const cJSON* o, const char* name, int allow_theta, const cJSON** theta,
+                                      char* msg, size_t n) {
+    if (!o || cJSON_IsNull(o)) return 1;
+    if (!cJSON_IsObject(o)) { snprintf(msg, n, "%s is not a JSON object", name); return 0; }
+    for (const cJSON* x = o->child; x; x = x->next) {
+        if (allow_theta && strcmp(x->string, "rope_theta") == 0) { *theta = x; continue; }
+        int is_type = strcmp(x->string, "rope_type") == 0 || strcmp(x->string, "type") == 0;
+        if (is_type && cJSON_IsString(x) && strcmp(x->valuestring, "default") == 0) continue;
+        if (is_type)
+            snprintf(msg, n, "%s.%s \"%s\": this program computes plain RoPE (\"default\")", name, x->string,
+                     cJSON_IsString(x) ? x->valuestring : "(not a string)");
+        else
+            snprintf(msg, n, "%s.%s: this program computes plain RoPE (rope_type \"default\"%s alone)", name, x->string,
+                     allow_theta ? " and rope_theta" : "");
+        return 0;
+    }
+    return 1;
+}
+
+// The settings of config.json into r->config (and r->tie), and what this program cannot compute
+// refused; msg says which setting and why.
 static inline int llama_hf_parse_config(LlamaHfReader* r, const cJSON* j, char* msg, size_t n) {
     LlamaConfig* c = &r->config;
     const cJSON* type = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     if (cJSON_IsString(type) && strcmp(type->valuestring, "llama") != 0) {
-        snprintf(msg, n, "model_type \"%s\", this program reads llama", type->valuestring);
+        snprintf(msg, n, "model_type \"%s\": this program reads llama", type->valuestring);
         return -1;
     }
     if (llama_hf_config_int(j, "hidden_size", 0, &c->channels, msg, n) != 0 ||
@@ -76,55 +102,100 @@ static inline int llama_hf_parse_config(LlamaHfReader* r, const cJSON* j, char* 
     }
     const cJSON* head_dim = cJSON_GetObjectItemCaseSensitive(j, "head_dim");
     if (head_dim && !cJSON_IsNull(head_dim) && !(cJSON_IsNumber(head_dim) && head_dim->valuedouble == c->channels / c->num_heads)) {
-        snprintf(msg, n, "head_dim is not hidden_size / num_attention_heads = %d, as this program's heads are",
+        snprintf(msg, n, "head_dim is not %d: this program's heads are hidden_size / num_attention_heads",
                  c->channels / c->num_heads);
         return -1;
     }
-    // RoPE's base: rope_theta, or (transformers 5's files) rope_parameters' rope_theta; both, they must agree
+    // RoPE: plain, its base rope_theta, or (transformers 5's files) rope_parameters.rope_theta; given
+    // twice, the two must agree
     const cJSON* theta = cJSON_GetObjectItemCaseSensitive(j, "rope_theta");
-    const cJSON* params = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
-    const cJSON* ptheta = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, "rope_theta") : NULL;
-    const cJSON* ptype = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, "rope_type") : NULL;
-    const cJSON* eps = cJSON_GetObjectItemCaseSensitive(j, "rms_norm_eps");
-    c->rope_theta = cJSON_IsNumber(ptheta) ? ptheta->valuedouble : cJSON_IsNumber(theta) ? theta->valuedouble : 10000.0;
-    c->norm_eps = cJSON_IsNumber(eps) ? eps->valuedouble : 1e-6;
-    if ((theta && !cJSON_IsNumber(theta)) || (ptheta && !cJSON_IsNumber(ptheta)) || !(c->rope_theta >= 1) ||
-        (eps && !cJSON_IsNumber(eps)) || !(c->norm_eps >= 0)) {
-        snprintf(msg, n, "rope_theta and rms_norm_eps must be numbers, rope_theta 1 or more and rms_norm_eps not negative");
+    const cJSON* ptheta = NULL;
+    if (!llama_hf_plain_rope(cJSON_GetObjectItemCaseSensitive(j, "rope_parameters"), "rope_parameters", 1, &ptheta, msg, n) ||
+        !llama_hf_plain_rope(cJSON_GetObjectItemCaseSensitive(j, "rope_scaling"), "rope_scaling", 0, NULL, msg, n))
         return -1;
-    }
+    const char* bad_theta = theta && !cJSON_IsNull(theta) && !(cJSON_IsNumber(theta) && theta->valuedouble >= 1) ? "rope_theta"
+                          : ptheta && !cJSON_IsNull(ptheta) && !(cJSON_IsNumber(ptheta) && ptheta->valuedouble >= 1)
+                          ? "rope_parameters.rope_theta" : NULL;
+    if (bad_theta) { snprintf(msg, n, "%s is not a number of 1 or more", bad_theta); return -1; }
     if (cJSON_IsNumber(theta) && cJSON_IsNumber(ptheta) && theta->valuedouble != ptheta->valuedouble) {
-        snprintf(msg, n, "rope_theta %g and rope_parameters' rope_theta %g, which disagree", theta->valuedouble,
+        snprintf(msg, n, "rope_theta %.17g and rope_parameters.rope_theta %.17g disagree", theta->valuedouble,
                  ptheta->valuedouble);
         return -1;
     }
-    if ((params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) ||
-        (ptype && !(cJSON_IsString(ptype) && strcmp(ptype->valuestring, "default") == 0))) {
-        snprintf(msg, n, "rope_parameters' rope_type \"%s\", this program computes plain RoPE (rope_type default)",
-                 cJSON_IsString(ptype) ? ptype->valuestring : "(not a string)");
+    c->rope_theta = cJSON_IsNumber(ptheta) ? ptheta->valuedouble : cJSON_IsNumber(theta) ? theta->valuedouble : 10000.0;
+    const cJSON* eps = cJSON_GetObjectItemCaseSensitive(j, "rms_norm_eps");
+    if (eps && !(cJSON_IsNumber(eps) && eps->valuedouble >= 0)) {
+        snprintf(msg, n, "rms_norm_eps is not a number of 0 or more");
         return -1;
     }
+    c->norm_eps = eps ? eps->valuedouble : 1e-6;
     const cJSON* act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
-    const cJSON* scaling = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
-    const cJSON* tie = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
     if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
-        snprintf(msg, n, "hidden_act \"%s\", this program's MLP is SwiGLU with silu",
+        snprintf(msg, n, "hidden_act \"%s\": this program's MLP is SwiGLU with silu",
                  cJSON_IsString(act) ? act->valuestring : "(not a string)");
     else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "attention_bias")))
-        snprintf(msg, n, "attention_bias true, this program's Llama-style attention has no biases");
+        snprintf(msg, n, "attention_bias true: this program's Llama-style attention has no biases");
     else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "mlp_bias")))
-        snprintf(msg, n, "mlp_bias true, this program's Llama-style MLP has no biases");
-    else if (scaling && !cJSON_IsNull(scaling))
-        snprintf(msg, n, "rope_scaling set, this program computes plain RoPE (rope_scaling null)");
+        snprintf(msg, n, "mlp_bias true: this program's Llama-style MLP has no biases");
     else
         msg[0] = '\0';
-    r->tied = cJSON_IsTrue(tie) && !safetensors_find(&r->st, "lm_head.weight");
+    r->tie = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings"));
     return msg[0] ? -1 : 0;
 }
 
-// Opens path (a safetensors file, or a directory holding model.safetensors) and reads the model's sizes
-// from the config.json beside it, checking embed_tokens' shape against them. The caller builds its model
-// from r->config (with its own max_seq_len and padded vocabulary), then calls llama_hf_load.
+// Is `name` a buffer that older Llama files carry and this program has no use for?
+static inline int llama_hf_ignored(const char* name) {
+    int l, end = 0;
+    return sscanf(name, "model.layers.%d.self_attn.rotary_emb.inv_freq%n", &l, &end) == 1 && end > 0 && name[end] == '\0';
+}
+
+// Every tensor of the file against the model of r->config: each expected one present (lm_head.weight
+// may be left out of a tied model) with its shape and a dtype the import reads, none unknown.
+static inline int llama_hf_check_tensors(LlamaHfReader* r) {
+    LlamaConfig c = r->config;
+    c.padded_vocab_size = c.vocab_size;  // the file's shapes do not depend on the padding
+    int n = llama_hf_num_tensors(&c), head = n - 1;  // lm_head comes last (llama_hf_tensors)
+    HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
+    if (!hf) return llama_hf_fail(r, "out of host memory");
+    llama_hf_tensors(hf, &c);
+    char s1[160], s2[160];
+    int rc = 0;
+    for (int i = 0; i < r->st.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
+        const char* name = r->st.tensors[i].name;
+        int known = llama_hf_ignored(name);
+        for (int k = 0; k < n && !known; k++) known = strcmp(name, hf[k].name) == 0;
+        if (!known)
+            rc = llama_hf_fail(r, "tensor \"%s\": not part of a LlamaForCausalLM of %d layers in Hugging Face's layout "
+                               "(expected model.embed_tokens.weight, model.layers.0 ... %d.*, model.norm.weight, "
+                               "lm_head.weight)", name, c.num_layers, c.num_layers - 1);
+    }
+    for (int k = 0; k < n && rc == 0; k++) {
+        const SafetensorsTensor* t = safetensors_find(&r->st, hf[k].name);
+        if (!t && k == head && r->tie) continue;
+        if (!t) {
+            rc = llama_hf_fail(r, "no tensor \"%s\" (a LlamaForCausalLM of %d layers has it%s)", hf[k].name,
+                               c.num_layers, k == head ? "; with tie_word_embeddings true in config.json the head "
+                               "may be left out" : "");
+            break;
+        }
+        int same = t->ndim == hf[k].ndim;
+        for (int d = 0; d < t->ndim && same; d++) same = t->shape[d] == hf[k].shape[d];
+        if (!same)
+            rc = llama_hf_fail(r, "tensor \"%s\": shape %s, config.json's sizes give %s", t->name,
+                               safetensors_shape_text(s1, sizeof(s1), t->ndim, t->shape),
+                               safetensors_shape_text(s2, sizeof(s2), hf[k].ndim, hf[k].shape));
+        else if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+            rc = llama_hf_fail(r, "tensor \"%s\": dtype %s, expected F32, BF16 or F16", t->name,
+                               safetensors_dtype_name(t->dtype));
+    }
+    free(hf);
+    return rc;
+}
+
+// Opens path (a safetensors file, or a directory holding model.safetensors), reads the model's sizes
+// from the config.json beside it and checks every tensor's name, shape and dtype against them: what can
+// be wrong with the file but its values is found here. The caller builds its model from r->config (with
+// its own max_seq_len and padded vocabulary), then calls llama_hf_load.
 static inline int llama_hf_open(LlamaHfReader* r, const char* path) {
     memset(r, 0, sizeof(*r));
     if (hf_weights_path(r->path, sizeof(r->path), path, r->err, sizeof(r->err)) != 0) return -1;
@@ -132,8 +203,8 @@ static inline int llama_hf_open(LlamaHfReader* r, const char* path) {
         snprintf(r->err, sizeof(r->err), "%s", r->st.err);
         return -1;
     }
-    const SafetensorsTensor* embed = safetensors_find(&r->st, "model.embed_tokens.weight");
-    if (!embed) return llama_hf_fail(r, "no tensor \"model.embed_tokens.weight\": not a Llama model in Hugging Face's layout");
+    if (!safetensors_find(&r->st, "model.embed_tokens.weight"))
+        return llama_hf_fail(r, "no tensor \"model.embed_tokens.weight\": not a Llama model in Hugging Face's layout");
     char config_path[SAFETENSORS_PATH_MAX + 64], err[SAFETENSORS_PATH_MAX + 128], msg[256];
     cJSON* j;
     if (hf_read_config(r->path, &j, config_path, sizeof(config_path), err, sizeof(err)) != 0)
@@ -143,14 +214,8 @@ static inline int llama_hf_open(LlamaHfReader* r, const char* path) {
                              "export has one)", config_path);
     int rc = llama_hf_parse_config(r, j, msg, sizeof(msg));
     cJSON_Delete(j);
-    if (rc != 0) return llama_hf_fail(r, "%s beside it has %s", config_path, msg);
-    if (embed->ndim != 2 || embed->shape[0] != r->config.vocab_size || embed->shape[1] != r->config.channels) {
-        char s1[160];
-        return llama_hf_fail(r, "tensor \"model.embed_tokens.weight\": shape %s, %s says (vocab_size %d, hidden_size %d)",
-                             safetensors_shape_text(s1, sizeof(s1), embed->ndim, embed->shape), config_path,
-                             r->config.vocab_size, r->config.channels);
-    }
-    return 0;
+    if (rc != 0) return llama_hf_fail(r, "%s beside it: %s", config_path, msg);
+    return llama_hf_check_tensors(r);
 }
 
 // Whether path (a file or a directory, as llama_hf_open takes it) holds a Llama model's tensors
@@ -165,15 +230,9 @@ static inline int llama_hf_detect(const char* path) {
     return found;
 }
 
-// Is `name` a buffer that older Llama files carry and this program has no use for?
-static inline int llama_hf_ignored(const char* name) {
-    int l, end = 0;
-    return sscanf(name, "model.layers.%d.self_attn.rotary_emb.inv_freq%n", &l, &end) == 1 && end > 0 && name[end] == '\0';
-}
-
-// Checks every tensor's name, shape and dtype against the model c (whose sizes, RoPE base and eps must be
-// the file's; the base to a float's precision, as train_gpt's -rope_theta holds it), and fills values
-// (num_params) fp32 in our order; the padded rows of embed and lm_head zero. Closes the file in every case.
+// The file's values into the model c (whose sizes, RoPE base and eps must be the file's; the base to a
+// float's precision, as train_gpt's -rope_theta holds it): values (num_params) fp32 in our order, the
+// padded rows of embed and lm_head zero; a tied head is embed_tokens. Closes the file in every case.
 static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* values) {
     const LlamaConfig* f = &r->config;
     if (f->num_layers != c->num_layers || f->channels != c->channels || f->num_heads != c->num_heads ||
@@ -182,45 +241,31 @@ static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* v
                              "this run's has %d layers, %d channels, %d heads (%d key/value), FFN %d, vocabulary %d",
                              f->num_layers, f->channels, f->num_heads, f->num_kv_heads, f->ffn_hidden, f->vocab_size,
                              c->num_layers, c->channels, c->num_heads, c->num_kv_heads, c->ffn_hidden, c->vocab_size);
-    if (fabs(f->rope_theta - c->rope_theta) > 1e-6 * c->rope_theta || fabs(f->norm_eps - c->norm_eps) > 1e-12)
+    if (fabs(f->rope_theta - c->rope_theta) > 1e-6 * c->rope_theta || fabs(f->norm_eps - c->norm_eps) > 1e-6 * c->norm_eps)
         return llama_hf_fail(r, "rope_theta %g and rms_norm_eps %g, this run's are %g and %g", f->rope_theta, f->norm_eps,
                              c->rope_theta, c->norm_eps);
-    int n = llama_hf_num_tensors(c);
+    int n = llama_hf_num_tensors(c), head = n - 1;  // lm_head comes last (llama_hf_tensors)
+    size_t C = (size_t)c->channels, V = (size_t)c->vocab_size, pad = (size_t)(c->padded_vocab_size - c->vocab_size);
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
     if (!hf) return llama_hf_fail(r, "out of host memory");
     llama_hf_tensors(hf, c);
-    int head = n - 1;  // lm_head comes last (llama_hf_tensors)
     int rc = 0;
-    for (int i = 0; i < r->st.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
-        const char* name = r->st.tensors[i].name;
-        int known = llama_hf_ignored(name);
-        for (int k = 0; k < n && !known; k++) known = strcmp(name, hf[k].name) == 0;
-        if (!known)
-            rc = llama_hf_fail(r, "tensor \"%s\": not part of a LlamaForCausalLM of %d layers in Hugging Face's layout "
-                               "(expected model.embed_tokens.weight, model.layers.0 ... %d.*, model.norm.weight, "
-                               "lm_head.weight)", name, c->num_layers, c->num_layers - 1);
-    }
-    for (int k = 0; k < n && rc == 0; k++) {
-        if (k == head && r->tied) continue;
+    for (int k = 0; k < n && rc == 0; k++) {  // llama_hf_open checked the names, shapes and dtypes
         const SafetensorsTensor* t = safetensors_find(&r->st, hf[k].name);
-        if (!t) {
-            rc = llama_hf_fail(r, "no tensor \"%s\" (a LlamaForCausalLM of %d layers has it%s)", hf[k].name,
-                               c->num_layers, k == head ? "; with tie_word_embeddings true in config.json the head "
-                               "may be left out" : "");
-            break;
-        }
+        if (!t) continue;  // a tied model's head, left out
         char msg[HF_ERR_LEN - 1024];
         int got = hf_read_tensor(&r->st, t, &hf[k], values + hf[k].offset, "", msg, sizeof(msg));
-        if (got != 0) {
-            if (got == -1) llama_hf_fail(r, "%s", msg);
-            else snprintf(r->err, sizeof(r->err), "%s", msg);
-            rc = -1;
-            break;
-        }
+        if (got == -1) rc = llama_hf_fail(r, "%s", msg);
+        else if (got != 0) { snprintf(r->err, sizeof(r->err), "%s", msg); rc = -1; }
+    }
+    if (rc == 0 && r->tie) {  // the head is the embedding: copied, or (given too) equal to it
+        float* h = values + hf[head].offset;
+        if (!safetensors_find(&r->st, hf[head].name)) memcpy(h, values + hf[0].offset, V * C * sizeof(float));
+        else if (memcmp(h, values + hf[0].offset, V * C * sizeof(float)) != 0)
+            rc = llama_hf_fail(r, "tensor \"lm_head.weight\" differs from model.embed_tokens.weight, and config.json "
+                               "has tie_word_embeddings true (transformers would use the embedding for both)");
     }
     if (rc == 0) {
-        size_t C = (size_t)c->channels, V = (size_t)c->vocab_size, pad = (size_t)(c->padded_vocab_size - c->vocab_size);
-        if (r->tied) memcpy(values + hf[head].offset, values + hf[0].offset, V * C * sizeof(float));
         memset(values + hf[0].offset + V * C, 0, pad * C * sizeof(float));     // embed's padded rows
         memset(values + hf[head].offset + V * C, 0, pad * C * sizeof(float));  // lm_head's
     }

@@ -373,6 +373,12 @@ int main(void) {
     for (int k = 0; k < 5; k++) {
         EXPECT(write_variant(path, &c, v, &bad[k].o) == 0, "writing variant %s", bad[k].what);
         expect_import_error(bad[k].what, path, &c, got, n, bad[k].frag1, bad[k].frag2);
+        if (k < 4) {  // all but the head's values are refused by gpt_hf_open (train_gpt: before the GPU starts)
+            GptHfReader r;
+            int orc = gpt_hf_open(&r, path);
+            EXPECT(orc != 0, "%s: refused by gpt_hf_open, before any value is read", bad[k].what);
+            if (orc == 0) gpt_hf_close(&r);
+        }
     }
     GptConfig deeper = c;
     deeper.num_layers = 3;

@@ -67,11 +67,11 @@ static void check_tensor(SafetensorsReader* r, const LlamaConfig* c, const char*
 
 // --- import ----------------------------------------------------------------------------------------
 
-// dir/model.safetensors of values (c's tensors in HF's layout, but `drop` left out, `extra` (C,) added and
-// layer 0's k_proj given the transposed shape when swap_k), and config (consumed) as dir/config.json
-// unless NULL.
+// dir/model.safetensors of values (c's tensors in HF's layout, but `drop` left out, `extra` (C,) added,
+// layer 0's k_proj given the transposed shape when swap_k, lm_head's rows [0, V) embed's when
+// head_is_embed), and config (consumed) as dir/config.json unless NULL.
 static void write_model(const char* dir, const LlamaConfig* c, const float* values, const char* drop,
-                        const char* extra, int swap_k, cJSON* config) {
+                        const char* extra, int swap_k, int head_is_embed, cJSON* config) {
     char err[HF_ERR_LEN], path[512];
     int n = llama_hf_num_tensors(c), m = 0;
     HfTensor* t = (HfTensor*)calloc((size_t)n + 1, sizeof(HfTensor));
@@ -84,6 +84,7 @@ static void write_model(const char* dir, const LlamaConfig* c, const float* valu
             t[m].shape[0] = t[m].shape[1];
             t[m].shape[1] = r;
         }
+        if (head_is_embed && !strcmp(t[m].name, "lm_head.weight")) t[m].offset = t[0].offset;
         m++;
     }
     if (extra) {
@@ -121,12 +122,14 @@ static int load(LlamaHfReader* r, const char* dir, const LlamaConfig* c, float* 
     return llama_hf_load(r, c, out);
 }
 
-static void expect_load_error(const char* dir, const LlamaConfig* c, float* out, const char* frag, const char* what) {
+// open (-2 when it fails) then load (-1) refuse dir with the message fragment; `at` says which must
+static void expect_import_error(const char* dir, const LlamaConfig* c, float* out, int at, const char* frag,
+                                const char* what) {
     LlamaHfReader r;
     int rc = load(&r, dir, c, out);
-    EXPECT(rc == -1 && strstr(r.err, frag), "%s: load returned %d (%s), expected an error with \"%s\"", what, rc,
-           rc ? r.err : "no error", frag);
-    if (rc == -1) printf("  refused, %s: %s\n", what, r.err);
+    EXPECT(rc == at && strstr(r.err, frag), "%s: %s returned %d (%s), expected %s to refuse it with \"%s\"", what,
+           rc == -2 ? "open" : "load", rc, rc ? r.err : "no error", at == -2 ? "open" : "load", frag);
+    if (rc == at) printf("  refused, %s: %s\n", what, r.err);
 }
 
 // out holds values, but for the padded rows of embed and lm_head, which are 0 (head_from_embed: lm_head's
@@ -168,32 +171,33 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
     snprintf(path, sizeof(path), "%s/out", dir);
     LlamaConfig o = *c;
     o.num_kv_heads = 4;
-    expect_load_error(path, &o, out, "this run's has 2 layers, 16 channels, 4 heads (4 key/value)", "other kv heads");
+    expect_import_error(path, &o, out, -1, "this run's has 2 layers, 16 channels, 4 heads (4 key/value)", "other kv heads");
     o = *c;
     o.rope_theta = 500000;
-    expect_load_error(path, &o, out, "rope_theta 10000 and rms_norm_eps 1e-06, this run's are 500000",
-                      "other RoPE base");
+    expect_import_error(path, &o, out, -1, "rope_theta 10000 and rms_norm_eps 1e-06, this run's are 500000",
+                        "other RoPE base");
 
     // config.json: absent, and each setting this program cannot compute
     snprintf(sub, sizeof(sub), "%s/noconfig", dir);
-    write_model(sub, c, values, NULL, NULL, 0, NULL);
+    write_model(sub, c, values, NULL, NULL, 0, 0, NULL);
     expect_open_error(sub, "config.json beside it: the model's sizes and head counts are read from it",
                       "no config.json");
     struct { const char* key; const char* json; const char* frag; } bad[] = {
-        {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0}", "rope_scaling set"},
+        {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0}", "rope_scaling.rope_type \"llama3\": this"},
         {"hidden_act", "\"gelu\"", "hidden_act \"gelu\""},
         {"attention_bias", "true", "attention_bias true"},
         {"mlp_bias", "true", "mlp_bias true"},
         {"model_type", "\"mistral\"", "model_type \"mistral\""},
-        {"head_dim", "8", "head_dim is not hidden_size / num_attention_heads = 4"},
+        {"head_dim", "8", "head_dim is not 4: this program's heads are hidden_size / num_attention_heads"},
         {"num_attention_heads", NULL, "num_attention_heads is missing"},
         {"num_key_value_heads", "3", "the heads must divide hidden_size and the key/value heads the heads"},
-        {"rms_norm_eps", "\"small\"", "rope_theta and rms_norm_eps must be numbers"},
+        {"rms_norm_eps", "\"small\"", "rms_norm_eps is not a number of 0 or more"},
+        {"rope_theta", "0.5", "rope_theta is not a number of 1 or more"},
         {"vocab_size", "51", "tensor \"model.embed_tokens.weight\": shape (50, 16)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(sub, sizeof(sub), "%s/config%zu", dir, i);
-        write_model(sub, c, values, NULL, NULL, 0, config_with(c, bad[i].key, bad[i].json));
+        write_model(sub, c, values, NULL, NULL, 0, 0, config_with(c, bad[i].key, bad[i].json));
         expect_open_error(sub, bad[i].frag, bad[i].key);
     }
     // RoPE's base in rope_parameters (transformers 5's config.json), without rope_theta: read from there
@@ -202,16 +206,20 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
     struct { const char* params; const char* theta; const char* frag; } rp[] = {
         {"{\"rope_type\": \"default\", \"rope_theta\": 500000.0}", NULL, NULL},
         {"{\"rope_type\": \"default\", \"rope_theta\": 500000.0}", "500000.0", NULL},
+        {"{\"rope_type\": \"default\", \"rope_theta\": 500000.0}", "null", NULL},
         {"{\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0}", NULL,
-         "rope_parameters' rope_type \"llama3\", this program computes plain RoPE"},
+         "rope_parameters.rope_type \"llama3\": this program computes plain RoPE"},
+        {"{\"type\": \"linear\", \"rope_theta\": 500000.0, \"factor\": 4.0}", NULL, "rope_parameters.type \"linear\""},
+        {"{\"rope_type\": \"default\", \"rope_theta\": 500000.0, \"factor\": 4.0}", NULL,
+         "rope_parameters.factor: this program computes plain RoPE"},
         {"{\"rope_type\": \"default\", \"rope_theta\": 500000.0}", "10000.0",
-         "rope_theta 10000 and rope_parameters' rope_theta 500000, which disagree"},
+         "rope_theta 10000 and rope_parameters.rope_theta 500000 disagree"},
     };
     for (size_t i = 0; i < sizeof(rp) / sizeof(rp[0]); i++) {
         cJSON* j = config_with(&t5, "rope_theta", rp[i].theta);
         cJSON_AddItemToObject(j, "rope_parameters", cJSON_Parse(rp[i].params));
         snprintf(sub, sizeof(sub), "%s/rope_parameters%zu", dir, i);
-        write_model(sub, &t5, values, NULL, NULL, 0, j);
+        write_model(sub, &t5, values, NULL, NULL, 0, 0, j);
         if (rp[i].frag) {
             expect_open_error(sub, rp[i].frag, "rope_parameters");
         } else {
@@ -221,36 +229,48 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
         }
     }
 
-    // num_key_value_heads absent: as many as the heads (transformers' default), so not this model
+    // rope_scaling asking for plain RoPE is plain RoPE
+    snprintf(sub, sizeof(sub), "%s/rope_scaling_default", dir);
+    write_model(sub, c, values, NULL, NULL, 0, 0, config_with(c, "rope_scaling", "{\"rope_type\": \"default\"}"));
+    EXPECT(load(&r, sub, c, out) == 0 && same_as_values(c, values, out, 0), "rope_scaling {rope_type: default}: %s",
+           r.err);
+    // num_key_value_heads absent: as many as the heads (transformers' default), so k_proj's shape is wrong
     snprintf(sub, sizeof(sub), "%s/nokv", dir);
-    write_model(sub, c, values, NULL, NULL, 0, config_with(c, "num_key_value_heads", NULL));
-    EXPECT(llama_hf_open(&r, sub) == 0 && r.config.num_kv_heads == c->num_heads, "no num_key_value_heads: %d, "
-           "expected num_attention_heads %d", r.config.num_kv_heads, c->num_heads);
-    llama_hf_close(&r);
+    write_model(sub, c, values, NULL, NULL, 0, 0, config_with(c, "num_key_value_heads", NULL));
+    expect_import_error(sub, c, out, -2, "\"model.layers.0.self_attn.k_proj.weight\": shape (8, 16), config.json's "
+                        "sizes give (16, 16)", "no num_key_value_heads: as many as the heads");
 
     // the tensors: one missing, one unknown, one misshapen, an old buffer
     snprintf(sub, sizeof(sub), "%s/missing", dir);
-    write_model(sub, c, values, "model.layers.1.mlp.up_proj.weight", NULL, 0, llama_hf_config_json(c, 49));
-    expect_load_error(sub, c, out, "no tensor \"model.layers.1.mlp.up_proj.weight\"", "a missing tensor");
+    write_model(sub, c, values, "model.layers.1.mlp.up_proj.weight", NULL, 0, 0, llama_hf_config_json(c, 49));
+    expect_import_error(sub, c, out, -2, "no tensor \"model.layers.1.mlp.up_proj.weight\"", "a missing tensor");
     snprintf(sub, sizeof(sub), "%s/unknown", dir);
-    write_model(sub, c, values, NULL, "model.layers.0.self_attn.q_norm.weight", 0, llama_hf_config_json(c, 49));
-    expect_load_error(sub, c, out, "tensor \"model.layers.0.self_attn.q_norm.weight\": not part of",
-                      "an unknown tensor");
+    write_model(sub, c, values, NULL, "model.layers.0.self_attn.q_norm.weight", 0, 0, llama_hf_config_json(c, 49));
+    expect_import_error(sub, c, out, -2, "tensor \"model.layers.0.self_attn.q_norm.weight\": not part of",
+                        "an unknown tensor");
     snprintf(sub, sizeof(sub), "%s/shape", dir);
-    write_model(sub, c, values, NULL, NULL, 1, llama_hf_config_json(c, 49));
-    expect_load_error(sub, c, out, "\"model.layers.0.self_attn.k_proj.weight\": shape (16, 8), expected (8, 16)",
-                      "a transposed tensor");
+    write_model(sub, c, values, NULL, NULL, 1, 0, llama_hf_config_json(c, 49));
+    expect_import_error(sub, c, out, -2, "\"model.layers.0.self_attn.k_proj.weight\": shape (16, 8), config.json's "
+                        "sizes give (8, 16)", "a transposed tensor");
     snprintf(sub, sizeof(sub), "%s/inv_freq", dir);
-    write_model(sub, c, values, NULL, "model.layers.1.self_attn.rotary_emb.inv_freq", 0, llama_hf_config_json(c, 49));
+    write_model(sub, c, values, NULL, "model.layers.1.self_attn.rotary_emb.inv_freq", 0, 0, llama_hf_config_json(c, 49));
     EXPECT(load(&r, sub, c, out) == 0 && same_as_values(c, values, out, 0), "rotary_emb.inv_freq ignored: %s", r.err);
 
     // the head: tied (no lm_head.weight) starts as embed's copy; left out untied, it is missing
     snprintf(sub, sizeof(sub), "%s/tied", dir);
-    write_model(sub, c, values, "lm_head.weight", NULL, 0, config_with(c, "tie_word_embeddings", "true"));
+    write_model(sub, c, values, "lm_head.weight", NULL, 0, 0, config_with(c, "tie_word_embeddings", "true"));
     EXPECT(load(&r, sub, c, out) == 0 && same_as_values(c, values, out, 1), "a tied head is embed's copy: %s", r.err);
     snprintf(sub, sizeof(sub), "%s/nohead", dir);
-    write_model(sub, c, values, "lm_head.weight", NULL, 0, llama_hf_config_json(c, 49));
-    expect_load_error(sub, c, out, "no tensor \"lm_head.weight\"", "an untied model without its head");
+    write_model(sub, c, values, "lm_head.weight", NULL, 0, 0, llama_hf_config_json(c, 49));
+    expect_import_error(sub, c, out, -2, "no tensor \"lm_head.weight\"", "an untied model without its head");
+    // tied, with lm_head.weight too: it must be the embedding
+    snprintf(sub, sizeof(sub), "%s/tied_equal", dir);
+    write_model(sub, c, values, NULL, NULL, 0, 1, config_with(c, "tie_word_embeddings", "true"));
+    EXPECT(load(&r, sub, c, out) == 0 && same_as_values(c, values, out, 1), "a tied head given equal: %s", r.err);
+    snprintf(sub, sizeof(sub), "%s/tied_differs", dir);
+    write_model(sub, c, values, NULL, NULL, 0, 0, config_with(c, "tie_word_embeddings", "true"));
+    expect_import_error(sub, c, out, -1, "\"lm_head.weight\" differs from model.embed_tokens.weight, and config.json "
+                        "has tie_word_embeddings true", "a tied head given different");
     free(out);
 }
 

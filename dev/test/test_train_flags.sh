@@ -23,7 +23,7 @@ expect_error() {
     expect "$what: rc $rc, stderr: $err" refused "$rc" "$err" "$frag"
 }
 # lists TEXT REGEX: a line of TEXT matches the extended regex; unlisted: none does
-lists() { printf '%s' "$1" | grep -qE -- "$2"; }
+lists() { grep -qE -- "$2" <<< "$1"; }
 unlisted() { ! lists "$@"; }
 
 help=$("$bin" -h); rc=$?
@@ -174,37 +174,71 @@ expect_error "GPT-2 checkpoint whose settings hold -size" \
     "checkpoint $tmp/gpt2_size.bin records the setting \"-size\", which a GPT-2 model does not have" -resume "$tmp/gpt2_size.bin"
 expect "a refused -resume created $tmp/out" [ ! -e "$tmp/out" ]
 
-# -init: its file is read before the GPU is touched. A safetensors file of GPT-2 names but no layers
-# and 16 channels: not a GPT-2 size.
-json='{"wte.weight":{"dtype":"F32","shape":[2,16],"data_offsets":[0,128]},"wpe.weight":{"dtype":"F32","shape":[2,16],"data_offsets":[128,256]}}'
-# the 8-byte little-endian header length (< 256 here), the header, the data
-{ printf "\\$(printf %03o ${#json})"; printf '\0\0\0\0\0\0\0%s' "$json"; head -c 256 /dev/zero; } > "$tmp/m.safetensors"
+# -init: its file is read before the GPU is touched. Safetensors files of F32 tensors whose data is a
+# hole in a sparse file (the values are read on the GPU's side of the checks): st_tensor NAME ROWS [COLS]
+# adds an entry at the next offset, st_write FILE writes them (the 8-byte little-endian header length,
+# the header) and starts the next file.
+st_json=""; st_off=0
+st_tensor() {
+    local n=$(($2 * ${3:-1} * 4)) shape="[$2${3:+,$3}]"
+    st_json="$st_json${st_json:+,}\"$1\":{\"dtype\":\"F32\",\"shape\":$shape,\"data_offsets\":[$st_off,$((st_off + n))]}"
+    st_off=$((st_off + n))
+}
+st_write() {
+    local json="{$st_json}"
+    mkdir -p "$(dirname "$1")"
+    { printf %b "$(le32 ${#json})$(le32 0)"; printf '%s' "$json"; } > "$1"
+    truncate -s $((8 + ${#json} + st_off)) "$1"
+    st_json=""; st_off=0
+}
+# a GPT-2 of 1 layer and 16 channels: not a GPT-2 size
+st_tensor wte.weight 2 16; st_tensor wpe.weight 2 16
+for t in ln_1.weight:16 ln_1.bias:16 attn.c_attn.weight:16:48 attn.c_attn.bias:48 attn.c_proj.weight:16:16 \
+         attn.c_proj.bias:16 ln_2.weight:16 ln_2.bias:16 mlp.c_fc.weight:16:64 mlp.c_fc.bias:64 \
+         mlp.c_proj.weight:64:16 mlp.c_proj.bias:16; do
+    IFS=: read -r name rows cols <<< "$t"
+    st_tensor "h.0.$name" "$rows" $cols
+done
+st_tensor ln_f.weight 16; st_tensor ln_f.bias 16
+st_write "$tmp/m.safetensors"
 expect_error "-init, no such file" "-init $tmp/none: safetensors $tmp/none: cannot open" -init "$tmp/none"
 expect_error "-init of a directory without model.safetensors" "no such file in the directory $tmp" -init "$tmp"
-expect_error "-init, not a GPT-2 size" "a model of 0 layers and 16 channels, not one of GPT-2's sizes" -init "$tmp/m.safetensors"
+expect_error "-init, not a GPT-2 size" "a model of 1 layers and 16 channels, not one of GPT-2's sizes" -init "$tmp/m.safetensors"
 expect_error "-init with -depth" "which is not what -depth gives" -init "$tmp/m.safetensors" -depth 6
 expect_error "-init and -resume" "-resume continues a run, -init starts one from weights" -init "$tmp/m.safetensors" -resume latest
 
 # -init of a Llama model: its config.json and the header of its safetensors file are read first, and
-# give the family (without -model), -size, -encoding and -rope_theta. llama_file DIR L C NH NKV F V:
-# config.json of those sizes, and a model.safetensors of model.embed_tokens.weight (V, C) alone, its data
-# a hole in a sparse file (the rest of the tensors is read on the GPU's side of the checks)
+# give the family (without -model), -size, -encoding and -rope_theta. llama_file DIR L C NH NKV F V THETA:
+# config.json of those sizes and RoPE base, and a model.safetensors of all the model's tensors (st_write)
 llama_file() {
-    local dir=$1 bytes=$(($3 * $7 * 4))
-    local json="{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[$7,$3],\"data_offsets\":[0,$bytes]}}"
-    mkdir -p "$dir"
-    { printf %b "$(le32 ${#json})$(le32 0)"; printf '%s' "$json"; } > "$dir/model.safetensors"
-    truncate -s $((8 + ${#json} + bytes)) "$dir/model.safetensors"
+    local dir=$1 L=$2 C=$3 NH=$4 NKV=$5 F=$6 V=$7 l
+    local kv=$((NKV * C / NH))
+    st_tensor model.embed_tokens.weight "$V" "$C"
+    for ((l = 0; l < L; l++)); do
+        st_tensor "model.layers.$l.input_layernorm.weight" "$C"
+        st_tensor "model.layers.$l.self_attn.q_proj.weight" "$C" "$C"
+        st_tensor "model.layers.$l.self_attn.k_proj.weight" "$kv" "$C"
+        st_tensor "model.layers.$l.self_attn.v_proj.weight" "$kv" "$C"
+        st_tensor "model.layers.$l.self_attn.o_proj.weight" "$C" "$C"
+        st_tensor "model.layers.$l.post_attention_layernorm.weight" "$C"
+        st_tensor "model.layers.$l.mlp.gate_proj.weight" "$F" "$C"
+        st_tensor "model.layers.$l.mlp.up_proj.weight" "$F" "$C"
+        st_tensor "model.layers.$l.mlp.down_proj.weight" "$C" "$F"
+    done
+    st_tensor model.norm.weight "$C"
+    st_tensor lm_head.weight "$V" "$C"
+    st_write "$dir/model.safetensors"
     {
-        printf '{"model_type": "llama", "num_hidden_layers": %d, "hidden_size": %d, ' "$2" "$3"
-        printf '"num_attention_heads": %d, "num_key_value_heads": %d, ' "$4" "$5"
-        printf '"intermediate_size": %d, "vocab_size": %d, "rope_theta": 500000.0, ' "$6" "$7"
+        printf '{"model_type": "llama", "num_hidden_layers": %d, "hidden_size": %d, ' "$L" "$C"
+        printf '"num_attention_heads": %d, "num_key_value_heads": %d, ' "$NH" "$NKV"
+        printf '"intermediate_size": %d, "vocab_size": %d, "rope_theta": %s, ' "$F" "$V" "$8"
         printf '"rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": false}\n'
     } > "$dir/config.json"
 }
-llama_file "$tmp/tiny" 1 16 4 2 24 50
-llama_file "$tmp/l30" 10 512 8 2 1536 50257        # llama-30m's layers, gpt2's vocabulary
-llama_file "$tmp/l30v" 10 512 8 2 1536 50
+llama_file "$tmp/tiny" 1 16 4 2 24 50 500000.0
+llama_file "$tmp/l30" 10 512 8 2 1536 50257 500000.0    # llama-30m's layers, gpt2's vocabulary
+llama_file "$tmp/l30v" 10 512 8 2 1536 50 500000.0
+llama_file "$tmp/l125" 20 768 12 3 2048 100277 10000.0  # llama-125m's layers, cl100k_base's vocabulary
 expect_error "-init of a Llama model, its family found" \
     "-init $tmp/tiny: a model of 1 layers, 16 channels, 4 heads (2 key/value) and FFN 24, not one of this program's sizes" \
     -init "$tmp/tiny"
@@ -225,8 +259,18 @@ expect_error "-init of a Llama model without config.json" "config.json beside it
     -init "$tmp/tiny"
 # every check of the file passed: the run goes on with llama-30m on gpt2's shards (data/starter, uint16),
 # where -val_batches stops it before the GPU
-expect_error "-init of a Llama model sets the size and encoding" "the val split data/starter/starter_val_" \
+expect_error "-init of a Llama model sets the encoding" "the val split data/starter/starter_val_" \
     -init "$tmp/l30" -val_batches 100000
+# the size, encoding and RoPE base it took, as it says (cl100k_base's shards are not made by make test:
+# the run stops at the data, before the GPU)
+out=$("$bin" -init "$tmp/l125" 2>&1)
+expect "-init of a Llama model: the size, encoding and RoPE base taken from the file: $out" \
+    has "$out" "-init $tmp/l125: a Llama-style model, so -model llama -size llama-125m -encoding cl100k_base -rope_theta 10000"
+# a file whose tensors disagree with its config.json: refused naming the tensor
+llama_file "$tmp/l30k" 10 512 8 4 1536 50257 500000.0
+sed -i 's/"num_key_value_heads": 4/"num_key_value_heads": 2/' "$tmp/l30k/config.json"
+expect_error "-init of a Llama model whose k_proj disagrees with config.json" \
+    "tensor \"model.layers.0.self_attn.k_proj.weight\": shape (256, 512), config.json's sizes give (128, 512)" -init "$tmp/l30k"
 
 # multi-GPU flags and launch environments: refused before the GPU is touched. The ranks meet before
 # the data is read, so a rank whose partner never comes fails within -nccl_timeout, naming the wait.
