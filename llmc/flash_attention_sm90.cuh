@@ -43,6 +43,8 @@ template <int HS> struct Fa90Cfg {
     static constexpr size_t smem = 1024 + QBUF * TILE + FA90_STAGES * STAGE + 8 * (2 * QBUF + 2 * FA90_STAGES);
 };
 
+// --- device helpers: the register-operand wgmma, the ring's barriers, the MN-major descriptor ----
+
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
 
 // D (64 x N per warpgroup, fp32, N/2 registers a thread) += A (64 x 16, bf16 in registers, a[4] per
@@ -99,6 +101,8 @@ __device__ __forceinline__ uint64_t fa90_desc_mn(uint32_t smem_addr, uint32_t lb
     return d;
 }
 #endif
+
+// --- kernels ---------------------------------------------------------------------------------
 
 // Persistent over the B·NH·ceil(T/128) items (the header says how): the ring's step count runs on across
 // a block's items, and the query tile has QBUF buffers (full and empty barriers of its own), so the
@@ -269,6 +273,8 @@ fa90_forward_kernel(const __grid_constant__ CUtensorMap tqkv, bf16* out, float* 
     }
 #endif
 }
+
+// --- launchers -------------------------------------------------------------------------------
 
 template <int HS>
 static void fa90_forward_launch(const CUtensorMap& map, bf16* out, float* lse, int B, int T, int NH, int NKV,

@@ -31,6 +31,8 @@ template <int HS> struct Fa90DqCfg {
         1024 + 2 * QT + FA90_STAGES * STAGE + 8 * (1 + 2 * FA90_STAGES) + FA90_COLSUM_BYTES(HS, 1);
 };
 
+// --- device helpers: the shared-memory wgmma, the barriers, the overlap loop, the column sums ------
+
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
 // D (64 x N, fp32) += A (64 x 16) · B (N x 16)ᵀ, both bf16 in shared memory behind K-major descriptors
 __device__ __forceinline__ void fa90_wgmma_ss_n64(float d[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
@@ -132,6 +134,8 @@ __device__ __forceinline__ void fa90_colsum_rows(float* red, float* out, const f
         out[ct] = sum;
     }
 }
+
+// --- kernels ---------------------------------------------------------------------------------
 
 // tq: qkv in 128-row boxes, tk: qkv in 64-row boxes, to: dout in 128-row boxes. BIAS: the column sums
 // into bias_partial (a template parameter, so that kernels without them are built as before they came;
@@ -378,6 +382,8 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     }
 #endif
 }
+
+// --- launchers -------------------------------------------------------------------------------
 
 template <int HS, bool ROPE, bool BIAS>
 static void fa90_backward_launch(bf16* dqkv, float* D, const bf16* dout, const bf16* out, const bf16* qkv,
