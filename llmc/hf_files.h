@@ -144,7 +144,10 @@ static inline int hf_write_safetensors(const char* path, const HfTensor* t, int 
 static inline int hf_weights_path(char* out, size_t n, const char* path, char* err, size_t errlen) {
     struct stat sb;
     int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-    snprintf(out, n, is_dir ? "%s/model.safetensors" : "%s", path);
+    if (snprintf(out, n, is_dir ? "%s/model.safetensors" : "%s", path) >= (int)n) {
+        snprintf(err, errlen, "%.64s...: a path of %zu bytes, longer than this program reads", path, strlen(path));
+        return -1;
+    }
     if (is_dir && stat(out, &sb) != 0) {
         snprintf(err, errlen, "%s: no such file in the directory %s (a model split into model-0000N-of-M.safetensors "
                  "files is not read: merge it into one file first)", out, path);

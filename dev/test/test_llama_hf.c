@@ -200,6 +200,13 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
         write_model(sub, c, values, NULL, NULL, 0, 0, config_with(c, bad[i].key, bad[i].json));
         expect_open_error(sub, bad[i].frag, bad[i].key);
     }
+    // a path longer than the reader's buffers: refused, not cut
+    char* longpath = (char*)malloc_check(6000);
+    memset(longpath, 'a', 5999);
+    longpath[5999] = '\0';
+    expect_open_error(longpath, "a path of 5999 bytes, longer than this program reads", "a path too long");
+    free(longpath);
+
     // RoPE's base in rope_parameters (transformers 5's config.json), without rope_theta: read from there
     LlamaConfig t5 = *c;
     t5.rope_theta = 500000.0;
