@@ -95,7 +95,7 @@ static inline int gpt_hf_check_tensors(GptHfReader* r) {
     if (!hf) return gpt_hf_fail(r, "out of host memory");
     gpt_hf_tensors(hf, &c);
     int rc = 0;
-    char s1[160], s2[160];
+    char s1[160], s2[160], hint[64], msg[SAFETENSORS_ERR_LEN];
     size_t plen = strlen(r->prefix);
     for (int i = 0; i < r->st.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
         const char* name = r->st.tensors[i].name;
@@ -113,16 +113,8 @@ static inline int gpt_hf_check_tensors(GptHfReader* r) {
             rc = gpt_hf_fail(r, "no tensor \"%s%s\" (a GPT-2 of %d layers has it)", r->prefix, hf[k].name, c.num_layers);
             break;
         }
-        int same = t->ndim == hf[k].ndim;
-        for (int d = 0; d < t->ndim && same; d++) same = t->shape[d] == hf[k].shape[d];
-        if (!same)
-            rc = gpt_hf_fail(r, "tensor \"%s\": shape %s, expected %s (n_embd %d%s)", t->name,
-                             safetensors_shape_text(s1, sizeof(s1), t->ndim, t->shape),
-                             safetensors_shape_text(s2, sizeof(s2), hf[k].ndim, hf[k].shape), c.channels,
-                             hf[k].transpose ? ", Conv1D weights are (in, out)" : "");
-        else if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
-            rc = gpt_hf_fail(r, "tensor \"%s\": dtype %s, expected F32, BF16 or F16", t->name,
-                             safetensors_dtype_name(t->dtype));
+        snprintf(hint, sizeof(hint), "n_embd %d%s", c.channels, hf[k].transpose ? ", Conv1D weights are (in, out)" : "");
+        if (hf_check_tensor(t, &hf[k], "expected", hint, msg, sizeof(msg)) != 0) rc = gpt_hf_fail(r, "%s", msg);
     }
     const SafetensorsTensor* lm = rc == 0 ? safetensors_find(&r->st, "lm_head.weight") : NULL;
     int64_t want[2] = {c.vocab_size, c.channels};
@@ -198,12 +190,8 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
     for (int k = 0; k < n && rc == 0; k++) {  // gpt_hf_open checked the names, shapes and dtypes
         const SafetensorsTensor* t = gpt_hf_find(r, hf[k].name);
         float* dst = values + hf[k].offset;
-        char hint[64], msg[HF_ERR_LEN - 1024];
-        snprintf(hint, sizeof(hint), "n_embd %d%s", c->channels, hf[k].transpose ? ", Conv1D weights are (in, out)" : "");
-        int got = hf_read_tensor(&r->st, t, &hf[k], hf[k].transpose ? scratch : dst, hint, msg, sizeof(msg));
-        if (got != 0) {
-            if (got == -1) gpt_hf_fail(r, "%s", msg);
-            else snprintf(r->err, sizeof(r->err), "%s", msg);
+        if (safetensors_read_f32(&r->st, t, hf[k].transpose ? scratch : dst) != 0) {
+            snprintf(r->err, sizeof(r->err), "%s", r->st.err);
             rc = -1;
             break;
         }

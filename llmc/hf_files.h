@@ -3,8 +3,8 @@
 // file written or copied atomically (llmc/atomic_file.h: temporary file, fsync, rename), a cJSON value
 // written formatted, and the weights' safetensors file from a family's list of tensors (HfTensor); for
 // an import (llmc/gpt_hf_import.h, llmc/llama_hf_import.h), the weights file of a path, the config.json
-// beside it, and a tensor checked against its HfTensor and read as fp32.
-// Errors: 0, or -1 with the message in `err` (hf_read_tensor: -1 or -2, see there); nothing exits.
+// beside it, and a tensor checked against its HfTensor.
+// Errors: 0, or -1 with the message in `err` (hf_check_tensor: in `msg`); nothing exits.
 // HF_ERR_LEN holds any of these messages and the safetensors writer's and reader's.
 #pragma once
 #include <errno.h>
@@ -179,17 +179,17 @@ static inline int hf_read_config(const char* weights, cJSON** json, char* path, 
     return 0;
 }
 
-// Checks tensor t of an import against want's shape and the dtypes an import takes (F32, BF16 or F16,
-// converted exactly), then reads it into dst as fp32. -1: it differs, msg says how (shape_hint, when not
-// empty, in parentheses after a shape's); -2: it could not be read, msg is the reader's message.
-static inline int hf_read_tensor(SafetensorsReader* st, const SafetensorsTensor* t, const HfTensor* want, float* dst,
-                                 const char* shape_hint, char* msg, size_t n) {
+// Checks tensor t of an import against want's shape and the dtypes an import reads (F32, BF16 or F16,
+// which safetensors_read_f32 converts exactly). -1 when it differs, msg saying how: the shape "expected"
+// (or what the caller's word for it is), shape_hint, when not empty, in parentheses after it.
+static inline int hf_check_tensor(const SafetensorsTensor* t, const HfTensor* want, const char* expected,
+                                  const char* shape_hint, char* msg, size_t n) {
     char s1[160], s2[160];
     int same = t->ndim == want->ndim;
     for (int d = 0; d < t->ndim && same; d++) same = t->shape[d] == want->shape[d];
     if (!same) {
-        snprintf(msg, n, "tensor \"%s\": shape %s, expected %s%s%s%s", t->name,
-                 safetensors_shape_text(s1, sizeof(s1), t->ndim, t->shape),
+        snprintf(msg, n, "tensor \"%s\": shape %s, %s %s%s%s%s", t->name,
+                 safetensors_shape_text(s1, sizeof(s1), t->ndim, t->shape), expected,
                  safetensors_shape_text(s2, sizeof(s2), want->ndim, want->shape), shape_hint[0] ? " (" : "", shape_hint,
                  shape_hint[0] ? ")" : "");
         return -1;
@@ -197,10 +197,6 @@ static inline int hf_read_tensor(SafetensorsReader* st, const SafetensorsTensor*
     if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16) {
         snprintf(msg, n, "tensor \"%s\": dtype %s, expected F32, BF16 or F16", t->name, safetensors_dtype_name(t->dtype));
         return -1;
-    }
-    if (safetensors_read_f32(st, t, dst) != 0) {
-        snprintf(msg, n, "%s", st->err);
-        return -2;
     }
     return 0;
 }

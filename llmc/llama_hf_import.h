@@ -158,7 +158,7 @@ static inline int llama_hf_check_tensors(LlamaHfReader* r) {
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
     if (!hf) return llama_hf_fail(r, "out of host memory");
     llama_hf_tensors(hf, &c);
-    char s1[160], s2[160];
+    char msg[SAFETENSORS_ERR_LEN];
     int rc = 0;
     for (int i = 0; i < r->st.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
         const char* name = r->st.tensors[i].name;
@@ -178,15 +178,8 @@ static inline int llama_hf_check_tensors(LlamaHfReader* r) {
                                "may be left out" : "");
             break;
         }
-        int same = t->ndim == hf[k].ndim;
-        for (int d = 0; d < t->ndim && same; d++) same = t->shape[d] == hf[k].shape[d];
-        if (!same)
-            rc = llama_hf_fail(r, "tensor \"%s\": shape %s, config.json's sizes give %s", t->name,
-                               safetensors_shape_text(s1, sizeof(s1), t->ndim, t->shape),
-                               safetensors_shape_text(s2, sizeof(s2), hf[k].ndim, hf[k].shape));
-        else if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
-            rc = llama_hf_fail(r, "tensor \"%s\": dtype %s, expected F32, BF16 or F16", t->name,
-                               safetensors_dtype_name(t->dtype));
+        if (hf_check_tensor(t, &hf[k], "config.json's sizes give", "", msg, sizeof(msg)) != 0)
+            rc = llama_hf_fail(r, "%s", msg);
     }
     free(hf);
     return rc;
@@ -253,10 +246,10 @@ static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* v
     for (int k = 0; k < n && rc == 0; k++) {  // llama_hf_open checked the names, shapes and dtypes
         const SafetensorsTensor* t = safetensors_find(&r->st, hf[k].name);
         if (!t) continue;  // a tied model's head, left out
-        char msg[HF_ERR_LEN - 1024];
-        int got = hf_read_tensor(&r->st, t, &hf[k], values + hf[k].offset, "", msg, sizeof(msg));
-        if (got == -1) rc = llama_hf_fail(r, "%s", msg);
-        else if (got != 0) { snprintf(r->err, sizeof(r->err), "%s", msg); rc = -1; }
+        if (safetensors_read_f32(&r->st, t, values + hf[k].offset) != 0) {
+            snprintf(r->err, sizeof(r->err), "%s", r->st.err);
+            rc = -1;
+        }
     }
     if (rc == 0 && r->tie) {  // the head is the embedding: copied, or (given too) equal to it
         float* h = values + hf[head].offset;
