@@ -653,9 +653,7 @@ static void init_open_llama(LlamaHfReader* r, TrainConfig* c, int argc, char** a
     if (llama_hf_open(r, c->init) != 0) init_fail(c, r->err);
     const LlamaConfig* f = &r->config;
     const char* size = llama_size_name(f);
-    const TokenizerEncoding* enc = NULL;
-    for (size_t i = 0; i < sizeof(tokenizer_encodings) / sizeof(tokenizer_encodings[0]); i++)
-        if (tokenizer_encodings[i].vocab_size == f->vocab_size) enc = &tokenizer_encodings[i];
+    const TokenizerEncoding* enc = tokenizer_encoding_of_vocab(f->vocab_size);
     LlamaConfig named;
     char msg[768] = "";
     if (!size)

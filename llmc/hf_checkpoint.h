@@ -86,10 +86,8 @@ static inline int hf_export_checkpoint(const char* ckpt, const char* dir, const 
     memset(out, 0, sizeof(*out));
     out->model = want;
     out->step = r.state.step;
-    out->eos = -1;
-    if (want.family == CHECKPOINT_FAMILY_LLAMA)
-        for (size_t i = 0; i < sizeof(tokenizer_encodings) / sizeof(tokenizer_encodings[0]); i++)
-            if (tokenizer_encodings[i].vocab_size == l.vocab_size) out->eos = tokenizer_encodings[i].eot_id;
+    const TokenizerEncoding* enc = tokenizer_encoding_of_vocab(l.vocab_size);
+    out->eos = want.family == CHECKPOINT_FAMILY_LLAMA && enc ? enc->eot_id : -1;
     if (rc == 0)
         rc = want.family == CHECKPOINT_FAMILY_GPT2 ? gpt_hf_export(dir, &g, values, vocab_bpe, err, errlen)
                                                    : llama_hf_export(dir, &l, values, out->eos, err, errlen);

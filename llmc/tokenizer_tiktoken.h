@@ -46,6 +46,14 @@ static inline const TokenizerEncoding* tokenizer_find_encoding(const char* name)
     return NULL;
 }
 
+// The encoding whose vocabulary has vocab_size ids, or NULL: how a model read from elsewhere (a Hugging
+// Face import, a checkpoint's export) is matched to its encoding. The three sizes differ.
+static inline const TokenizerEncoding* tokenizer_encoding_of_vocab(int vocab_size) {
+    for (int i = 0; i < TOKENIZER_N_ENCODINGS; i++)
+        if (tokenizer_encodings[i].vocab_size == vocab_size) return &tokenizer_encodings[i];
+    return NULL;
+}
+
 // --- the encoder file --------------------------------------------------------------------------
 
 // Decodes base64 s[0..n) (with '=' padding) into out (room for 3 * n / 4 bytes); returns the byte

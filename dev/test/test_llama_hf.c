@@ -327,14 +327,10 @@ static void test_checkpoint_export(const char* dir) {
     rc = load(&r, hf, &c, out);
     EXPECT(rc == 0 && !memcmp(out, master, n * sizeof(float)), "the checkpoint's export read back is its master "
            "weights bitwise (%s)", rc ? r.err : "");
-    char path[600];
-    snprintf(path, sizeof(path), "%s/config.json", hf);
-    FILE* f = fopen_check(path, "rb");
-    char text[4096];
-    size_t len = fread(text, 1, sizeof(text) - 1, f);
-    fclose(f);
-    text[len] = '\0';
-    cJSON* j = cJSON_Parse(text);
+    char path[600], config_path[700];
+    snprintf(path, sizeof(path), "%s/model.safetensors", hf);
+    cJSON* j = NULL;
+    EXPECT(hf_read_config(path, &j, config_path, sizeof(config_path), err, sizeof(err)) == 0 && j, "%s", err);
     const cJSON* eos = j ? cJSON_GetObjectItemCaseSensitive(j, "eos_token_id") : NULL;
     EXPECT(cJSON_IsNumber(eos) && eos->valuedouble == 50256, "the export's config.json: eos_token_id 50256");
     cJSON_Delete(j);
@@ -390,14 +386,10 @@ int main(void) {
     }
     safetensors_close(&r);
 
-    snprintf(path, sizeof(path), "%s/out/config.json", dir);
-    FILE* f = fopen_check(path, "rb");
-    char text[4096];
-    size_t len = fread(text, 1, sizeof(text) - 1, f);
-    fclose(f);
-    text[len] = '\0';
-    cJSON* j = cJSON_Parse(text);
-    EXPECT(j != NULL, "config.json does not parse");
+    char config_path[600];
+    cJSON* j = NULL;  // model.safetensors' path still: the config.json beside it
+    EXPECT(hf_read_config(path, &j, config_path, sizeof(config_path), err, sizeof(err)) == 0 && j,
+           "config.json does not parse: %s", err);
     struct { const char* key; double want; } nums[] = {
         {"vocab_size", 50}, {"hidden_size", 16}, {"intermediate_size", 24}, {"num_hidden_layers", 2},
         {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 4}, {"max_position_embeddings", 16},
