@@ -6,10 +6,10 @@
 //   ./train_gpt -h                           (every flag with its default)
 // The models and their layers are in llmc/ (gpt.cuh and llama.cuh wire them, train_model.cuh puts both
 // behind one interface); this file is the program around them: flags, the learning-rate schedule, the
-// loop with gradient accumulation, validation, sampling, the log, and checkpoints with bitwise-identical
-// resume (Ctrl-C writes one and exits cleanly); -init starts from weights in Hugging Face's layout
-// (llmc/gpt_hf_import.h, llmc/llama_hf_import.h) and -export_hf writes the model in that layout
-// (llmc/gpt_hf.h, llmc/llama_hf.h, doc/interop.md).
+// loop with gradient accumulation, validation and samples (llmc/evaluate.cuh), the log, and checkpoints
+// with bitwise-identical resume (Ctrl-C writes one and exits cleanly); -init starts from weights in
+// Hugging Face's layout (llmc/gpt_hf_import.h, llmc/llama_hf_import.h) and -export_hf writes the model
+// in that layout (llmc/gpt_hf.h, llmc/llama_hf.h, doc/interop.md).
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,7 +22,7 @@
 #include "llmc/flags.h"                // the flag table's parser
 #include "llmc/dataloader.h"           // DataLoader: (B, T) batches from shards
 #include "llmc/tokenizer_tiktoken.h"   // the encodings (gpt2, cl100k_base, o200k_base): ids and decoding, for samples
-#include "llmc/rand.h"                 // rand_next, for sampling
+#include "llmc/evaluate.cuh"           // the val loss, and text samples (llmc/sample.h draws the tokens)
 #include "llmc/checkpoint_dir.h"       // the run's checkpoint directory: names, latest, -resume, keep K
 #include "llmc/dist.cuh"               // data-parallel runs: launch environment, rendezvous, NCCL (doc/multi_gpu.md)
 #include "llmc/launcher.h"             // -gpus N: one process per GPU of this machine
@@ -439,103 +439,6 @@ static void catch_stop_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-}
-
-// --- eval and sampling ---------------------------------------------------------------------------
-
-// Mean loss over `batches` batches from the start of the val split into *out. With several ranks each
-// evaluates its share (the loader deals batch i to rank i mod world) and the sums are gathered, so the
-// mean is over the same batches at any number of GPUs. Returns 0, or -1 when a shard is bad (the reason
-// in val->err).
-static int evaluate(TrainModel* m, DataLoader* val, int batches, float* out, const GpuContext* ctx) {
-    dataloader_reset(val);
-    int rank = m->comm->rank, world = m->comm->world, mine = 0;
-    double sum = 0.0;
-    for (int i = rank; i < batches; i += world, mine++) {
-        if (dataloader_next_batch(val) != 0) return -1;
-        train_model_forward(m, val->inputs, val->cfg.B, val->cfg.T, ctx);
-        train_model_eval_loss(m, val->targets, ctx);
-        float loss;
-        cuda_check(cudaMemcpyAsync(&loss, m->head->loss, sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
-        cuda_check(cudaStreamSynchronize(ctx->stream));
-        sum += loss;
-    }
-    fused_lce_check(m->head, ctx);
-    if (world == 1) {
-        *out = (float)(sum / batches);
-        return 0;
-    }
-    float part[2] = {(float)sum, (float)mine};
-    float* all = (float*)malloc_check(2 * (size_t)world * sizeof(float));
-    comm_gather_host(m->comm, part, 2, all, m->scratch, ctx->stream);  // scratch: free between steps
-    double total = 0.0, count = 0.0;
-    for (int r = 0; r < world; r++) { total += all[2 * r]; count += all[2 * r + 1]; }
-    free(all);
-    *out = (float)(total / count);
-    return 0;
-}
-
-static int compare_desc(const void* a, const void* b) {
-    float x = *(const float*)a, y = *(const float*)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-// One token from fp32 logits (V,): the argmax at temperature 0, else a draw from softmax(logits /
-// temperature) over the top_k largest logits (0: all; ties at the k-th value are all kept).
-// `sorted` is (V,) scratch.
-static int sample_token(const float* logits, int V, float temperature, int top_k, float* sorted, uint64_t* rng) {
-    int best = 0;
-    for (int j = 1; j < V; j++)
-        if (logits[j] > logits[best]) best = j;
-    if (temperature == 0.0f) return best;
-    float cut = -INFINITY;
-    if (top_k > 0 && top_k < V) {
-        memcpy(sorted, logits, (size_t)V * sizeof(float));
-        qsort(sorted, (size_t)V, sizeof(float), compare_desc);
-        cut = sorted[top_k - 1];
-    }
-    double mx = logits[best], total = 0.0;
-    for (int j = 0; j < V; j++)
-        if (logits[j] >= cut) total += exp((logits[j] - mx) / temperature);
-    double u = ((double)(rand_next(rng) >> 11) + 0.5) / 9007199254740992.0 * total, acc = 0.0;
-    for (int j = 0; j < V; j++) {
-        if (logits[j] < cut) continue;
-        acc += exp((logits[j] - mx) / temperature);
-        if (acc >= u) return j;
-    }
-    return best;  // u within rounding of the total
-}
-
-// Samples n tokens after the encoding's <|endoftext|> (no KV cache: one forward of the whole prefix per
-// token, B = 1) and prints them decoded with its tokenizer. The RNG state is the caller's, kept in
-// checkpoints: a resumed run samples the same text as the uninterrupted one.
-static void sample(TrainModel* m, const Tokenizer* tok, int n, float temperature, int top_k, uint64_t* rng, int step,
-                   const GpuContext* ctx) {
-    int V = m->vocab_size, maxT = m->max_T;
-    int* ids = (int*)malloc_check((size_t)maxT * sizeof(int));
-    float* logits = (float*)malloc_check((size_t)V * sizeof(float));
-    float* sorted = (float*)malloc_check((size_t)V * sizeof(float));
-    int len = 1;
-    ids[0] = tok->eot_id;
-    printf("sample (step %d): ", step);
-    for (int i = 0; i < n && !stop_signal; i++) {  // Ctrl-C ends a sample early
-        int window = len < maxT ? len : maxT;  // past T tokens the context slides
-        train_model_forward(m, ids + len - window, 1, window, ctx);
-        train_model_logits_row(m, window - 1, ctx);
-        cuda_check(cudaMemcpyAsync(logits, m->logits_row, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, ctx->stream));
-        cuda_check(cudaStreamSynchronize(ctx->stream));
-        int next = sample_token(logits, V, temperature, top_k, sorted, rng);
-        size_t blen;
-        const unsigned char* s = tokenizer_decode(tok, next, &blen);
-        if (s) fwrite(s, 1, blen, stdout);
-        fflush(stdout);
-        if (len == maxT) memmove(ids, ids + 1, (size_t)(maxT - 1) * sizeof(int)); else len++;
-        ids[len - 1] = next;
-    }
-    printf("\n");
-    free(sorted);
-    free(logits);
-    free(ids);
 }
 
 // --- log, checkpoints ----------------------------------------------------------------------------
@@ -1028,7 +931,7 @@ int main(int argc, char** argv) {
         int last = step == end - 1;
         if (last || (cfg.val_every > 0 && (step + 1) % cfg.val_every == 0)) {
             float vl;
-            if (evaluate(&model, &val, val_batches, &vl, &ctx) != 0) {
+            if (evaluate_loss(&model, &val, val_batches, &vl, &ctx) != 0) {
                 snprintf(what, sizeof(what), "val data after step %d: %s", step + 1, val.err);
                 stop_with_checkpoint(&model, &cfg, step + 1, start_step, sample_rng, dataloader_save(&train), settings,
                                      log_file, what, hint, 0, &ctx);
@@ -1037,7 +940,8 @@ int main(int argc, char** argv) {
             fprintf(log_file, "step %d val_loss %.9g\n", step + 1, vl);
         }
         if (rank == 0 && !last && cfg.sample_tokens > 0 && cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0)
-            sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, step + 1, &ctx);
+            evaluate_sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, step + 1,
+                            &stop_signal, &ctx);
         stopped = norm[3] != 0.0f;  // a signal reached some rank before this step's update: all stop here
         if (cfg.keep > 0 && (last || stopped || (cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0)))
             save_checkpoint(&model, &cfg, step + 1, sample_rng, dataloader_save(&train), settings, log_file, &ctx);
@@ -1059,13 +963,15 @@ int main(int argc, char** argv) {
     profile_free(&prof);
     if (train_steps == 0) {  // a checkpoint to evaluate and sample
         float vl;
-        dataloader_check(&val, evaluate(&model, &val, val_batches, &vl, &ctx));
+        dataloader_check(&val, evaluate_loss(&model, &val, val_batches, &vl, &ctx));
         if (cfg.init[0]) printf("val loss %.4f (the weights of -init %s; %.9g)\n", vl, cfg.init, vl);
         else printf("val loss %.4f (checkpoint at step %d)\n", vl, start_step);
     }
     if (cfg.export_hf[0]) export_hf(&model, cfg.export_hf, cfg.vocab_path, encoding->eot_id, &ctx);
     if (cfg.sample_tokens > 0) {
-        if (!stopped && rank == 0) sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, end, &ctx);
+        if (!stopped && rank == 0)
+            evaluate_sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, end, &stop_signal,
+                            &ctx);
         tokenizer_free(&tok);
     }
     if (log_file) fclose_check(log_file);
