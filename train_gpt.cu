@@ -953,9 +953,12 @@ int main(int argc, char** argv) {
             fprintf(log_file, "step %d stopped %s\n", step + 1, stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
         }
     }
-    if (timed_steps > 0)
-        printf("average step %.1f ms, %.0f tok/s (steps %d..%d)\n", 1e3 * train_time / timed_steps,
-               tokens_per_step * timed_steps / train_time, start_step + 2, end);
+    if (timed_steps > 0) {
+        double tps = tokens_per_step * timed_steps / train_time;
+        printf("average step %.1f ms, %.0f tok/s", 1e3 * train_time / timed_steps, tps);
+        if (peak > 0) printf(", MFU %.1f%%", 100.0 * tps * flops_per_token / (peak * world));
+        printf(" (steps %d..%d)\n", start_step + 2, end);
+    }
     profile_print(&prof, stdout);
     if (cfg.profile && world > 1 && timed_steps > 0)
         printf("  gradient reduce-scatter%s on its own stream: %.2f ms per step, behind the backward except "

@@ -2,9 +2,11 @@
 # compare_heads.sh: device memory and throughput of the fused and the unfused LM head over batch sizes.
 #   bash scripts/compare_heads.sh run  [DIR]   on a GPU: trains a few steps per (head, B), writes DIR/heads.tsv
 #   bash scripts/compare_heads.sh plot [DIR]   anywhere: DIR/heads.png from the table (installs gnuplot-nox)
+# TRAINER=PATH runs another build than ./train_gpt (paths from the repo's root, where the runs run).
 # Model: GPT-2 124M (d12), T=1024 (DEPTH, T, STEPS, BATCHES override). For each head, B grows until a run
 # fails to start (out of memory): the last B that ran is the largest of the list that fits. Memory is what the
-# trainer reports in use on the GPU after the first step; tok/s is its average over steps 2..STEPS.
+# trainer reports in use on the GPU after the first step; tok/s and MFU (%; - where the trainer knows no peak
+# for the GPU) are its averages over steps 2..STEPS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}; dir=${2:-out/compare_heads}
@@ -14,19 +16,20 @@ DEPTH=${DEPTH:-12}; T=${T:-1024}; STEPS=${STEPS:-4}; BATCHES=${BATCHES:-"16 32 6
 
 run() {
     mkdir -p "$dir"
-    [ -x ./train_gpt ] || make train_gpt
-    printf 'head\tB\tmem_MiB\ttok_s\n' > "$dir/heads.tsv.tmp"
+    [ -n "${TRAINER:-}" ] || [ -x ./train_gpt ] || make train_gpt
+    printf 'head\tB\tmem_MiB\ttok_s\tmfu\n' > "$dir/heads.tsv.tmp"
     for head in fused unfused; do
         for B in $BATCHES; do
             log="$dir/${head}_b$B.log"
-            if ! ./train_gpt -depth "$DEPTH" -t "$T" -b "$B" -steps "$STEPS" -warmup 1 -val_every 0 -val_batches 1 \
+            if ! "${TRAINER:-./train_gpt}" -depth "$DEPTH" -t "$T" -b "$B" -steps "$STEPS" -warmup 1 -val_every 0 -val_batches 1 \
                  -sample_tokens 0 -keep 0 -head "$head" -out "$dir/run_${head}_b$B" -val "$VAL" > "$log" 2>&1; then
                 echo "$head B=$B: did not run ($(grep -m1 -i error "$log" || tail -n 1 "$log"))"
                 break
             fi
             mem=$(sed -n 's/^memory: \([0-9.]*\) MiB of .* after the first step$/\1/p' "$log")
-            tok=$(sed -n 's/^average step .* ms, \([0-9]*\) tok\/s .*/\1/p' "$log")
-            printf '%s\t%s\t%s\t%s\n' "$head" "$B" "$mem" "$tok" | tee -a "$dir/heads.tsv.tmp"
+            tok=$(sed -n 's/^average step .* ms, \([0-9]*\) tok\/s.*/\1/p' "$log")
+            mfu=$(sed -n 's/^average step .*, MFU \([0-9.]*\)%.*/\1/p' "$log")
+            printf '%s\t%s\t%s\t%s\t%s\n' "$head" "$B" "$mem" "$tok" "${mfu:--}" | tee -a "$dir/heads.tsv.tmp"
         done
     done
     mv "$dir/heads.tsv.tmp" "$dir/heads.tsv"
