@@ -24,8 +24,11 @@
 // A thread's elements in groups of ADAMW_GROUP (zero_for_each_group): a group's five loads each are issued
 // before its arithmetic and stores, instead of one element's at a time. One at a time, the pass took
 // 12.2 ms at d48 for 30 bytes a parameter: 3.8 TB/s, near what a device-to-device copy reaches on the
-// H200 (3.7-4.0 TB/s, doc/results.md), so the grouping can gain only a few percent there.
+// H200 (3.7-4.0 TB/s, doc/results.md), so the grouping can gain only a few percent there. A build with
+// -DADAMW_GROUP=1 runs the pass one element at a time, for comparing the two.
+#ifndef ADAMW_GROUP
 #define ADAMW_GROUP 4
+#endif
 
 __global__ void adamw_kernel(bf16* param, int16_t* lo, float* m, float* v, const float* grad, const ZeroPart* parts,
                              int n_parts, const float* clip_scale, const float* skip, float lr, float beta1,
