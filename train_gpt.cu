@@ -27,6 +27,7 @@
 #include "llmc/dist.cuh"               // data-parallel runs: launch environment, rendezvous, NCCL (doc/multi_gpu.md)
 #include "llmc/launcher.h"             // -gpus N: one process per GPU of this machine
 #include "llmc/dist_socket.h"          // dist_now: the monotonic clock of the timings
+#include "llmc/lr_schedule.h"          // the learning rate of each step: warmup, then cosine or linear decay
 
 // config.json says which epsilon the exported model's LayerNorms use: it must be the one we compute with
 static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/gpt_hf.h's GPT_HF_LN_EPS must equal llmc/layernorm.cuh's LN_EPS");
@@ -377,14 +378,10 @@ static void exit_if_bad(const char* flag, const char* msg, const char* ckpt_path
 
 // --- schedule, throughput ------------------------------------------------------------------------
 
-// Linear warmup over `warmup` steps, then cosine or linear decay to lr · final_lr_frac at the last step.
+// Linear warmup over `warmup` steps, then cosine or linear decay to lr · final_lr_frac at the last step
+// (llmc/lr_schedule.h).
 static float lr_at(const TrainConfig* c, int step) {
-    if (step < c->warmup) return c->lr * (float)(step + 1) / (float)c->warmup;
-    float lr_min = c->lr * c->final_lr_frac;
-    int span = c->steps - c->warmup;
-    float frac = span > 1 ? (float)(step - c->warmup) / (float)(span - 1) : 1.0f;
-    if (strcmp(c->schedule, "linear") == 0) return c->lr - (c->lr - lr_min) * frac;
-    return lr_min + (c->lr - lr_min) * 0.5f * (1.0f + cosf(3.14159265f * frac));
+    return lr_schedule(c->lr, c->warmup, c->steps, c->final_lr_frac, strcmp(c->schedule, "linear") == 0, step);
 }
 
 // Peak dense bf16 tensor FLOP/s, the denominator of MFU: the datasheet's figure for GPUs we know by
