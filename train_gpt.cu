@@ -28,6 +28,7 @@
 #include "llmc/launcher.h"             // -gpus N: one process per GPU of this machine
 #include "llmc/dist_socket.h"          // dist_now: the monotonic clock of the timings
 #include "llmc/lr_schedule.h"          // the learning rate of each step: warmup, then cosine or linear decay
+#include "llmc/gpu_peak.h"             // the GPU's peak bf16 FLOP/s, for the MFU
 
 // config.json says which epsilon the exported model's LayerNorms use: it must be the one we compute with
 static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/gpt_hf.h's GPT_HF_LN_EPS must equal llmc/layernorm.cuh's LN_EPS");
@@ -384,29 +385,20 @@ static float lr_at(const TrainConfig* c, int step) {
     return lr_schedule(c->lr, c->warmup, c->steps, c->final_lr_frac, strcmp(c->schedule, "linear") == 0, step);
 }
 
-// Peak dense bf16 tensor FLOP/s, the denominator of MFU: the datasheet's figure for GPUs we know by
-// name, else SMs x clock x FLOP per clock per SM of the architecture where we know that (A100-class 8.0:
-// 2048, Hopper 9.0: 4096; at the maximum clock the driver reports, above the clock of the datasheets:
-// 1070 against 989 TFLOP/s on an H200); 0 when unknown. *source says which.
-typedef struct { const char* name; double tflops; } GpuPeak;
-static const GpuPeak GPU_PEAKS[] = {  // dense bf16, without sparsity; the first match of the name wins
-    {"H100 PCIe", 756.0}, {"H100 NVL", 835.0}, {"H100", 989.4}, {"H200", 989.4}, {"GH200", 989.4},
-    {"A100", 312.0},
-};
+// Peak dense bf16 tensor FLOP/s of the device, the denominator of MFU (llmc/gpu_peak.h): the datasheet's
+// figure for GPUs known by name, else the clock-based estimate; 0 when unknown. *source says which.
 static double gpu_peak_bf16_flops(int device, const char** source) {
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, device));
-    for (size_t i = 0; i < sizeof(GPU_PEAKS) / sizeof(GPU_PEAKS[0]); i++)
-        if (strstr(prop.name, GPU_PEAKS[i].name)) {
-            *source = "datasheet";
-            return GPU_PEAKS[i].tflops * 1e12;
-        }
+    double tflops = gpu_peak_tflops_by_name(prop.name);
+    if (tflops > 0.0) {
+        *source = "datasheet";
+        return tflops * 1e12;
+    }
     int khz = 0;
     cuda_check(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
-    int major = prop.major, minor = prop.minor;
-    double per_clock = (major == 8 && minor == 0) ? 2048.0 : (major == 9 && minor == 0) ? 4096.0 : 0.0;
     *source = "SMs x clock x FLOP/clock";
-    return per_clock * prop.multiProcessorCount * (double)khz * 1e3;
+    return gpu_peak_flops_by_clock(prop.major, prop.minor, prop.multiProcessorCount, khz);
 }
 
 static double mib(size_t bytes) { return bytes / 1048576.0; }
