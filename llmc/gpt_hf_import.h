@@ -95,7 +95,7 @@ static inline int gpt_hf_check_tensors(GptHfReader* r) {
     if (!hf) return gpt_hf_fail(r, "out of host memory");
     gpt_hf_tensors(hf, &c);
     int rc = 0;
-    char s1[160], s2[160], hint[64], msg[SAFETENSORS_ERR_LEN];
+    char hint[64], msg[SAFETENSORS_ERR_LEN];
     size_t plen = strlen(r->prefix);
     for (int i = 0; i < r->st.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
         const char* name = r->st.tensors[i].name;
@@ -117,12 +117,9 @@ static inline int gpt_hf_check_tensors(GptHfReader* r) {
         if (hf_check_tensor(t, &hf[k], "expected", hint, msg, sizeof(msg)) != 0) rc = gpt_hf_fail(r, "%s", msg);
     }
     const SafetensorsTensor* lm = rc == 0 ? safetensors_find(&r->st, "lm_head.weight") : NULL;
-    int64_t want[2] = {c.vocab_size, c.channels};
-    if (lm && (lm->ndim != 2 || lm->shape[0] != want[0] || lm->shape[1] != want[1] ||
-               (lm->dtype != ST_F32 && lm->dtype != ST_BF16 && lm->dtype != ST_F16)))
-        rc = gpt_hf_fail(r, "tensor \"lm_head.weight\": shape %s %s, expected %s F32, BF16 or F16 (equal to wte.weight)",
-                         safetensors_shape_text(s1, sizeof(s1), lm->ndim, lm->shape), safetensors_dtype_name(lm->dtype),
-                         safetensors_shape_text(s2, sizeof(s2), 2, want));
+    HfTensor head = {"lm_head.weight", 0, 2, {c.vocab_size, c.channels}, 0};  // tied: wte's shape
+    if (lm && hf_check_tensor(lm, &head, "expected", "equal to wte.weight", msg, sizeof(msg)) != 0)
+        rc = gpt_hf_fail(r, "%s", msg);
     free(hf);
     return rc;
 }

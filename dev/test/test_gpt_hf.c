@@ -207,8 +207,8 @@ static void check_layout(const char* out, const GptConfig* c, const float* v) {
 
 // A variant of model.safetensors: every tensor as `dtype` (F32, BF16 or F16, rounded to nearest even),
 // names with `prefix`, tensor `skip` left out, `wrong` written untransposed (shape swapped), `extra` added
-// (a copy of ln_f.bias under that name), `lm_head` 1: a tied head, 2: an untied one; attn_bias 1: the
-// causal-mask buffers of older files.
+// (a copy of ln_f.bias under that name), `lm_head` 1: a tied head, 2: an untied one, 3: the tied one
+// stored (n_embd, vocab); attn_bias 1: the causal-mask buffers of older files.
 typedef struct {
     SafetensorsDtype dtype;
     const char* prefix;
@@ -255,12 +255,13 @@ static int write_variant(const char* path, const GptConfig* c, const float* v, c
     size_t off[GPT_NUM_TENSORS];
     num_params(c, off);
     int64_t cshape[1] = {c->channels}, wshape[2] = {c->vocab_size, c->channels}, mshape[4] = {1, 1, c->max_seq_len, c->max_seq_len};
+    int64_t swapped[2] = {c->channels, c->vocab_size};
     float* mask = (float*)calloc((size_t)c->max_seq_len * c->max_seq_len, sizeof(float));
     float* untied = (float*)malloc((size_t)c->vocab_size * c->channels * sizeof(float));
     memcpy(untied, v, (size_t)c->vocab_size * c->channels * sizeof(float));
     untied[12345] += 1.0f;
     if (o->extra) { safetensors_tensor(&st[total], o->extra, o->dtype, 1, cshape); src[total] = v + off[GPT_LNFB]; transpose[total++] = -1; }
-    if (o->lm_head) { safetensors_tensor(&st[total], "lm_head.weight", o->dtype, 2, wshape); src[total] = o->lm_head == 1 ? v : untied; transpose[total++] = -1; }
+    if (o->lm_head) { safetensors_tensor(&st[total], "lm_head.weight", o->dtype, 2, o->lm_head == 3 ? swapped : wshape); src[total] = o->lm_head == 2 ? untied : v; transpose[total++] = -1; }
     for (int l = 0; o->attn_bias && l < c->num_layers; l++) {
         snprintf(name, sizeof(name), "%sh.%d.attn.bias", o->prefix ? o->prefix : "", l);
         safetensors_tensor(&st[total], name, o->dtype, 4, mshape);
@@ -369,11 +370,13 @@ int main(void) {
         {"wrong dtype", {ST_F32, NULL, NULL, NULL, NULL, "ln_f.bias", 0, 0}, "tensor \"ln_f.bias\": dtype I32", NULL},
         {"unknown tensor", {ST_F32, NULL, NULL, NULL, "h.0.attn.q_proj.weight", NULL, 0, 0},
          "tensor \"h.0.attn.q_proj.weight\": not part of GPT-2", NULL},
+        {"lm_head of another shape", {ST_F32, NULL, NULL, NULL, NULL, NULL, 3, 0},
+         "tensor \"lm_head.weight\": shape (16, 50257), expected (50257, 16)", "equal to wte.weight"},
         {"untied lm_head", {ST_F32, NULL, NULL, NULL, NULL, NULL, 2, 0}, "\"lm_head.weight\" differs from wte.weight", NULL}};
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 6; k++) {
         EXPECT(write_variant(path, &c, v, &bad[k].o) == 0, "writing variant %s", bad[k].what);
         expect_import_error(bad[k].what, path, &c, got, n, bad[k].frag1, bad[k].frag2);
-        if (k < 4) {  // all but the head's values are refused by gpt_hf_open (train_gpt: before the GPU starts)
+        if (k < 5) {  // all but the head's values are refused by gpt_hf_open (train_gpt: before the GPU starts)
             GptHfReader r;
             int orc = gpt_hf_open(&r, path);
             EXPECT(orc != 0, "%s: refused by gpt_hf_open, before any value is read", bad[k].what);
