@@ -401,6 +401,11 @@ static double gpu_peak_bf16_flops(int device, const char** source) {
     return gpu_peak_flops_by_clock(prop.major, prop.minor, prop.multiProcessorCount, khz);
 }
 
+// MFU in percent: tokens/s of all `world` GPUs times the model's FLOPs per token, over their peak
+static double mfu_percent(double tokens_per_s, double flops_per_token, double peak, int world) {
+    return 100.0 * tokens_per_s * flops_per_token / (peak * world);
+}
+
 static double mib(size_t bytes) { return bytes / 1048576.0; }
 
 // One row of the config table: the value is formatted, then padded to the column.
@@ -891,7 +896,7 @@ int main(int argc, char** argv) {
         double tps = tokens_per_step / dt;
         printf("step %5d/%d | loss %.4f | norm %6.3f | lr %.2e | %7.1f ms | %8.0f tok/s", step + 1, cfg.steps, loss,
                norm[0], lr, dt * 1e3, tps);
-        if (peak > 0) printf(" | MFU %5.1f%%", 100.0 * tps * flops_per_token / (peak * world));
+        if (peak > 0) printf(" | MFU %5.1f%%", mfu_percent(tps, flops_per_token, peak, world));
         if (norm[2] != 0.0f) printf(" | SKIPPED: not finite, weights and AdamW state unchanged (%d in a row)", bad_run + 1);
         printf("\n");
         if (norm[2] != 0.0f) {
@@ -945,7 +950,7 @@ int main(int argc, char** argv) {
     if (timed_steps > 0) {
         double tps = tokens_per_step * timed_steps / train_time;
         printf("average step %.1f ms, %.0f tok/s", 1e3 * train_time / timed_steps, tps);
-        if (peak > 0) printf(", MFU %.1f%%", 100.0 * tps * flops_per_token / (peak * world));
+        if (peak > 0) printf(", MFU %.1f%%", mfu_percent(tps, flops_per_token, peak, world));
         printf(" (steps %d..%d)\n", start_step + 2, end);
     }
     profile_print(&prof, stdout);
