@@ -91,7 +91,7 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-depth", FLAG_INT, &c->depth, "6", "model", "GPT-2 size (-model gpt2): 6 (30M), 12 (124M), 24, 36, 48 (1.5B)"},
         {"-size", FLAG_STR, &c->size, "llama-30m", "model", "Llama-style size (-model llama): " LLAMA_SIZE_NAMES},
         {"-rope_theta", FLAG_FLOAT, &c->rope_theta, "500000", "model", "RoPE's base θ (-model llama; Llama 2 used 1e4, Llama 3 5e5)"},
-        {"-init", FLAG_STR, &c->init, "", "model", "start from weights in Hugging Face's layout (GPT2LMHeadModel or LlamaForCausalLM): a .safetensors file or a directory with model.safetensors (and config.json: Llama's needs it); sets -model, -depth or -size, -encoding, -rope_theta; fresh optimizer"},
+        {"-init", FLAG_STR, &c->init, "", "model", "start from weights in Hugging Face's layout (GPT2LMHeadModel or LlamaForCausalLM): a .safetensors file, or a directory with model.safetensors or a split model's model.safetensors.index.json and files (and config.json: Llama's needs it); sets -model, -depth or -size, -encoding, -rope_theta; fresh optimizer"},
         {"-t", FLAG_INT, &c->T, "256", "batch", "sequence length T (at most 1024 for GPT-2, 4096 for llama)"},
         {"-b", FLAG_INT, &c->B, "32", "batch", "micro-batch size B (sequences per forward)"},
         {"-total_batch", FLAG_INT, &c->total_batch, "0", "batch", "tokens per optimizer step, a multiple of B*T (0: B*T)"},
@@ -830,7 +830,7 @@ int main(int argc, char** argv) {
     else table_row("checkpoints", "at the end (and on Ctrl-C), keep %d", cfg.keep);
     if (resumed) table_row("resumed from", "%s (step %d)", ckpt_path, start_step);
     if (cfg.init[0])
-        table_row("initialised from", "%s (optimizer state fresh)", init.llama ? init.lm.path : init.gpt.path);
+        table_row("initialised from", "%s (optimizer state fresh)", init.llama ? init.lm.w.path : init.gpt.w.path);
     if (cfg.export_hf[0]) table_row("export at the end", "%s/ (Hugging Face transformers)", cfg.export_hf);
     table_row("seed", "%d", cfg.seed);
     table_row("GPU", "%s", prop.name);

@@ -1,6 +1,7 @@
-// gpt_hf_import.h: host-only. A GPT-2 safetensors file in Hugging Face's layout (ours, transformers' own,
-// the released GPT-2 weights) read into our parameter order (llmc/gpt_config.h): the names, shapes and
-// transposes of llmc/gpt_hf.h, undone. Used by train_gpt's -init.
+// gpt_hf_import.h: host-only. A GPT-2 in Hugging Face's layout (ours, transformers' own, the released
+// GPT-2 weights; one safetensors file or a split model's files, llmc/hf_weights.h) read into our
+// parameter order (llmc/gpt_config.h): the names, shapes and transposes of llmc/gpt_hf.h, undone. Used
+// by train_gpt's -init.
 //
 // Import accepts names with or without the "transformer." prefix (what GPT2LMHeadModel.save_pretrained
 // writes), F32, BF16 or F16 (converted exactly to fp32), and ignores the causal-mask buffers
@@ -16,11 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpt_hf.h"
-#include "safetensors.h"
+#include "hf_weights.h"
 
 typedef struct {
-    SafetensorsReader st;
-    char path[SAFETENSORS_PATH_MAX + 32];  // the safetensors file
+    HfWeights w;                            // the file, or the split model's files; w.path names it
     const char* prefix;                     // "" or "transformer."
     int num_layers, channels;               // from the tensors: h.{l}.ln_1.weight present for l < num_layers; wte's
     int vocab_rows, positions;              // rows of wte.weight and wpe.weight
@@ -32,16 +32,16 @@ static inline int gpt_hf_fail(GptHfReader* r, const char* fmt, ...) __attribute_
 static inline int gpt_hf_fail(GptHfReader* r, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    err_vformat(r->err, sizeof(r->err), "", r->path, fmt, ap);
+    err_vformat(r->err, sizeof(r->err), "", r->w.path, fmt, ap);
     va_end(ap);
-    safetensors_close(&r->st);
+    hf_weights_close(&r->w);
     return -1;
 }
 
 static inline const SafetensorsTensor* gpt_hf_find(const GptHfReader* r, const char* name) {
     char full[SAFETENSORS_NAME_MAX];
     snprintf(full, sizeof(full), "%s%s", r->prefix, name);
-    return safetensors_find(&r->st, full);
+    return hf_weights_find(&r->w, full);
 }
 
 // The config.json beside the weights, when there is one: the settings that change the math but not the
@@ -49,7 +49,7 @@ static inline const SafetensorsTensor* gpt_hf_find(const GptHfReader* r, const c
 static inline int gpt_hf_check_config(GptHfReader* r) {
     char config_path[SAFETENSORS_PATH_MAX + 64], err[SAFETENSORS_PATH_MAX + 128];
     cJSON* j;
-    if (hf_read_config(r->path, &j, config_path, sizeof(config_path), err, sizeof(err)) != 0)
+    if (hf_read_config(r->w.path, &j, config_path, sizeof(config_path), err, sizeof(err)) != 0)
         return gpt_hf_fail(r, "%s", err);
     if (!j) return 0;
     const cJSON* nh = cJSON_GetObjectItemCaseSensitive(j, "n_head");
@@ -97,8 +97,8 @@ static inline int gpt_hf_check_tensors(GptHfReader* r) {
     int rc = 0;
     char hint[64], msg[SAFETENSORS_ERR_LEN];
     size_t plen = strlen(r->prefix);
-    for (int i = 0; i < r->st.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
-        const char* name = r->st.tensors[i].name;
+    for (int i = 0; i < r->w.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
+        const char* name = r->w.tensors[i]->name;
         if (strcmp(name, "lm_head.weight") == 0) continue;
         int known = strncmp(name, r->prefix, plen) == 0 && gpt_hf_ignored(name + plen);
         for (int k = 0; k < n && !known; k++) known = strncmp(name, r->prefix, plen) == 0 && strcmp(name + plen, hf[k].name) == 0;
@@ -116,7 +116,7 @@ static inline int gpt_hf_check_tensors(GptHfReader* r) {
         snprintf(hint, sizeof(hint), "n_embd %d%s", c.channels, hf[k].transpose ? ", Conv1D weights are (in, out)" : "");
         if (hf_check_tensor(t, &hf[k], "expected", hint, msg, sizeof(msg)) != 0) rc = gpt_hf_fail(r, "%s", msg);
     }
-    const SafetensorsTensor* lm = rc == 0 ? safetensors_find(&r->st, "lm_head.weight") : NULL;
+    const SafetensorsTensor* lm = rc == 0 ? hf_weights_find(&r->w, "lm_head.weight") : NULL;
     HfTensor head = {"lm_head.weight", 0, 2, {c.vocab_size, c.channels}, 0};  // tied: wte's shape
     if (lm && hf_check_tensor(lm, &head, "expected", "equal to wte.weight", msg, sizeof(msg)) != 0)
         rc = gpt_hf_fail(r, "%s", msg);
@@ -124,19 +124,19 @@ static inline int gpt_hf_check_tensors(GptHfReader* r) {
     return rc;
 }
 
-// Opens path (a safetensors file, or a directory holding model.safetensors), reads the model's sizes from
+// Opens path (a safetensors file, or a directory holding model.safetensors or a split model's
+// model.safetensors.index.json and files: llmc/hf_weights.h), reads the model's sizes from
 // its tensors' shapes (and n_head from a config.json beside it) and checks every tensor's name, shape
 // and dtype against them: what can be wrong with the file but its values is found here. The caller builds
 // its model from these, then calls gpt_hf_load.
 static inline int gpt_hf_open(GptHfReader* r, const char* path) {
     memset(r, 0, sizeof(*r));
     r->prefix = "";
-    if (hf_weights_path(r->path, sizeof(r->path), path, r->err, sizeof(r->err)) != 0) return -1;
-    if (safetensors_open(&r->st, r->path) != 0) {
-        snprintf(r->err, sizeof(r->err), "%s", r->st.err);
+    if (hf_weights_open(&r->w, path) != 0) {
+        snprintf(r->err, sizeof(r->err), "%s", r->w.err);
         return -1;
     }
-    if (!safetensors_find(&r->st, "wte.weight") && safetensors_find(&r->st, "transformer.wte.weight"))
+    if (!hf_weights_find(&r->w, "wte.weight") && hf_weights_find(&r->w, "transformer.wte.weight"))
         r->prefix = "transformer.";
     const SafetensorsTensor* wte = gpt_hf_find(r, "wte.weight");
     const SafetensorsTensor* wpe = gpt_hf_find(r, "wpe.weight");
@@ -187,8 +187,8 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
     for (int k = 0; k < n && rc == 0; k++) {  // gpt_hf_open checked the names, shapes and dtypes
         const SafetensorsTensor* t = gpt_hf_find(r, hf[k].name);
         float* dst = values + hf[k].offset;
-        if (safetensors_read_f32(&r->st, t, hf[k].transpose ? scratch : dst) != 0) {
-            snprintf(r->err, sizeof(r->err), "%s", r->st.err);
+        if (hf_weights_read_f32(&r->w, t, hf[k].transpose ? scratch : dst) != 0) {
+            snprintf(r->err, sizeof(r->err), "%s", r->w.err);
             rc = -1;
             break;
         }
@@ -198,10 +198,10 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
         memset(values + (size_t)c->vocab_size * c->channels, 0,
                (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels * sizeof(float));
     }
-    const SafetensorsTensor* lm = rc == 0 ? safetensors_find(&r->st, "lm_head.weight") : NULL;
+    const SafetensorsTensor* lm = rc == 0 ? hf_weights_find(&r->w, "lm_head.weight") : NULL;
     if (lm) {  // an explicit head must be the tied one (its shape and dtype checked by gpt_hf_open)
-        if (safetensors_read_f32(&r->st, lm, scratch) != 0) {
-            snprintf(r->err, sizeof(r->err), "%s", r->st.err);
+        if (hf_weights_read_f32(&r->w, lm, scratch) != 0) {
+            snprintf(r->err, sizeof(r->err), "%s", r->w.err);
             rc = -1;
         } else if (memcmp(scratch, values, (size_t)c->vocab_size * c->channels * sizeof(float)) != 0) {
             rc = gpt_hf_fail(r, "tensor \"lm_head.weight\" differs from wte.weight: an untied LM head, and this "
@@ -210,8 +210,8 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
     }
     free(scratch);
     free(hf);
-    safetensors_close(&r->st);
+    hf_weights_close(&r->w);
     return rc;
 }
 
-static inline void gpt_hf_close(GptHfReader* r) { safetensors_close(&r->st); }
+static inline void gpt_hf_close(GptHfReader* r) { hf_weights_close(&r->w); }

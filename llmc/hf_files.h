@@ -2,8 +2,8 @@
 // llmc/llama_hf.h; dev/interop/dump.h's output directory too): the directory made as mkdir -p does, a
 // file written or copied atomically (llmc/atomic_file.h: temporary file, fsync, rename), a cJSON value
 // written formatted, and the weights' safetensors file from a family's list of tensors (HfTensor); for
-// an import (llmc/gpt_hf_import.h, llmc/llama_hf_import.h), the weights file of a path, the config.json
-// beside it, and a tensor checked against its HfTensor.
+// an import (llmc/gpt_hf_import.h, llmc/llama_hf_import.h), the config.json beside its weights
+// (llmc/hf_weights.h reads those) and a tensor checked against its HfTensor.
 // Errors: 0, or -1 with the message in `err` (hf_check_tensor: in `msg`); nothing exits.
 // HF_ERR_LEN holds any of these messages and the safetensors writer's and reader's.
 #pragma once
@@ -139,24 +139,7 @@ static inline int hf_write_safetensors(const char* path, const HfTensor* t, int 
 
 // --- import: the files read back --------------------------------------------------------------------
 
-// The weights file of an import (llmc/gpt_hf_import.h, llmc/llama_hf_import.h) into out: path itself, or
-// path/model.safetensors for a directory, which must hold it.
-static inline int hf_weights_path(char* out, size_t n, const char* path, char* err, size_t errlen) {
-    struct stat sb;
-    int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (snprintf(out, n, is_dir ? "%s/model.safetensors" : "%s", path) >= (int)n) {
-        snprintf(err, errlen, "%.64s...: a path of %zu bytes, longer than this program reads", path, strlen(path));
-        return -1;
-    }
-    if (is_dir && stat(out, &sb) != 0) {
-        snprintf(err, errlen, "%s: no such file in the directory %s (a model split into model-0000N-of-M.safetensors "
-                 "files is not read: merge it into one file first)", out, path);
-        return -1;
-    }
-    return 0;
-}
-
-// The config.json beside the weights file `weights`, parsed into *json; *json is NULL when there is none.
+// The config.json beside the weights file or index `weights`, parsed into *json; *json is NULL when there is none.
 // -1 (message in err) when it is not a JSON object of at most 64 KiB.
 static inline int hf_read_config(const char* weights, cJSON** json, char* path, size_t n, char* err, size_t errlen) {
     snprintf(path, n, "%s", weights);

@@ -1,5 +1,5 @@
-// llama_hf_import.h: host-only. A LlamaForCausalLM in Hugging Face's layout (a safetensors file and the
-// config.json beside it: what llmc/llama_hf.h exports, or transformers' save_pretrained of a model of the
+// llama_hf_import.h: host-only. A LlamaForCausalLM in Hugging Face's layout (a safetensors file, or a
+// split model's files, llmc/hf_weights.h, and the config.json beside it: what llmc/llama_hf.h exports, or transformers' save_pretrained of a model of the
 // same shape) read into our parameter order (llmc/llama_config.h): the names and slices of llama_hf.h,
 // joined again. Used by train_gpt's -init.
 //
@@ -14,7 +14,7 @@
 // left out, or must equal it), then trains on its own: the head here is untied. Tensors may be F32, BF16
 // or F16 (converted exactly to fp32); the rotary_emb.inv_freq buffers older files carry are ignored; any
 // other difference (a missing or unknown tensor, another shape or dtype) is an error that names it, found
-// by llama_hf_open before any value is read. A model split into several safetensors files is not read.
+// by llama_hf_open before any value is read.
 // Errors: 0, or -1 with the message in r->err; nothing exits.
 #pragma once
 #include <math.h>
@@ -22,12 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "hf_weights.h"
 #include "llama_hf.h"
-#include "safetensors.h"
 
 typedef struct {
-    SafetensorsReader st;
-    char path[SAFETENSORS_PATH_MAX + 32];  // the safetensors file
+    HfWeights w;                            // the file, or the split model's files; w.path names it
     LlamaConfig config;                     // from config.json; max_seq_len and padded_vocab_size 0
     int tie;                                // tie_word_embeddings: the head is embed_tokens (lm_head.weight,
                                             // when the file has it too, must equal it)
@@ -38,9 +37,9 @@ static inline int llama_hf_fail(LlamaHfReader* r, const char* fmt, ...) __attrib
 static inline int llama_hf_fail(LlamaHfReader* r, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    err_vformat(r->err, sizeof(r->err), "", r->path, fmt, ap);
+    err_vformat(r->err, sizeof(r->err), "", r->w.path, fmt, ap);
     va_end(ap);
-    safetensors_close(&r->st);
+    hf_weights_close(&r->w);
     return -1;
 }
 
@@ -160,8 +159,8 @@ static inline int llama_hf_check_tensors(LlamaHfReader* r) {
     llama_hf_tensors(hf, &c);
     char msg[SAFETENSORS_ERR_LEN];
     int rc = 0;
-    for (int i = 0; i < r->st.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
-        const char* name = r->st.tensors[i].name;
+    for (int i = 0; i < r->w.num_tensors && rc == 0; i++) {  // every tensor of the file is expected, or ignored
+        const char* name = r->w.tensors[i]->name;
         int known = llama_hf_ignored(name);
         for (int k = 0; k < n && !known; k++) known = strcmp(name, hf[k].name) == 0;
         if (!known)
@@ -170,7 +169,7 @@ static inline int llama_hf_check_tensors(LlamaHfReader* r) {
                                "lm_head.weight)", name, c.num_layers, c.num_layers - 1);
     }
     for (int k = 0; k < n && rc == 0; k++) {
-        const SafetensorsTensor* t = safetensors_find(&r->st, hf[k].name);
+        const SafetensorsTensor* t = hf_weights_find(&r->w, hf[k].name);
         if (!t && k == head && r->tie) continue;
         if (!t) {
             rc = llama_hf_fail(r, "no tensor \"%s\" (a LlamaForCausalLM of %d layers has it%s)", hf[k].name,
@@ -185,22 +184,22 @@ static inline int llama_hf_check_tensors(LlamaHfReader* r) {
     return rc;
 }
 
-// Opens path (a safetensors file, or a directory holding model.safetensors), reads the model's sizes
+// Opens path (a safetensors file, or a directory holding model.safetensors or a split model's
+// model.safetensors.index.json and files: llmc/hf_weights.h), reads the model's sizes
 // from the config.json beside it and checks every tensor's name, shape and dtype against them: what can
 // be wrong with the file but its values is found here. The caller builds its model from r->config (with
 // its own max_seq_len and padded vocabulary), then calls llama_hf_load.
 static inline int llama_hf_open(LlamaHfReader* r, const char* path) {
     memset(r, 0, sizeof(*r));
-    if (hf_weights_path(r->path, sizeof(r->path), path, r->err, sizeof(r->err)) != 0) return -1;
-    if (safetensors_open(&r->st, r->path) != 0) {
-        snprintf(r->err, sizeof(r->err), "%s", r->st.err);
+    if (hf_weights_open(&r->w, path) != 0) {
+        snprintf(r->err, sizeof(r->err), "%s", r->w.err);
         return -1;
     }
-    if (!safetensors_find(&r->st, "model.embed_tokens.weight"))
+    if (!hf_weights_find(&r->w, "model.embed_tokens.weight"))
         return llama_hf_fail(r, "no tensor \"model.embed_tokens.weight\": not a Llama model in Hugging Face's layout");
     char config_path[SAFETENSORS_PATH_MAX + 64], err[SAFETENSORS_PATH_MAX + 128], msg[256];
     cJSON* j;
-    if (hf_read_config(r->path, &j, config_path, sizeof(config_path), err, sizeof(err)) != 0)
+    if (hf_read_config(r->w.path, &j, config_path, sizeof(config_path), err, sizeof(err)) != 0)
         return llama_hf_fail(r, "%s", err);
     if (!j)
         return llama_hf_fail(r, "no %s beside it: the model's sizes and head counts are read from it (a Llama model's "
@@ -214,12 +213,10 @@ static inline int llama_hf_open(LlamaHfReader* r, const char* path) {
 // Whether path (a file or a directory, as llama_hf_open takes it) holds a Llama model's tensors
 // (model.embed_tokens.weight): how -init tells the families apart. 0 also when it cannot be read.
 static inline int llama_hf_detect(const char* path) {
-    char weights[SAFETENSORS_PATH_MAX + 32], err[SAFETENSORS_PATH_MAX + 256];
-    SafetensorsReader st;
-    if (hf_weights_path(weights, sizeof(weights), path, err, sizeof(err)) != 0 || safetensors_open(&st, weights) != 0)
-        return 0;
-    int found = safetensors_find(&st, "model.embed_tokens.weight") != NULL;
-    safetensors_close(&st);
+    HfWeights w;
+    if (hf_weights_open(&w, path) != 0) return 0;
+    int found = hf_weights_find(&w, "model.embed_tokens.weight") != NULL;
+    hf_weights_close(&w);
     return found;
 }
 
@@ -244,16 +241,16 @@ static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* v
     llama_hf_tensors(hf, c);
     int rc = 0;
     for (int k = 0; k < n && rc == 0; k++) {  // llama_hf_open checked the names, shapes and dtypes
-        const SafetensorsTensor* t = safetensors_find(&r->st, hf[k].name);
+        const SafetensorsTensor* t = hf_weights_find(&r->w, hf[k].name);
         if (!t) continue;  // a tied model's head, left out
-        if (safetensors_read_f32(&r->st, t, values + hf[k].offset) != 0) {
-            snprintf(r->err, sizeof(r->err), "%s", r->st.err);
+        if (hf_weights_read_f32(&r->w, t, values + hf[k].offset) != 0) {
+            snprintf(r->err, sizeof(r->err), "%s", r->w.err);
             rc = -1;
         }
     }
     if (rc == 0 && r->tie) {  // the head is the embedding: copied, or (given too) equal to it
         float* h = values + hf[head].offset;
-        if (!safetensors_find(&r->st, hf[head].name)) memcpy(h, values + hf[0].offset, V * C * sizeof(float));
+        if (!hf_weights_find(&r->w, hf[head].name)) memcpy(h, values + hf[0].offset, V * C * sizeof(float));
         else if (memcmp(h, values + hf[0].offset, V * C * sizeof(float)) != 0)
             rc = llama_hf_fail(r, "tensor \"lm_head.weight\" differs from model.embed_tokens.weight, and config.json "
                                "has tie_word_embeddings true (transformers would use the embedding for both)");
@@ -263,8 +260,8 @@ static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* v
         memset(values + hf[head].offset + V * C, 0, pad * C * sizeof(float));  // lm_head's
     }
     free(hf);
-    safetensors_close(&r->st);
+    hf_weights_close(&r->w);
     return rc;
 }
 
-static inline void llama_hf_close(LlamaHfReader* r) { safetensors_close(&r->st); }
+static inline void llama_hf_close(LlamaHfReader* r) { hf_weights_close(&r->w); }

@@ -13,7 +13,9 @@ The script
   3. compares: logits relative L2 error <= 1e-5, loss relative difference <= 1e-6;
   4. the import (llmc/llama_hf_import.h, train_gpt's -init): moves every weight a little, saves the model
      with transformers' own save_pretrained (fp32), and runs build/dev/llama_ref_dump DIR --init on that
-     directory: the reference's loss on the same tokens against transformers', within the same 1e-6.
+     directory: the reference's loss on the same tokens against transformers', within the same 1e-6;
+  5. saves that model again split into several files with an index (max_shard_size a third of it), and
+     its import gives bitwise the loss of step 4's.
 Why these tolerances: both sides compute in double from the same fp32 weights; what differs is that
 transformers computes RoPE's angles in fp32 (inv_freq and position x inv_freq), off by up to
 t * 2^-24 relative at position t < 33, ~2e-6 rad, which moves the attention scores and the logits by
@@ -93,6 +95,22 @@ def main():
     check(lrel2 <= a.loss_tol and abs(loss2 - loss) > 1e-4,
           f"import of save_pretrained's file: transformers {loss2:.12f}, reference {init_loss:.12f} (rel diff "
           f"{lrel2:.1e}, tol {a.loss_tol:.0e}; the export's loss was {loss:.6f})")
+
+    # 5. the same model saved split into files of at most a third of its size (model-0000N-of-M and
+    # model.safetensors.index.json, llmc/hf_weights.h): the import reads the same numbers
+    model = model.to(torch.float32)
+    split = os.path.join(d, "split")
+    size = sum(p.numel() * 4 for p in model.parameters())
+    model.save_pretrained(split, safe_serialization=True, max_shard_size=size // 3 + 1)
+    files = sorted(f for f in os.listdir(split) if f.endswith(".safetensors"))
+    r = subprocess.run([a.dump, d, "--init", split], capture_output=True, text=True)
+    if not check(r.returncode == 0 and len(files) >= 2 and "model.safetensors.index.json" in os.listdir(split),
+                 f"save_pretrained split the model into {files} with an index; {a.dump} {d} --init {split} "
+                 f"(exit {r.returncode}) {r.stderr.strip()}"):
+        return
+    split_loss = float(open(os.path.join(d, "loss_init.txt")).read())
+    check(split_loss == init_loss, f"import of the split model: reference {split_loss:.12f}, the same as from one "
+          f"file, {init_loss:.12f}")
 
 
 if __name__ == "__main__":

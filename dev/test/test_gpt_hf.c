@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include "../../llmc/gpt_hf_import.h"
 #include "../../llmc/hf_checkpoint.h"
+#include "hf_split.h"
 #include "testing.h"
 
 #define VOCAB_BPE "data/gpt2/vocab.bpe"
@@ -339,6 +340,20 @@ int main(void) {
            diff < n ? v[diff] : 0.0f);
     check_config(out, &c);
     check_layout(out, &c, v);
+    // the export split into 3 files and an index (llmc/hf_weights.h), as save_pretrained splits a large
+    // model: the same values
+    char split[300], from[700], to[700];
+    snprintf(split, sizeof(split), "%s/split", dir);
+    EXPECT(hf_make_dir(split, err, sizeof(err)) == 0, "%s", err);
+    snprintf(from, sizeof(from), "%s/model.safetensors", out);
+    snprintf(to, sizeof(to), "%s/model.safetensors", split);
+    EXPECT(hf_copy_file(from, to, "", err, sizeof(err)) == 0, "%s", err);
+    EXPECT(hf_split_model(split, 3, err, sizeof(err)) == 0, "split: %s", err);
+    rc = import(split, &c, got, n, err, sizeof(err));
+    diff = n;
+    for (size_t i = 0; i < n && diff == n && rc == 0; i++) if (memcmp(&got[i], &v[i], 4) != 0) diff = i;
+    printf("export split into 3 files -> import: %s\n", rc == 0 && diff == n ? "bitwise equal" : "DIFFERENT");
+    EXPECT(rc == 0 && diff == n, "the export split into 3 files: rc %d (%s), first difference at %zu", rc, err, diff);
 
     // import variants that must load
     const struct { const char* what; Variant o; } good[] = {

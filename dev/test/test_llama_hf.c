@@ -14,6 +14,7 @@
 #include "../../llmc/llama_hf.h"
 #include "../../llmc/llama_hf_import.h"
 #include "../../llmc/hf_checkpoint.h"
+#include "hf_split.h"
 #include "testing.h"
 
 static LlamaConfig tiny(void) {
@@ -166,6 +167,21 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
     EXPECT(rc == 0 && same_as_values(c, values, out, 0), "the export read back is our parameters bitwise");
     snprintf(path, sizeof(path), "%s/out/model.safetensors", dir);
     EXPECT(load(&r, path, c, out) == 0 && same_as_values(c, values, out, 0), "the file read back: %s", r.err);
+    // the export split into 3 files and an index (llmc/hf_weights.h), as save_pretrained splits a large model
+    char err[HF_ERR_LEN], from[600], to[600];
+    snprintf(sub, sizeof(sub), "%s/split", dir);
+    EXPECT(hf_make_dir(sub, err, sizeof(err)) == 0, "%s", err);
+    for (int k = 0; k < 2; k++) {
+        const char* name = k ? "config.json" : "model.safetensors";
+        snprintf(from, sizeof(from), "%s/out/%s", dir, name);
+        snprintf(to, sizeof(to), "%s/%s", sub, name);
+        EXPECT(hf_copy_file(from, to, "", err, sizeof(err)) == 0, "%s", err);
+    }
+    EXPECT(hf_split_model(sub, 3, err, sizeof(err)) == 0, "split: %s", err);
+    for (size_t i = 0; i < n; i++) out[i] = NAN;
+    rc = load(&r, sub, c, out);
+    EXPECT(rc == 0 && same_as_values(c, values, out, 0),
+           "the export split into 3 files read back is our parameters bitwise: %s", rc ? r.err : "");
 
     // another model: its sizes, RoPE base or eps
     snprintf(path, sizeof(path), "%s/out", dir);

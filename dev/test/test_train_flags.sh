@@ -202,7 +202,8 @@ done
 st_tensor ln_f.weight 16; st_tensor ln_f.bias 16
 st_write "$tmp/m.safetensors"
 expect_error "-init, no such file" "-init $tmp/none: safetensors $tmp/none: cannot open" -init "$tmp/none"
-expect_error "-init of a directory without model.safetensors" "no such file in the directory $tmp" -init "$tmp"
+expect_error "-init of a directory without model.safetensors" \
+    "-init $tmp: $tmp: a directory with neither model.safetensors nor model.safetensors.index.json" -init "$tmp"
 expect_error "-init, not a GPT-2 size" "a model of 1 layers and 16 channels, not one of GPT-2's sizes" -init "$tmp/m.safetensors"
 expect_error "-init with -depth" "which is not what -depth gives" -init "$tmp/m.safetensors" -depth 6
 expect_error "-init and -resume" "-resume continues a run, -init starts one from weights" -init "$tmp/m.safetensors" -resume latest
@@ -261,6 +262,20 @@ expect_error "-init of a Llama model without config.json" "config.json beside it
 # where -val_batches stops it before the GPU
 expect_error "-init of a Llama model sets the encoding" "the val split data/starter/starter_val_" \
     -init "$tmp/l30" -val_batches 100000
+# the same model split as transformers splits a large one: its file renamed model-00001-of-00001.safetensors,
+# and model.safetensors.index.json mapping every tensor of its header to it
+mkdir -p "$tmp/l30s"; cp "$tmp/l30/config.json" "$tmp/l30s/"
+cp "$tmp/l30/model.safetensors" "$tmp/l30s/model-00001-of-00001.safetensors"
+names=$(head -c 65536 "$tmp/l30s/model-00001-of-00001.safetensors" | grep -ao '"[a-z_.0-9]*":{"dtype"' | sed 's/:{"dtype"//')
+{ printf '{"metadata": {}, "weight_map": {'; printf '%s\n' $names | sed 's/$/: "model-00001-of-00001.safetensors"/' | paste -sd,
+  printf '}}\n'; } > "$tmp/l30s/model.safetensors.index.json"
+expect_error "-init of a split Llama model: read through its index" "the val split data/starter/starter_val_" \
+    -init "$tmp/l30s" -val_batches 100000
+sed -i 's/"model.norm.weight": "model-00001-of-00001.safetensors"/"model.norm.weight": "model-00002-of-00002.safetensors"/' \
+    "$tmp/l30s/model.safetensors.index.json"
+expect_error "-init of a split Llama model, a file missing" \
+    "-init $tmp/l30s: safetensors $tmp/l30s/model-00002-of-00002.safetensors: cannot open: No such file or directory (one of the files that $tmp/l30s/model.safetensors.index.json names)" \
+    -init "$tmp/l30s"
 # the size, encoding and RoPE base it took, as it says (cl100k_base's shards are not made by make test:
 # the run stops at the data, before the GPU)
 out=$("$bin" -init "$tmp/l125" 2>&1)

@@ -1,0 +1,56 @@
+// hf_split.h: for the import tests (test_gpt_hf.c, test_llama_hf.c). dir/model.safetensors split into
+// `parts` files dir/model-0000k-of-0000n.safetensors and dir/model.safetensors.index.json, as transformers'
+// save_pretrained writes a model larger than its max_shard_size: the tensors in the file's order, about as
+// many in each part, their bytes unchanged; model.safetensors removed. 0, or -1 with the message in err.
+#pragma once
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../../llmc/hf_files.h"
+#include "../../llmc/hf_weights.h"
+
+static inline int hf_split_model(const char* dir, int parts, char* err, size_t errlen) {
+    char path[1024], name[64];
+    snprintf(path, sizeof(path), "%s/%s", dir, HF_WEIGHTS_FILE);
+    SafetensorsReader r;
+    if (safetensors_open(&r, path) != 0) { snprintf(err, errlen, "%s", r.err); return -1; }
+    cJSON* index = cJSON_CreateObject();
+    cJSON* map = cJSON_CreateObject();
+    uint64_t total = 0;
+    int rc = 0;
+    for (int p = 0, first = 0; p < parts && rc == 0; p++) {
+        int last = (int)((long)r.num_tensors * (p + 1) / parts);  // tensors [first, last) go to part p
+        snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", p + 1, parts);
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        // (the writer sets its tensors' offsets in the new file: copies, the reader's stay as they are)
+        SafetensorsTensor* part = (SafetensorsTensor*)malloc((size_t)(last - first + 1) * sizeof(*part));
+        memcpy(part, r.tensors + first, (size_t)(last - first) * sizeof(*part));
+        SafetensorsWriter w;
+        rc = safetensors_writer_open(&w, path, part, last - first, NULL);
+        free(part);
+        for (int i = first; i < last && rc == 0; i++) {
+            const SafetensorsTensor* t = &r.tensors[i];
+            size_t bytes = (size_t)(t->end - t->begin);
+            cJSON_AddStringToObject(map, t->name, name);
+            total += bytes;
+            void* data = malloc(bytes + 1);
+            rc = safetensors_read(&r, t, data);  // (a failed read closes r)
+            if (rc == 0) rc = safetensors_writer_append(&w, data, bytes);
+            else snprintf(w.err, sizeof(w.err), "%s", r.err);
+            free(data);
+        }
+        if (rc == 0) rc = safetensors_writer_close(&w);
+        else safetensors_writer_abort(&w);
+        if (rc != 0) snprintf(err, errlen, "%s", w.err);
+        first = last;
+    }
+    safetensors_close(&r);
+    cJSON* meta = cJSON_AddObjectToObject(index, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    cJSON_AddItemToObject(index, "weight_map", map);
+    if (rc == 0) rc = hf_write_json(dir, HF_WEIGHTS_INDEX, index, err, errlen);
+    else cJSON_Delete(index);
+    snprintf(path, sizeof(path), "%s/%s", dir, HF_WEIGHTS_FILE);
+    if (rc == 0 && remove(path) != 0) { snprintf(err, errlen, "cannot remove %s", path); rc = -1; }
+    return rc;
+}
