@@ -4,7 +4,8 @@
 // shows.
 // Checks:
 //   - export (through the checkpoint reader, as build/export_hf does) then import gives back bitwise the
-//     same weights, padded vocabulary rows zero; the import writes every element
+//     same weights, padded vocabulary rows zero; the import writes every element; the same export split
+//     into 3 files and an index (dev/test/hf_split.h, as save_pretrained splits a large model) too
 //   - model.safetensors: the tensor names and shapes, no lm_head, metadata format "pt"
 //   - the transposes: known elements of c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj land where HF's
 //     (in, out) layout puts them; wte's last real row and wpe, ln_2.bias in place

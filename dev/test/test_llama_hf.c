@@ -1,10 +1,10 @@
 // test_llama_hf.c: the Llama-style model's export to Hugging Face's layout (llmc/llama_hf.h) and its
 // import (llmc/llama_hf_import.h), on the CPU. Export: every tensor's name, shape and data (our values
 // are their own indices, so each tensor's data says exactly which part of our array it came from), and
-// config.json's fields. Import: the export read back is our array bitwise (the padded rows zero); a
-// tied head is embed's copy; each setting of config.json this program cannot compute, a missing, unknown
-// or misshapen tensor and a model of other sizes are refused, naming what; the named sizes are found by
-// their layers. transformers loading the export, and its logits against the reference's, is
+// config.json's fields. Import: the export read back is our array bitwise (the padded rows zero), from
+// one file and split into 3 with an index (dev/test/hf_split.h); a tied head is embed's copy; each
+// setting of config.json this program cannot compute, a missing, unknown or misshapen tensor and a model
+// of other sizes are refused, naming what; the named sizes are found by their layers. transformers loading the export, and its logits against the reference's, is
 // dev/interop/llama_check.py (needs PyTorch).
 #include <math.h>
 #include <stdio.h>
