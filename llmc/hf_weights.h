@@ -172,12 +172,14 @@ static inline int hf_weights_open(HfWeights* w, const char* path) {
     int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
     size_t plen = strlen(path), ilen = strlen(".index.json");
     int is_index = !is_dir && plen > ilen && strcmp(path + plen - ilen, ".index.json") == 0;
-    if (snprintf(w->path, sizeof(w->path), is_dir ? "%s/" HF_WEIGHTS_FILE : "%s", path) >= (int)sizeof(w->path)) {
+    int dlen = (int)plen;  // a directory's name without its trailing slashes
+    while (is_dir && dlen > 1 && path[dlen - 1] == '/') dlen--;
+    if (snprintf(w->path, sizeof(w->path), is_dir ? "%.*s/" HF_WEIGHTS_FILE : "%.*s", dlen, path) >= (int)sizeof(w->path)) {
         snprintf(w->err, sizeof(w->err), "%.64s...: a path of %zu bytes, longer than this program reads", path, plen);
         return -1;
     }
     if (is_dir && stat(w->path, &sb) != 0) {
-        snprintf(w->path, sizeof(w->path), "%s/" HF_WEIGHTS_INDEX, path);
+        snprintf(w->path, sizeof(w->path), "%.*s/" HF_WEIGHTS_INDEX, dlen, path);
         if (stat(w->path, &sb) != 0) {
             snprintf(w->err, sizeof(w->err), "%s: a directory with neither %s nor %s (the files of a split model) in it",
                      path, HF_WEIGHTS_FILE, HF_WEIGHTS_INDEX);

@@ -1,12 +1,13 @@
-// test_hf_weights.c: CPU tests of llmc/hf_weights.h, the weights of a Hugging Face model in one
-// safetensors file or split into several with an index, on files in a temporary directory. Checks: a
-// split model read through its directory and through its index's path (every tensor found and read from
-// the file that holds it, values exact; a name no file has not found); a directory with model.safetensors,
-// and one with both it and an index (model.safetensors is read); a plain file; a file that shrank after
-// open, refused on read naming it; and each bad index refused with a message naming it (or the file at
-// fault), every file closed after: no files in the directory, not JSON, no weight_map, an empty one, a
-// value that is not a string, a path for a file name, a missing file, a file that is not safetensors, a
-// tensor placed in a file that lacks it, a tensor no entry names, one in two files, one named twice.
+// test_hf_weights.c: CPU tests of llmc/hf_weights.h, the weights of a Hugging Face model in one safetensors
+// file or split into several with an index, on files in a temporary directory. Checks: a split model read
+// through its directory (also named with trailing slashes) and through its index's path (every tensor found
+// and read from the file that holds it, values exact; a name no file has not found); a directory with
+// model.safetensors, and one with both it and an index (model.safetensors is read); a plain file; a file
+// that shrank after open, refused on read naming it; and each bad index refused with a message naming it
+// (or the file at fault), every file closed after: no files in the directory, not JSON, no weight_map, an
+// empty one, a value that is not a string, a path for a file name, a missing file, a file that is not
+// safetensors, a tensor placed in a file that lacks it, a tensor no entry names, one in two files, one
+// named twice.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,10 +92,15 @@ static void test_good(void) {
     write_text(d, HF_WEIGHTS_INDEX, "{\"metadata\": {\"total_size\": 72}, \"weight_map\": {\"x3\": \"" F2 "\", "
                "\"x1\": \"" F1 "\", \"x2\": \"" F1 "\"}}");
     test_split(d, "a split model's directory");
+    snprintf(p, sizeof(p), "%s//", d);
+    HfWeights w;
+    EXPECT(hf_weights_open(&w, p) == 0, "a directory named with trailing slashes: %s", w.err);
+    snprintf(p, sizeof(p), "%s/%s", d, HF_WEIGHTS_INDEX);
+    EXPECT(strcmp(w.path, p) == 0, "a directory named with trailing slashes: its index is %s (got %s)", p, w.path);
+    hf_weights_close(&w);
     snprintf(p, sizeof(p), "%s/%s", d, HF_WEIGHTS_INDEX);
     test_split(p, "a split model's index");
 
-    HfWeights w;
     make_dir(d, sizeof(d), "one");
     write_file(d, HF_WEIGHTS_FILE, "x7 x8");
     EXPECT(hf_weights_open(&w, d) == 0, "a directory with model.safetensors: %s", w.err);
