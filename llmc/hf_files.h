@@ -139,8 +139,8 @@ static inline int hf_write_safetensors(const char* path, const HfTensor* t, int 
 
 // --- import: the files read back --------------------------------------------------------------------
 
-// The config.json beside the weights file or index `weights`, parsed into *json; *json is NULL when there is none.
-// -1 (message in err) when it is not a JSON object of at most 64 KiB.
+// The config.json beside the weights file or index `weights`, parsed into *json; *json is NULL when there
+// is none. -1 (message in err) when it is not a JSON object of at most 64 KiB.
 static inline int hf_read_config(const char* weights, cJSON** json, char* path, size_t n, char* err, size_t errlen) {
     snprintf(path, n, "%s", weights);
     char* slash = strrchr(path, '/');

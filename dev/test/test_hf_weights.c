@@ -4,10 +4,10 @@
 // and read from the file that holds it, values exact; a name no file has not found); a directory with
 // model.safetensors, and one with both it and an index (model.safetensors is read); a plain file; a file
 // that shrank after open, refused on read naming it; and each bad index refused with a message naming it
-// (or the file at fault), every file closed after: no files in the directory, not JSON, no weight_map, an
-// empty one, a value that is not a string, a path for a file name, a missing file, a file that is not
-// safetensors, a tensor placed in a file that lacks it, a tensor no entry names, one in two files, one
-// named twice.
+// (or the file at fault), every file closed after: no files in the directory, over 64 MiB, not JSON, no
+// weight_map, an empty one, a value that is not a string, a path for a file name, a missing file, a file
+// that is not safetensors, a tensor placed in a file that lacks it, a tensor no entry names, one in two
+// files, one named twice.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,7 +182,13 @@ static void test_bad(void) {
     expect_refused("a tensor named twice",
                    "{\"weight_map\": {\"x1\": \"" F1 "\", \"x2\": \"" F1 "\", \"x3\": \"" F2 "\", \"x3\": \"" F1 "\"}}",
                    "x3", "weight_map places tensor \"x3\" in " F1 ", which does not hold it");
-    char d[512];
+    char d[512], p[1024];
+    make_dir(d, sizeof(d), "too large");  // 65 MiB, sparse: refused before it is read
+    snprintf(p, sizeof(p), "%s/%s", d, HF_WEIGHTS_INDEX);
+    write_text(d, HF_WEIGHTS_INDEX, "{}");
+    EXPECT(truncate(p, 65 << 20) == 0, "truncate %s", p);
+    expect_refused("too large", NULL, "x3", HF_WEIGHTS_INDEX ": 68157440 bytes, more than an index of safetensors "
+                   "files has (at most 67108864)");
     make_dir(d, sizeof(d), "not safetensors");
     write_text(d, "junk.safetensors", "hello");
     expect_refused("not safetensors", "{\"weight_map\": {\"x1\": \"" F1 "\", \"x9\": \"junk.safetensors\"}}", "x3",
