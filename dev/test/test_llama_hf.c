@@ -4,8 +4,9 @@
 // config.json's fields. Import: the export read back is our array bitwise (the padded rows zero), from
 // one file and split into 3 with an index (dev/test/hf_split.h); a tied head is embed's copy; each
 // setting of config.json this program cannot compute, a missing, unknown or misshapen tensor and a model
-// of other sizes are refused, naming what; the named sizes are found by their layers. transformers loading the export, and its logits against the reference's, is
-// dev/interop/llama_check.py (needs PyTorch).
+// of other sizes are refused, naming what; the named sizes are found by their layers. transformers
+// loading the export, and its logits against the reference's, is dev/interop/llama_check.py (needs
+// PyTorch).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,16 +169,10 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
     snprintf(path, sizeof(path), "%s/out/model.safetensors", dir);
     EXPECT(load(&r, path, c, out) == 0 && same_as_values(c, values, out, 0), "the file read back: %s", r.err);
     // the export split into 3 files and an index (llmc/hf_weights.h), as save_pretrained splits a large model
-    char err[HF_ERR_LEN], from[600], to[600];
+    char err[HF_ERR_LEN];
+    snprintf(path, sizeof(path), "%s/out", dir);
     snprintf(sub, sizeof(sub), "%s/split", dir);
-    EXPECT(hf_make_dir(sub, err, sizeof(err)) == 0, "%s", err);
-    for (int k = 0; k < 2; k++) {
-        const char* name = k ? "config.json" : "model.safetensors";
-        snprintf(from, sizeof(from), "%s/out/%s", dir, name);
-        snprintf(to, sizeof(to), "%s/%s", sub, name);
-        EXPECT(hf_copy_file(from, to, "", err, sizeof(err)) == 0, "%s", err);
-    }
-    EXPECT(hf_split_model(sub, 3, err, sizeof(err)) == 0, "split: %s", err);
+    EXPECT(hf_split_model(path, sub, 3, err, sizeof(err)) == 0, "split: %s", err);
     for (size_t i = 0; i < n; i++) out[i] = NAN;
     rc = load(&r, sub, c, out);
     EXPECT(rc == 0 && same_as_values(c, values, out, 0),
