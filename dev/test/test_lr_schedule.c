@@ -43,6 +43,12 @@ static int check_schedule(float peak, int warmup, int steps, float final_frac, i
     return bad;
 }
 
+// peak 1e-3, final 0.1 of it: the rate at `step` is `want`
+static void expect_at(const char* what, int warmup, int steps, int linear, int step, double want) {
+    float got = lr_schedule(1e-3f, warmup, steps, 0.1f, linear, step);
+    EXPECT(close_to(got, want, 1e-3), "%s: %g, expected %g", what, got, want);
+}
+
 int main(void) {
     // the shape of a default run: 1e-3, 10 steps of warmup, 300 steps, to 0.1 of the peak
     EXPECT(check_schedule(1e-3f, 10, 300, 0.1f, 0) == 0, "cosine, warmup 10, 300 steps: steps off the definition");
@@ -52,21 +58,15 @@ int main(void) {
     EXPECT(check_schedule(3e-4f, 5, 7, 0.1f, 0) == 0, "a decay of two steps: steps off the definition");
     EXPECT(check_schedule(3e-4f, 3, 20, 1.0f, 0) == 0, "final_frac 1: steps off the definition");
 
-    // the landmarks, spelt out
+    // the landmarks, spelt out (peak 1e-3, final 0.1 of it); 301 steps after 10 of warmup: step 155 is
+    // frac 0.5, halfway between peak and floor
+    expect_at("warmup's first step", 10, 300, 0, 0, 1e-4);
+    expect_at("warmup's last step (the peak)", 10, 300, 0, 9, 1e-3);
+    expect_at("the decay's first step (the peak)", 10, 300, 0, 10, 1e-3);
+    expect_at("the last step (0.1 of the peak)", 10, 300, 0, 299, 1e-4);
+    expect_at("cosine's middle", 10, 301, 0, 155, 5.5e-4);
+    expect_at("linear's middle", 10, 301, 1, 155, 5.5e-4);
     float p = 1e-3f;
-    EXPECT(close_to(lr_schedule(p, 10, 300, 0.1f, 0, 0), 1e-4, p), "warmup's first step: %g, expected 1e-4",
-           lr_schedule(p, 10, 300, 0.1f, 0, 0));
-    EXPECT(close_to(lr_schedule(p, 10, 300, 0.1f, 0, 9), 1e-3, p), "warmup's last step: %g, expected the peak",
-           lr_schedule(p, 10, 300, 0.1f, 0, 9));
-    EXPECT(close_to(lr_schedule(p, 10, 300, 0.1f, 0, 10), 1e-3, p), "the decay's first step: %g, expected the peak",
-           lr_schedule(p, 10, 300, 0.1f, 0, 10));
-    EXPECT(close_to(lr_schedule(p, 10, 300, 0.1f, 0, 299), 1e-4, p), "the last step: %g, expected 0.1 of the peak",
-           lr_schedule(p, 10, 300, 0.1f, 0, 299));
-    // 301 steps after 10 of warmup: step 155 is frac 0.5, halfway between peak and floor
-    EXPECT(close_to(lr_schedule(p, 10, 301, 0.1f, 0, 155), 5.5e-4, p), "cosine's middle: %g, expected 5.5e-4",
-           lr_schedule(p, 10, 301, 0.1f, 0, 155));
-    EXPECT(close_to(lr_schedule(p, 10, 301, 0.1f, 1, 155), 5.5e-4, p), "linear's middle: %g, expected 5.5e-4",
-           lr_schedule(p, 10, 301, 0.1f, 1, 155));
     // cosine stays above linear in the decay's first half and below it in the second
     EXPECT(lr_schedule(p, 0, 101, 0.0f, 0, 25) > lr_schedule(p, 0, 101, 0.0f, 1, 25) &&
            lr_schedule(p, 0, 101, 0.0f, 0, 75) < lr_schedule(p, 0, 101, 0.0f, 1, 75),
