@@ -1,7 +1,7 @@
 // llama_hf_import.h: host-only. A LlamaForCausalLM in Hugging Face's layout (a safetensors file, or a
-// split model's files, llmc/hf_weights.h, and the config.json beside it: what llmc/llama_hf.h exports, or transformers' save_pretrained of a model of the
-// same shape) read into our parameter order (llmc/llama_config.h): the names and slices of llama_hf.h,
-// joined again. Used by train_gpt's -init.
+// split model's files, llmc/hf_weights.h, and the config.json beside it: what llmc/llama_hf.h exports,
+// or transformers' save_pretrained of a model of the same shape) read into our parameter order
+// (llmc/llama_config.h): the names and slices of llama_hf.h, joined again. Used by train_gpt's -init.
 //
 // config.json is needed: the head counts are not in the tensors' shapes (q_proj is (C, C) for any
 // num_attention_heads). Read from it: hidden_size, intermediate_size, num_hidden_layers,
