@@ -22,16 +22,16 @@
 
 #define FA90_DQ_BKV 64  // dq: keys per step
 
-// The grid of dq and dkdv: (heads, tiles), so that the blocks the GPU runs at once are one tile of many
-// heads, each reading its head's K and V (dq) or Q and dO (dkdv) tiles from memory. FA90_TILES_FIRST=1,
-// a build-time choice for comparing the two (dev/cuda/README.md), makes it (tiles, heads): the blocks
-// running at once are the tiles of a few heads, which read the same tiles, from L2 after the first.
-// Either way a head's heaviest tile comes first.
-#ifndef FA90_TILES_FIRST
-#define FA90_TILES_FIRST 0
-#endif
+// The grid of dq and dkdv: (tiles, heads), a head's heaviest tile first. The GPU starts blocks x first, so
+// the ~132 blocks running at once are the tiles of a few heads, which read the same K and V (dq) or Q and
+// dO (dkdv) tiles, from L2 after the first; in the order (heads, tiles) each would read its own head's
+// from memory, and the backward took 10-20% longer (dev/cuda/README.md). B · NH is on y, at most 65535.
 static inline dim3 fa90_backward_grid(int heads, int tiles) {
-    return FA90_TILES_FIRST ? dim3(tiles, heads) : dim3(heads, tiles);
+    if (heads > 65535) {
+        fprintf(stderr, "attention backward: B * heads = %d is over the grid's 65535; use a smaller batch\n", heads);
+        exit(EXIT_FAILURE);
+    }
+    return dim3(tiles, heads);
 }
 #define FA90_COLSUM_BYTES(HS, n) (8 * (HS) * (n) * 4)  // fa90_colsum_rows's shared memory for n outputs
 template <int HS> struct Fa90DqCfg {
@@ -46,12 +46,6 @@ template <int HS> struct Fa90DqCfg {
 // --- device helpers: the shared-memory wgmma, the barriers, the overlap loop, the column sums ------
 
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
-// this block's head (b·NH + h, or b·NKV + j) and tile, and the tiles of a head (fa90_backward_grid);
-// macros (unsigned, as blockIdx), so that the default build's kernels are the code they were before
-#define FA90_BLOCK_HEAD (FA90_TILES_FIRST ? blockIdx.y : blockIdx.x)
-#define FA90_BLOCK_TILE (FA90_TILES_FIRST ? blockIdx.x : blockIdx.y)
-#define FA90_GRID_TILES (FA90_TILES_FIRST ? gridDim.x : gridDim.y)
-
 // D (64 x N, fp32) += A (64 x 16) · B (N x 16)ᵀ, both bf16 in shared memory behind K-major descriptors
 __device__ __forceinline__ void fa90_wgmma_ss_n64(float d[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -171,8 +165,8 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     uint32_t qbar = stages + FA90_STAGES * Cfg::STAGE, full = qbar + 8, empty = full + 8 * FA90_STAGES;
     float* red = (float*)(smem_raw + (empty + 8 * FA90_STAGES - smem_u32(smem_raw)));  // fa90_colsum_rows's
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-    int bh = FA90_BLOCK_HEAD, b = bh / NH, h = bh % NH, j = h / (NH / NKV);
-    int q0 = (FA90_GRID_TILES - 1 - FA90_BLOCK_TILE) * FA90_BQ;
+    int bh = blockIdx.y, b = bh / NH, h = bh % NH, j = h / (NH / NKV);
+    int q0 = (gridDim.x - 1 - blockIdx.x) * FA90_BQ;
     int nkv = ceil_div(min(q0 + FA90_BQ, T), FA90_DQ_BKV);
     int row0 = b * T;
     fa90_barriers_init(qbar, full, empty);
@@ -258,7 +252,7 @@ fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     fa_store_rows<HS>(dqkv + (size_t)row0 * ld + h * HS, ld, (const float(*)[4])dq, rsqrtf((float)HS),
                       q0 + c * 64 + warp * 16, T, lane);
     if (BIAS && bias_partial)
-        fa90_colsum_rows<HS>(red, bias_partial + (size_t)(b * FA90_GRID_TILES + q0 / FA90_BQ) * ld + h * HS,
+        fa90_colsum_rows<HS>(red, bias_partial + (size_t)(b * gridDim.x + q0 / FA90_BQ) * ld + h * HS,
                              (const float(*)[4])dq, rsqrtf((float)HS), q0 + c * 64 + warp * 16, T, lane, c * 4 + warp,
                              c * 128 + t);
 #endif
@@ -289,8 +283,8 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     uint32_t kbar = stages + FA90_STAGES * Cfg::STAGE, full = kbar + 8, empty = full + 8 * FA90_STAGES;
     float* red = (float*)(smem_raw + (empty + 8 * FA90_STAGES - smem_u32(smem_raw)));  // fa90_colsum_rows's
     int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-    int bj = FA90_BLOCK_HEAD, b = bj / NKV, j = bj % NKV, G = NH / NKV;
-    int k0 = FA90_BLOCK_TILE * FA90_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ), nper = nq - i0, nsteps = G * nper;
+    int bj = blockIdx.y, b = bj / NKV, j = bj % NKV, G = NH / NKV;
+    int k0 = blockIdx.x * FA90_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ), nper = nq - i0, nsteps = G * nper;
     int row0 = b * T;
     fa90_barriers_init(kbar, full, empty);
     if (wg == 0) {
@@ -392,7 +386,7 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     fa_store_rows<HS>(dst, ld, (const float(*)[4])dk, rsqrtf((float)HS), k0 + c * 64 + warp * 16, T, lane);
     fa_store_rows<HS>(dst + NKV * HS, ld, (const float(*)[4])dv, 1.0f, k0 + c * 64 + warp * 16, T, lane);
     if (BIAS && bias_partial) {
-        float* part = bias_partial + (size_t)(b * FA90_GRID_TILES + FA90_BLOCK_TILE) * ld + (NH + j) * HS;
+        float* part = bias_partial + (size_t)(b * gridDim.x + blockIdx.x) * ld + (NH + j) * HS;
         fa90_colsum_rows<HS>(red, part, (const float(*)[4])dk, rsqrtf((float)HS), k0 + c * 64 + warp * 16, T, lane,
                              c * 4 + warp, c * 128 + t);
         fa90_colsum_rows<HS>(red + 8 * HS, part + NKV * HS, (const float(*)[4])dv, 1.0f, k0 + c * 64 + warp * 16, T,
