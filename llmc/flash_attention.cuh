@@ -33,7 +33,7 @@
 // 500 TF/s, against ~0.4 GB of compulsory HBM traffic (qkv, out: 0.08 ms at 4.8 TB/s): compute-bound;
 // K/V tiles are re-read ~T/128 times per head, from L2 (a head's K and V are 256 KB).
 // GQA changes no FLOP count (it is per query head) and shrinks K/V by NH/NKV: in the forward and dq the
-// blocks of a group's query heads are adjacent in the grid (blockIdx.x = b·NH + h), so they share kv
+// blocks of a group's query heads are adjacent in the grid (blockIdx.y = b·NH + h), so they share kv
 // tiles in L2; dkdv has B·NKV·T/64 blocks, each NH/NKV times the work (B=4 NKV=8 T=4096: 2,048 blocks).
 // RoPE (Llama-style models; a cos/sin table from llmc/rope.cuh, NULL for none: GPT-2): the forward first
 // rotates the k heads in place (rope_keys_forward, a pass over NKV heads), then each block loads its
@@ -213,9 +213,9 @@ __device__ __forceinline__ void fa_store_rows(bf16* dst, size_t stride, const fl
     }
 }
 
-// Block per (b·NH + h, query tile), reading kv head h / (NH/NKV); the heaviest (last) query tiles are
-// launched first. ROPE: the query tile rotated as it arrives (a.rope the table) and written back; the
-// keys come rotated.
+// Block per (b·NH + h, query tile), reading kv head h / (NH/NKV); a head's heaviest (last) query tile
+// is launched first (fa_grid). ROPE: the query tile rotated as it arrives (a.rope the table) and
+// written back; the keys come rotated.
 template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFwdArgs a) {
     constexpr int LD = FaCfg<HS>::LD;
@@ -224,8 +224,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFw
     bf16* sK = sQ + FA_BQ * LD;      // (2, BKV, LD)
     bf16* sV = sK + 2 * FA_BKV * LD; // (2, BKV, LD)
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH, T = a.T;
-    int q0 = (gridDim.y - 1 - blockIdx.y) * FA_BQ;
+    int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH, T = a.T;
+    int q0 = (gridDim.x - 1 - blockIdx.x) * FA_BQ;
     FaHeads g = fa_heads<HS>(a.qkv, a.NH, a.NKV, T, b, h, h / (a.NH / a.NKV));
     int nkv = ceil_div(min(q0 + FA_BQ, T), FA_BKV);
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
@@ -309,6 +309,15 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(const FlashFw
 
 // --- launchers -------------------------------------------------------------------------------
 
+// The grid of the kernels with a block per (head, tile), here and in the backwards: (tiles, heads). The
+// GPU starts blocks x first, so the blocks running at once are the tiles of a few heads, which read the
+// same K and V (or Q and dO) tiles, from L2 after the first; in the order (heads, tiles) each read its
+// own head's from memory (dev/cuda/README.md, attention, has the bytes and the times).
+static inline dim3 fa_grid(int heads, int tiles) {
+    if (heads > 65535) check_fail("flash attention: B * heads is over the grid's 65535", "use a smaller batch (-b)");
+    return dim3(tiles, heads);
+}
+
 static inline int flash_attention_head_size(int T, int C, int NH, int NKV) {
     int hs = NH > 0 ? C / NH : 0;
     if (T < 1 || NH < 1 || C % NH != 0 || (hs != 64 && hs != 128) || NKV < 1 || NH % NKV != 0) {
@@ -325,7 +334,7 @@ static inline void flash_forward_launch(const FlashFwdArgs& a, cudaStream_t stre
     size_t smem = FaCfg<HS>::fwd_smem;
     auto kernel = flash_forward_kernel<HS, ROPE>;
     cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kernel<<<dim3(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, smem, stream>>>(a);
+    kernel<<<fa_grid(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, smem, stream>>>(a);
     cuda_check_launch();
 }
 

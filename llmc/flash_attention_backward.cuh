@@ -72,8 +72,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const F
     float* sL = (float*)(sO + 2 * BQ * LD);  // (2, BQ) lse·log2e, +inf past T
     float* sD = sL + 2 * BQ;                 // (2, BQ) D, 0 past T
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int bj = blockIdx.x, b = bj / a.NKV, j = bj % a.NKV, T = a.T, G = a.NH / a.NKV;
-    int k0 = blockIdx.y * FA_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ);
+    int bj = blockIdx.y, b = bj / a.NKV, j = bj % a.NKV, T = a.T, G = a.NH / a.NKV;
+    int k0 = blockIdx.x * FA_BKV, i0 = k0 / BQ, nq = ceil_div(T, BQ);
     FaHeads g = fa_heads<HS>(a.qkv, a.NH, a.NKV, T, b, j * G, j);
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
 
@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dkdv_kernel(const F
     fa_store_rows<HS>(dst + a.NKV * HS, g.ld, dv, 1.0f, k0 + warp * 16, T, lane);
 }
 
-// Block per (b·NH + h, query tile), reading kv head h / (NH/NKV); the heaviest (last) query tiles
-// first. Writes dQ.
+// Block per (b·NH + h, query tile), reading kv head h / (NH/NKV); a head's heaviest (last) query tile
+// first (fa_grid). Writes dQ.
 template <int HS, bool ROPE>
 __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const FlashBwdArgs a) {
     constexpr int LD = FaCfg<HS>::LD;
@@ -143,8 +143,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_dq_kernel(const Fla
     bf16* sK = sO + FA_BQ * LD;        // (2, BKV, LD)
     bf16* sV = sK + 2 * FA_BKV * LD;   // (2, BKV, LD)
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH, T = a.T;
-    int q0 = (gridDim.y - 1 - blockIdx.y) * FA_BQ;
+    int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH, T = a.T;
+    int q0 = (gridDim.x - 1 - blockIdx.x) * FA_BQ;
     FaHeads g = fa_heads<HS>(a.qkv, a.NH, a.NKV, T, b, h, h / (a.NH / a.NKV));
     int nkv = ceil_div(min(q0 + FA_BQ, T), FA_BKV);
     float sl2 = rsqrtf((float)HS) * FA_LOG2E;
@@ -214,9 +214,9 @@ static inline void flash_backward_launch(const FlashBwdArgs& a, cudaStream_t str
     auto dq = flash_backward_dq_kernel<HS, ROPE>;
     cuda_check(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
     cuda_check(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
-    dkdv<<<dim3(a.B * a.NKV, ceil_div(a.T, FA_BKV)), FA_THREADS, s1, stream>>>(a);
+    dkdv<<<fa_grid(a.B * a.NKV, ceil_div(a.T, FA_BKV)), FA_THREADS, s1, stream>>>(a);
     cuda_check_launch();
-    dq<<<dim3(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, s2, stream>>>(a);
+    dq<<<fa_grid(a.B * a.NH, ceil_div(a.T, FA_BQ)), FA_THREADS, s2, stream>>>(a);
     cuda_check_launch();
 }
 

@@ -22,17 +22,6 @@
 
 #define FA90_DQ_BKV 64  // dq: keys per step
 
-// The grid of dq and dkdv: (tiles, heads), a head's heaviest tile first. The GPU starts blocks x first, so
-// the ~132 blocks running at once are the tiles of a few heads, which read the same K and V (dq) or Q and
-// dO (dkdv) tiles, from L2 after the first; in the order (heads, tiles) each would read its own head's
-// from memory, and the backward took 10-20% longer (dev/cuda/README.md). B · NH is on y, at most 65535.
-static inline dim3 fa90_backward_grid(int heads, int tiles) {
-    if (heads > 65535) {
-        fprintf(stderr, "attention backward: B * heads = %d is over the grid's 65535; use a smaller batch\n", heads);
-        exit(EXIT_FAILURE);
-    }
-    return dim3(tiles, heads);
-}
 #define FA90_COLSUM_BYTES(HS, n) (8 * (HS) * (n) * 4)  // fa90_colsum_rows's shared memory for n outputs
 template <int HS> struct Fa90DqCfg {
     static constexpr int BOXES = HS / 64;
@@ -414,10 +403,10 @@ static void fa90_backward_launch(bf16* dqkv, float* D, const bf16* dout, const b
     auto dq = fa90_dq_kernel<HS, ROPE, BIAS>;
     cuda_check(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
     cuda_check(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
-    dkdv<<<fa90_backward_grid(B * NKV, ceil_div(T, FA90_BKV)), FA90_THREADS, s1, st>>>(
+    dkdv<<<fa_grid(B * NKV, ceil_div(T, FA90_BKV)), FA90_THREADS, s1, st>>>(
         q128, qbq, obq, dqkv, lse, D, rope, bias_partial, T, NH, NKV);
     cuda_check_launch();
-    dq<<<fa90_backward_grid(B * NH, ceil_div(T, FA90_BQ)), FA90_THREADS, s2, st>>>(
+    dq<<<fa_grid(B * NH, ceil_div(T, FA90_BQ)), FA90_THREADS, s2, st>>>(
         q128, q64, o128, dqkv, lse, D, rope, bias_partial, T, NH, NKV);
     cuda_check_launch();
 }
