@@ -602,8 +602,6 @@ int main(void) {
     test_write_faults();
     test_trainer();
 
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmp_dir);
+    test_remove_dir(tmp_dir);
     return test_summary("test_checkpoint");
 }

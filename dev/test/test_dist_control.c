@@ -448,8 +448,6 @@ int main(void) {
     test_refusals_and_timeouts();
     test_abort();
     printf("(%.1f s)\n", dist_now() - t0);
-    char cmd[400];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_dir);
-    if (!test_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
+    if (!test_failed) test_remove_dir(tmp_dir);
     return test_summary("test_dist_control");
 }

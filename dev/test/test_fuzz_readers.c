@@ -217,8 +217,6 @@ int main(void) {
     if (!mkdtemp(tmp_dir)) { perror("mkdtemp"); return 1; }
     fuzz_shards();
     fuzz_checkpoints();
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmp_dir);
+    test_remove_dir(tmp_dir);
     return test_summary("test_fuzz_readers");
 }

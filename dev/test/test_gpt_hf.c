@@ -413,8 +413,6 @@ int main(void) {
 
     free(got);
     free(v);
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    test_remove_dir(dir);
     return test_summary("test_gpt_hf");
 }

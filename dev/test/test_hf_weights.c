@@ -200,8 +200,6 @@ int main(void) {
     if (!mkdtemp(root)) { perror("mkdtemp"); return 1; }
     test_good();
     test_bad();
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    test_remove_dir(root);
     return test_summary("test_hf_weights");
 }

@@ -318,8 +318,6 @@ int main(int argc, char** argv) {
     test_with_control();
     test_bad_arguments();
     printf("(%.1f s)\n", dist_now() - t0);
-    char cmd[400];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_dir);
-    if (!test_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
+    if (!test_failed) test_remove_dir(tmp_dir);
     return test_summary("test_launcher");
 }

@@ -422,7 +422,6 @@ int main(void) {
     test_checkpoint_export(dir);
     test_size_names();
     free(values);
-    snprintf(path, sizeof(path), "rm -rf %s", dir);
-    if (system(path) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    test_remove_dir(dir);
     return test_summary("test_llama_hf");
 }

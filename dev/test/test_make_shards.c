@@ -349,8 +349,6 @@ int main(void) {
     test_errors();
     encoder_free(&e);
     tokenizer_free(&t);
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    test_remove_dir(dir);
     return test_summary("test_make_shards");
 }

@@ -643,8 +643,6 @@ int main(void) {
     free(words);
     encoder_free(&e);
     tokenizer_free(&t);
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmp_dir);
+    test_remove_dir(tmp_dir);
     return test_summary("test_tokenizer");
 }

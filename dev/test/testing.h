@@ -3,6 +3,7 @@
 // that dev/test/run_tests.sh adds up, and returns the exit code (non-zero on any failure).
 #pragma once
 #include <stdio.h>
+#include <stdlib.h>
 
 static int test_passed = 0, test_failed = 0;
 
@@ -14,4 +15,11 @@ static int test_passed = 0, test_failed = 0;
 static inline int test_summary(const char* name) {
     printf("%s: %d passed, %d failed\n", name, test_passed, test_failed);
     return test_failed ? 1 : 0;
+}
+
+// Removes a test's temporary directory and all in it; a warning, not a failure, when it cannot.
+static inline void test_remove_dir(const char* dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
 }
