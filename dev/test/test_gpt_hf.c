@@ -309,6 +309,13 @@ static void expect_import_error(const char* what, const char* path, const GptCon
     if (ok) printf("  refused, %s: %s\n", what, err);
 }
 
+// The first element where a and b differ bitwise, or n when none does.
+static size_t first_difference(const float* a, const float* b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
+    return n;
+}
+
 int main(void) {
     snprintf(dir, sizeof(dir), "%s/test_gpt_hf.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
@@ -334,8 +341,7 @@ int main(void) {
            ex.model.channels == 16 && ex.model.num_heads == 2, "export's model and step");
     rc = import(out, &c, got, n, err, sizeof(err));
     EXPECT(rc == 0, "import: %s", err);
-    size_t diff = n;
-    for (size_t i = 0; i < n && diff == n; i++) if (memcmp(&got[i], &v[i], 4) != 0) diff = i;
+    size_t diff = first_difference(got, v, n);
     printf("export -> import: %zu parameters, %s\n", n, diff == n ? "bitwise equal" : "DIFFERENT");
     EXPECT(diff == n, "export -> import differs first at element %zu: %g, expected %g", diff, diff < n ? got[diff] : 0.0f,
            diff < n ? v[diff] : 0.0f);
@@ -347,8 +353,7 @@ int main(void) {
     snprintf(split, sizeof(split), "%s/split", dir);
     EXPECT(hf_split_model(out, split, 3, err, sizeof(err)) == 0, "split: %s", err);
     rc = import(split, &c, got, n, err, sizeof(err));
-    diff = n;
-    for (size_t i = 0; i < n && diff == n && rc == 0; i++) if (memcmp(&got[i], &v[i], 4) != 0) diff = i;
+    diff = rc == 0 ? first_difference(got, v, n) : n;
     printf("export split into 3 files -> import: %s\n", rc == 0 && diff == n ? "bitwise equal" : "DIFFERENT");
     EXPECT(rc == 0 && diff == n, "the export split into 3 files: rc %d (%s), first difference at %zu", rc, err, diff);
 
