@@ -98,8 +98,7 @@ static void test_good(void) {
     snprintf(p, sizeof(p), "%s/%s", d, HF_WEIGHTS_INDEX);
     EXPECT(strcmp(w.path, p) == 0, "a directory named with trailing slashes: its index is %s (got %s)", p, w.path);
     hf_weights_close(&w);
-    snprintf(p, sizeof(p), "%s/%s", d, HF_WEIGHTS_INDEX);
-    test_split(p, "a split model's index");
+    test_split(p, "a split model's index");  // p: the index's path
 
     make_dir(d, sizeof(d), "one");
     write_file(d, HF_WEIGHTS_FILE, "x7 x8");
