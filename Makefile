@@ -98,7 +98,7 @@ else
   NCCL_SAYS := NCCL not found: train_gpt is built for one GPU (set NCCL_HOME to an NCCL with include/nccl.h)
 endif
 # headers every target depends on: the library, and dev/'s references, checkers and experiments
-LLMC        := $(wildcard llmc/*.cuh llmc/*.h)
+LLMC        := $(wildcard llmc/*/*.cuh llmc/*/*.h)
 DEV_HEADERS := $(wildcard dev/ref/*.h dev/ref/*.cuh dev/cuda/*.h dev/cuda/*.cuh dev/test/*.h dev/test/*.cuh)
 
 # the targets, named here because the trainer's rule (below) picks its data prerequisite by goal
@@ -133,14 +133,14 @@ build build/dev build/asan:
 # Linked under a temporary name and renamed: a fetch that another make runs meanwhile never executes
 # a half-written tool.
 DATA_TOOLS := build/tokenize build/make_shards build/brown_detok
-TOKENIZER_H := llmc/tokenizer.h llmc/tokenizer_encode.h llmc/tokenizer_tiktoken.h llmc/check.h
+TOKENIZER_H := llmc/data/tokenizer.h llmc/data/tokenizer_encode.h llmc/data/tokenizer_tiktoken.h llmc/core/check.h
 build/tokenize: data/tokenize.c $(TOKENIZER_H) | build deps
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< $(PCRE2) $(CJSON) && mv $@.tmp.$$$$ $@
-build/make_shards: data/make_shards.c $(TOKENIZER_H) llmc/shard.h | build deps
+build/make_shards: data/make_shards.c $(TOKENIZER_H) llmc/data/shard.h | build deps
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< $(PCRE2) $(CJSON) && mv $@.tmp.$$$$ $@
-build/brown_detok: data/brown_detok.c llmc/check.h | build
+build/brown_detok: data/brown_detok.c llmc/core/check.h | build
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< && mv $@.tmp.$$$$ $@
-# a checkpoint to Hugging Face's GPT-2 layout (llmc/gpt_hf.h, doc/interop.md)
+# a checkpoint to Hugging Face's GPT-2 layout (llmc/io/gpt_hf.h, doc/interop.md)
 export_hf: build/export_hf
 build/export_hf: data/export_hf.c $(LLMC) | build deps-trainer
 	$(CC) $(CFLAGS) -o $@ $< $(CJSON) -lm -lz
@@ -228,7 +228,7 @@ CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.
 # cJSON: safetensors and the tiktoken encoder files
 CJSON_TESTS := test_safetensors test_hf_weights test_gpt_hf test_llama_hf test_tokenizer test_make_shards
 $(addprefix build/,$(CJSON_TESTS)) $(addprefix build/asan/,$(CJSON_TESTS)): TEST_LIBS := $(CJSON)
-# -lpthread: the control channel's monitor thread (llmc/dist_control.h); glibc 2.34+ has it in libc
+# -lpthread: the control channel's monitor thread (llmc/dist/dist_control.h); glibc 2.34+ has it in libc
 build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build deps
 	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm -lz -lpthread $(TEST_LIBS)
 build/asan/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build/asan deps

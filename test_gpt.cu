@@ -1,4 +1,4 @@
-// test_gpt.cu: the CUDA model (llmc/gpt.cuh) against the CPU reference (dev/ref/gpt_ref.h, float
+// test_gpt.cu: the CUDA model (llmc/model/gpt.cuh) against the CPU reference (dev/ref/gpt_ref.h, float
 // build), on a small GPT with the real vocabulary: L=2, C=128, NH=2, V=50257 padded to 50304, B=4, T=80.
 //   ./test_gpt          (needs a GPU; ~1 minute, mostly the CPU reference)
 // Checks, each printed with its numbers:
@@ -9,7 +9,7 @@
 //      batch twice at dloss 1/2 equals once at 1
 //   4. the losses of 10 AdamW steps (with clipping and weight decay) vs the reference
 //   5. two runs with the same seed are bitwise identical (losses and final master weights), and a third
-//      with -gemm_tune's tuned GEMMs (llmc/matmul.cuh), the head's included, is bitwise the same too
+//      with -gemm_tune's tuned GEMMs (llmc/layers/matmul.cuh), the head's included, is bitwise the same too
 //   6. resume: 2N steps in one run equal N steps, a checkpoint file, a fresh model loaded from it and N
 //      more steps, bitwise (losses, master weights, AdamW m and v)
 // Both sides evaluate the same model: the reference's parameters are rounded to bf16 first, since the
@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "llmc/gpt.cuh"
-#include "llmc/gpt_checkpoint.cuh"
-#include "llmc/checkpoint_dir.h"
+#include "llmc/model/gpt.cuh"
+#include "llmc/io/gpt_checkpoint.cuh"
+#include "llmc/io/checkpoint_dir.h"
 #include "dev/ref/gpt_ref.h"
 #include "dev/test/model_testing.cuh"
 #include "dev/test/testing.h"
@@ -225,7 +225,7 @@ int main(void) {
     EXPECT(fabs(acc_loss - loss) <= 1e-6f * loss, "accumulated loss %.7f vs %.7f", acc_loss, loss);
     compare_tensors("accum", host, grads, &m, 1e-6);
 
-    // 3c. recompute: the forward's GELU is then llmc/gelu.cuh's kernel on the stored bf16 u (what the
+    // 3c. recompute: the forward's GELU is then llmc/layers/gelu.cuh's kernel on the stored bf16 u (what the
     // backward reruns), where without recompute it is the fc GEMM's epilogue on the fp32 u: the GELU
     // outputs differ by one bf16 rounding in some elements (~2e-3 relative L2), so the loss agrees to
     // 1e-3 relative and each gradient tensor to 1e-2 relative L2 (a GELU rerun on the wrong input or

@@ -6,32 +6,32 @@
 //   ./train_gpt -h                           (every flag with its default)
 // The models and their layers are in llmc/ (gpt.cuh and llama.cuh wire them, train_model.cuh puts both
 // behind one interface); this file is the program around them: flags, the learning-rate schedule, the
-// loop with gradient accumulation, validation and samples (llmc/evaluate.cuh), the log, and checkpoints
+// loop with gradient accumulation, validation and samples (llmc/train/evaluate.cuh), the log, and checkpoints
 // with bitwise-identical resume (Ctrl-C writes one and exits cleanly); -init starts from weights in
-// Hugging Face's layout (llmc/gpt_hf_import.h, llmc/llama_hf_import.h) and -export_hf writes the model
-// in that layout (llmc/gpt_hf.h, llmc/llama_hf.h, doc/interop.md).
+// Hugging Face's layout (llmc/io/gpt_hf_import.h, llmc/io/llama_hf_import.h) and -export_hf writes the model
+// in that layout (llmc/io/gpt_hf.h, llmc/io/llama_hf.h, doc/interop.md).
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llmc/train_model.cuh"        // TrainModel: GPT-2 or Llama-style, build / step / checkpoint / free
-#include "llmc/gpt_hf_import.h"        // -init: GPT-2 weights in Hugging Face's layout
-#include "llmc/llama_hf_import.h"      // -init: Llama weights in Hugging Face's layout
-#include "llmc/flags.h"                // the flag table's parser
-#include "llmc/dataloader.h"           // DataLoader: (B, T) batches from shards
-#include "llmc/tokenizer_tiktoken.h"   // the encodings (gpt2, cl100k_base, o200k_base): ids and decoding, for samples
-#include "llmc/evaluate.cuh"           // the val loss, and text samples (llmc/sample.h draws the tokens)
-#include "llmc/checkpoint_dir.h"       // the run's checkpoint directory: names, latest, -resume, keep K
-#include "llmc/dist.cuh"               // data-parallel runs: launch environment, rendezvous, NCCL (doc/multi_gpu.md)
-#include "llmc/launcher.h"             // -gpus N: one process per GPU of this machine
-#include "llmc/dist_socket.h"          // dist_now: the monotonic clock of the timings
-#include "llmc/lr_schedule.h"          // the learning rate of each step: warmup, then cosine or linear decay
-#include "llmc/gpu_peak.h"             // the GPU's peak bf16 FLOP/s, for the MFU
+#include "llmc/train/train_model.cuh"      // TrainModel: GPT-2 or Llama-style, build / step / checkpoint / free
+#include "llmc/io/gpt_hf_import.h"         // -init: GPT-2 weights in Hugging Face's layout
+#include "llmc/io/llama_hf_import.h"       // -init: Llama weights in Hugging Face's layout
+#include "llmc/core/flags.h"               // the flag table's parser
+#include "llmc/data/dataloader.h"          // DataLoader: (B, T) batches from shards
+#include "llmc/data/tokenizer_tiktoken.h"  // the encodings (gpt2, cl100k_base, o200k_base): ids and decoding, for samples
+#include "llmc/train/evaluate.cuh"         // the val loss, and text samples (llmc/model/sample.h draws the tokens)
+#include "llmc/io/checkpoint_dir.h"        // the run's checkpoint directory: names, latest, -resume, keep K
+#include "llmc/dist/dist.cuh"              // data-parallel runs: launch environment, rendezvous, NCCL (doc/multi_gpu.md)
+#include "llmc/dist/launcher.h"            // -gpus N: one process per GPU of this machine
+#include "llmc/dist/dist_socket.h"         // dist_now: the monotonic clock of the timings
+#include "llmc/optim/lr_schedule.h"        // the learning rate of each step: warmup, then cosine or linear decay
+#include "llmc/core/gpu_peak.h"            // the GPU's peak bf16 FLOP/s, for the MFU
 
 // config.json says which epsilon the exported model's LayerNorms use: it must be the one we compute with
-static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/gpt_hf.h's GPT_HF_LN_EPS must equal llmc/layernorm.cuh's LN_EPS");
+static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/io/gpt_hf.h's GPT_HF_LN_EPS must equal llmc/layers/layernorm.cuh's LN_EPS");
 
 // --- flags ---------------------------------------------------------------------------------------
 
@@ -380,12 +380,12 @@ static void exit_if_bad(const char* flag, const char* msg, const char* ckpt_path
 // --- schedule, throughput ------------------------------------------------------------------------
 
 // Linear warmup over `warmup` steps, then cosine or linear decay to lr · final_lr_frac at the last step
-// (llmc/lr_schedule.h).
+// (llmc/optim/lr_schedule.h).
 static float lr_at(const TrainConfig* c, int step) {
     return lr_schedule(c->lr, c->warmup, c->steps, c->final_lr_frac, strcmp(c->schedule, "linear") == 0, step);
 }
 
-// Peak dense bf16 tensor FLOP/s of the device, the denominator of MFU (llmc/gpu_peak.h): the datasheet's
+// Peak dense bf16 tensor FLOP/s of the device, the denominator of MFU (llmc/core/gpu_peak.h): the datasheet's
 // figure for GPUs known by name, else the clock-based estimate; 0 when unknown. *source says which.
 static double gpu_peak_bf16_flops(int device, const char** source) {
     cudaDeviceProp prop;
@@ -495,7 +495,7 @@ static void save_checkpoint(TrainModel* m, const TrainConfig* c, int step, uint6
 // checkpointed (when -keep allows and there is work since the start), then the program exits 1 with
 // `what` and `hint`. every_rank: all ranks met the fault together (too many bad steps: they share the
 // flags), so they can gather the state; a fault of one rank (its data) ends a multi-GPU run without a
-// checkpoint: that rank exits, and the control channel stops the others (llmc/dist_control.h).
+// checkpoint: that rank exits, and the control channel stops the others (llmc/dist/dist_control.h).
 static void stop_with_checkpoint(TrainModel* m, const TrainConfig* c, int step, int start_step, uint64_t sample_rng,
                                  DataLoaderPosition data, const char* settings, FILE* log_file, const char* what,
                                  const char* hint, int every_rank, const GpuContext* ctx) {
@@ -525,7 +525,7 @@ static void test_nan_steps(int* from, int* to) {
     printf("test: a NaN is injected into the gradient at steps %d..%d (LLMC_TEST_NAN_STEP)\n", *from, *to);
 }
 
-// --- Hugging Face interop: -init (llmc/gpt_hf_import.h, llmc/llama_hf_import.h), -export_hf ------
+// --- Hugging Face interop: -init (llmc/io/gpt_hf_import.h, llmc/io/llama_hf_import.h), -export_hf ------
 
 // The -init file, of either family, opened before the GPU is touched.
 typedef struct {
@@ -555,7 +555,7 @@ static void init_open_llama(LlamaHfReader* r, TrainConfig* c, int argc, char** a
     char msg[768] = "";
     if (!size)
         snprintf(msg, sizeof(msg), "a model of %d layers, %d channels, %d heads (%d key/value) and FFN %d, not one of "
-                 "this program's sizes\n  hint: the Llama-style sizes are %s (llmc/llama_config.h has their shapes)",
+                 "this program's sizes\n  hint: the Llama-style sizes are %s (llmc/model/llama_config.h has their shapes)",
                  f->num_layers, f->channels, f->num_heads, f->num_kv_heads, f->ffn_hidden, LLAMA_SIZE_NAMES);
     else if (flag_given(argc, argv, "-size") && strcmp(c->size, size) != 0)
         snprintf(msg, sizeof(msg), "a %s model, which is not -size %s\n  hint: leave -size out to take it from the "
@@ -884,7 +884,7 @@ int main(int argc, char** argv) {
             cuda_check(cudaMemsetAsync(model.grads, 0xff, sizeof(float), ctx.stream));  // 0xffffffff: NaN
         float lr = lr_at(&cfg, step);
         train_model_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, stop_signal != 0, &ctx);
-        float loss, norm[4];  // norm: ‖g‖, clip scale, skipped, stop (llmc/global_norm.cuh)
+        float loss, norm[4];  // norm: ‖g‖, clip scale, skipped, stop (llmc/optim/global_norm.cuh)
         cuda_check(cudaMemcpyAsync(&loss, model.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
         cuda_check(cudaMemcpyAsync(norm, model.norm, sizeof(norm), cudaMemcpyDeviceToHost, ctx.stream));
         comm_sync(model.comm, ctx.stream);

@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../llmc/check.h"
+#include "../llmc/core/check.h"
 
 typedef struct {
     FILE* out;

@@ -1,5 +1,5 @@
 // export_hf.c: a train_gpt checkpoint to a directory that Hugging Face transformers loads as it is
-// (llmc/hf_checkpoint.h): model.safetensors (the fp32 master weights) and config.json; for GPT-2 also
+// (llmc/io/hf_checkpoint.h): model.safetensors (the fp32 master weights) and config.json; for GPT-2 also
 // its tokenizer files.
 //   build/export_hf [-vocab PATH] CKPT OUT_DIR
 // CKPT is what -resume takes: a ckpt_<step>.bin file, a run's -out directory (its latest checkpoint),
@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../llmc/check.h"
-#include "../llmc/checkpoint_dir.h"
-#include "../llmc/hf_checkpoint.h"
+#include "../llmc/core/check.h"
+#include "../llmc/io/checkpoint_dir.h"
+#include "../llmc/io/hf_checkpoint.h"
 
 static void usage(FILE* f) {
     fprintf(f,

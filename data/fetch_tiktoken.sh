@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches tiktoken's encoder files for cl100k_base and o200k_base (encoders/*.json: the BPE ranks, the
-# special tokens and the pre-tokenizer pattern; llmc/tokenizer_tiktoken.h reads them) from the npm
+# special tokens and the pre-tokenizer pattern; llmc/data/tokenizer_tiktoken.h reads them) from the npm
 # package tiktoken@1.0.22 into data/tiktoken/, each checked against the sha256 pinned here. The same
 # package is the tests' oracle (`make test-deps`). Idempotent, and safe when two run at once: the data
 # lock (data/lock.sh) is taken before anything is looked at, and each file is copied under a

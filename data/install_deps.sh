@@ -4,7 +4,7 @@
 # waits for that target, so that under -j no two apt-get ever run at once.
 #   needs          Debian package  needed by
 #   cjson/cJSON.h  libcjson-dev    ./train_gpt, build/export_hf and their tests (safetensors headers and
-#                                  config.json are JSON: -init, -export_hf, llmc/safetensors.h); the
+#                                  config.json are JSON: -init, -export_hf, llmc/io/safetensors.h); the
 #                                  data tools (tiktoken's encoder files are JSON)
 #   zlib.h         zlib1g-dev      the checkpoints' checksum (crc32): the trainer, test_gpt, the CPU tests
 #   pcre2-config   libpcre2-dev    build/tokenize, build/make_shards, the CPU tests (GPT-2 pre-tokenizer regex)

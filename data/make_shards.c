@@ -1,4 +1,4 @@
-// make_shards.c: text files -> token shards (llmc/shard.h, byte-compatible with llm.c's).
+// make_shards.c: text files -> token shards (llmc/data/shard.h, byte-compatible with llm.c's).
 // usage: see usage() below, e.g.
 //   build/make_shards --vocab data/gpt2/vocab.bpe --out data/starter --name starter data/.cache/starter/docs/*.txt
 //   build/make_shards --encoding o200k_base --out data/starter_o200k --name starter data/.cache/starter/docs/*.txt
@@ -30,11 +30,11 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "../llmc/check.h"
-#include "../llmc/shard.h"
-#include "../llmc/tokenizer.h"
-#include "../llmc/tokenizer_encode.h"
-#include "../llmc/tokenizer_tiktoken.h"
+#include "../llmc/core/check.h"
+#include "../llmc/data/shard.h"
+#include "../llmc/data/tokenizer.h"
+#include "../llmc/data/tokenizer_encode.h"
+#include "../llmc/data/tokenizer_tiktoken.h"
 
 typedef struct {
     const char* encoding;   // gpt2, cl100k_base or o200k_base

@@ -16,7 +16,7 @@
 # the marker records the totals (the given ones, when given) and that the shard headers still add up
 # to them. A mismatch stops the calling script and says how to rebuild.
 
-# shard_tokens FILE: the token count in a shard's header (int32 at byte 8, llmc/shard.h)
+# shard_tokens FILE: the token count in a shard's header (int32 at byte 8, llmc/data/shard.h)
 shard_tokens() { od -An -t d4 -j 8 -N 4 "$1" | tr -d ' '; }
 
 # split_tokens DIR NAME SPLIT: the tokens of DIR/NAME_SPLIT_*.bin, from their headers
@@ -28,7 +28,7 @@ split_tokens() {
     echo "$total"
 }
 
-# shard_width FILE: bytes per token, from the header's magic and version (llmc/shard.h): 2 for
+# shard_width FILE: bytes per token, from the header's magic and version (llmc/data/shard.h): 2 for
 # 20240520/1 (uint16 ids), 4 for 20240801/7 (llm.c's uint32 layout); nothing for any other header
 shard_width() {
     case "$(od -An -t d4 -N 8 "$1" | tr -s ' ')" in
@@ -37,7 +37,7 @@ shard_width() {
     esac
 }
 
-# encoding_eot ENCODING: the encoding's <|endoftext|> id (llmc/tokenizer_tiktoken.h's table; the
+# encoding_eot ENCODING: the encoding's <|endoftext|> id (llmc/data/tokenizer_tiktoken.h's table; the
 # special tokens of data/gpt2/encoder.json and data/tiktoken/*.json); fails for an unknown encoding
 encoding_eot() {
     case "$1" in

@@ -1,5 +1,5 @@
-// tokenize.c: the tokenizers from the command line (llmc/tokenizer.h, llmc/tokenizer_tiktoken.h,
-// llmc/tokenizer_encode.h). OPTIONS, before or after the command, are --encoding gpt2|cl100k_base|o200k_base
+// tokenize.c: the tokenizers from the command line (llmc/data/tokenizer.h, llmc/data/tokenizer_tiktoken.h,
+// llmc/data/tokenizer_encode.h). OPTIONS, before or after the command, are --encoding gpt2|cl100k_base|o200k_base
 // and --vocab PATH; e.g. build/tokenize encode --encoding o200k_base FILE.
 //   build/tokenize [OPTIONS] encode FILE|-      ids of the file's bytes, one per line
 //   build/tokenize [OPTIONS] decode [FILE|-]    ids (whitespace, commas, brackets between) -> bytes
@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "../llmc/check.h"
-#include "../llmc/tokenizer.h"
-#include "../llmc/tokenizer_encode.h"
-#include "../llmc/tokenizer_tiktoken.h"
+#include "../llmc/core/check.h"
+#include "../llmc/data/tokenizer.h"
+#include "../llmc/data/tokenizer_encode.h"
+#include "../llmc/data/tokenizer_tiktoken.h"
 
 static void usage(FILE* f) {
     fprintf(f,

@@ -10,17 +10,17 @@
 // Variants:
 //   1 naive: (B, NH, T, T) fp32 scores and probabilities in device memory, smem-tiled scalar batched
 //     GEMMs and a row softmax (this file; NKV == NH only)
-//   2 simple exact: warp per row, no T x T matrix, scalar FMAs (llmc/attention.cuh; T ≤ ~1400)
+//   2 simple exact: warp per row, no T x T matrix, scalar FMAs (llmc/attention/attention.cuh; T ≤ ~1400)
 //   3 flash: mma.sync tiles, online softmax, deterministic 3-kernel backward (llmc/flash_attention*.cuh)
 //   4 flash + RoPE passes: RoPE (θ = 5e5) as passes over memory, in place on q and k before the forward
-//     and on dq and dk after the backward (llmc/rope.cuh's rope_forward/rope_backward), around variant 3
+//     and on dq and dk after the backward (llmc/layers/rope.cuh's rope_forward/rope_backward), around variant 3
 //   5 flash, RoPE fused: the same math as the model runs it: a pass over the k heads, q rotated inside the
 //     forward kernel, dq and dk rotated back in the backward kernels' epilogues; 4 against 5 is what
 //     fusing saves (both rotate the timing loop's qkv a little further each repetition: no cost changes)
 //   6 wgmma forward (sm_90a): TMA, a producer warp and two consumer warpgroups, P in registers
-//     (llmc/flash_attention_sm90.cuh), with variant 3's backward
+//     (llmc/attention/flash_attention_sm90.cuh), with variant 3's backward
 //   7 wgmma forward and backward (sm_90a): variant 3's three backward kernels and order of sums, the dq
-//     and dkdv kernels on TMA and wgmma (llmc/flash_attention_sm90_backward.cuh): what the trainer runs
+//     and dkdv kernels on TMA and wgmma (llmc/attention/flash_attention_sm90_backward.cuh): what the trainer runs
 //     on an H100/H200;
 //     its bench line below times the backward with the QKV bias gradient in its epilogues (GPT-2's layer)
 //     against the backward and the bias kernel after it
@@ -30,7 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/attention.cuh"
+#include "../../llmc/attention/attention.cuh"
 #include "../ref/attention_kernels.cuh"
 #include "timing.cuh"
 
@@ -262,7 +262,7 @@ __global__ void fill_uniform_kernel(bf16* p, size_t n, float scale, uint64_t see
 
 // Variant 7's backward with the QKV layer's bias gradient (the trainer's GPT-2 path): summed in the dq
 // and dkdv kernels' epilogues (then the partial rows added up), against the same backward followed by
-// the bias kernel over dqkv (llmc/column_sums.cuh). t_b: the backward alone, as timed above.
+// the bias kernel over dqkv (llmc/layers/column_sums.cuh). t_b: the backward alone, as timed above.
 static void bench_qkv_bias(const bf16* qkv, bf16* dqkv, const bf16* out, const bf16* dout, const float* lse, float* D,
                            int B, int T, int NH, int NKV, int hs, float t_b, cudaStream_t st) {
     int C = NH * hs, W = C + 2 * NKV * hs, rows = B * ceil_div(T, FA90_BQ);
@@ -343,7 +343,7 @@ int main(int argc, char** argv) {
             if (!only || VARIANTS[vi].id == only) ok &= check_variant(&VARIANTS[vi], ctx.stream);
     if (bench) {
         // grouped-query attention: 32 query heads on 8 kv heads (qkv 48 heads wide, not 96); the last two
-        // are llama-125m's and llama-1b's attention (llmc/llama_config.h) at B·T = 65536
+        // are llama-125m's and llama-1b's attention (llmc/model/llama_config.h) at B·T = 65536
         const Shape shapes[] = {{64, 1024, 12, 12, 64}, {4, 4096, 16, 16, 128}, {4, 4096, 32, 32, 128},
                                 {4, 4096, 32, 8, 128}, {64, 1024, 12, 3, 64}, {64, 1024, 16, 4, 128}};
         printf("\n%-26s | %-34s | %8s | %8s | %8s | %6s | %6s | %6s | %s\n", "shape", "variant", "fwd ms", "bwd ms",

@@ -1,7 +1,7 @@
 // fill.cuh: deterministic bf16 operands for the playground's benches: element i of a buffer is a hash
 // of (i, seed) mapped to [-scale, scale), filled on the GPU.
 #pragma once
-#include "../../llmc/cuda_common.cuh"
+#include "../../llmc/core/cuda_common.cuh"
 
 __global__ void fill_kernel(bf16* p, size_t n, float scale, unsigned seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {

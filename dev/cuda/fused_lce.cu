@@ -10,7 +10,7 @@
 //   build/dev/fused_lce 5 --vocab-block 2048   variant 5 with vocab blocks of at most 2048 columns
 //   build/dev/fused_lce 5 --shape 2 --profile  only the third shape, with the time of each phase
 //
-// Variants (fused_lce_variants.cuh): 1 unfused, 2 chunks, 5 blocks are the paths of llmc/fused_lce.cuh;
+// Variants (fused_lce_variants.cuh): 1 unfused, 2 chunks, 5 blocks are the paths of llmc/head/fused_lce.cuh;
 // 3 and 4 (the fully fused mma.sync backward, fused_lce_sm80_backward.cuh) and 6 (the blocks with our
 // own dx and dW GEMM, wgmma_gemm.cuh) are experiments that live here, reached through the head's hooks.
 // The fwd column of variants 3 and 4 is the fused forward alone (what the chunked head also uses for

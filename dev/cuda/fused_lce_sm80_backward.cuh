@@ -1,7 +1,7 @@
 // fused_lce_sm80_backward.cuh: an experiment, the fully fused LM-head backward (variants 3 and 4 of
 // dev/cuda/fused_lce.cu, reached through the head's backward hook, fused_lce_variants.cuh): the
 // algorithm of the Helion example kernel (PR #1268) in CUDA C. The head's fused forward
-// (llmc/fused_lce_sm80_forward.cuh, or on Hopper llmc/fused_lce_sm90.cuh) left
+// (llmc/head/fused_lce_sm80_forward.cuh, or on Hopper llmc/head/fused_lce_sm90.cuh) left
 // only lse per row; here every 128x128 logit tile is recomputed on the tensor cores, turned into the
 // gradient tile G = dL/dz in registers (fp32, then bf16 into shared memory), and multiplied right away:
 //   dx[rows]   += G · W[cols]     (128 x C, K = the tile's 128 vocab columns)
@@ -17,10 +17,10 @@
 // Semantics of G as in fused_lce.cuh (softcap, z-loss, label smoothing, ignore_index, padded columns).
 // Needs C % 64 == 0 (the K step and the channel slices).
 #pragma once
-#include "../../llmc/cuda_common.cuh"
-#include "../../llmc/sm80_mma.cuh"
-#include "../../llmc/fused_lce_options.h"
-#include "../../llmc/fused_lce_sm80_forward.cuh"
+#include "../../llmc/core/cuda_common.cuh"
+#include "../../llmc/ptx/sm80_mma.cuh"
+#include "../../llmc/head/fused_lce_options.h"
+#include "../../llmc/head/fused_lce_sm80_forward.cuh"
 
 enum { FLCE_BWD_ATOMIC, FLCE_BWD_DX, FLCE_BWD_DW };
 

@@ -1,5 +1,5 @@
 // fused_lce_variants.cuh: the LM-head variants of the playground (fused_lce.cu) as head configurations:
-// the production paths of llmc/fused_lce.cuh, and the experiments that live only here, reached through
+// the production paths of llmc/head/fused_lce.cuh, and the experiments that live only here, reached through
 // the head's hooks (FlceHooks):
 //   1 unfused                path unfused: bf16 logits of all N rows
 //   2 chunks                 path chunks, loss-only calls through the chunks too
@@ -10,7 +10,7 @@
 //   6 blocks, own GEMMs      path blocks + our own dx and dW GEMM (wgmma_gemm.cuh) on Hopper, the layout
 //                            counting its tiles (wgmma_gemm_plan.h); elsewhere it is variant 5
 #pragma once
-#include "../../llmc/fused_lce.cuh"
+#include "../../llmc/head/fused_lce.cuh"
 #include "fused_lce_sm80_backward.cuh"
 #include "wgmma_gemm.cuh"
 #include "wgmma_gemm_plan.h"

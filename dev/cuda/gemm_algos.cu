@@ -1,14 +1,14 @@
 // dev/cuda/gemm_algos.cu: cuBLASLt's candidate algorithms for the trainer's linear-layer GEMMs (the
 // forward with its bias, dx (through GELU' for the fc projection), dW accumulated in fp32), each timed,
 // described (tile, stages, split-k, reduction scheme, swizzle, cluster shape) and hashed: whether its
-// result is bitwise the same as the heuristic's first pick. `-gemm_tune 1` (llmc/matmul.cuh) takes the
+// result is bitwise the same as the heuristic's first pick. `-gemm_tune 1` (llmc/layers/matmul.cuh) takes the
 // fastest candidate that is bitwise the same.
 //   build/dev/gemm_algos            N = 65536, C = 768 (GPT-2 124M at B = 64, T = 1024)
 //   build/dev/gemm_algos N C
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/matmul.cuh"
+#include "../../llmc/layers/matmul.cuh"
 #include "fill.cuh"
 #include "timing.cuh"
 

@@ -1,19 +1,19 @@
-// dev/cuda/layernorm.cu: the LayerNorm kernels of llmc/layernorm.cuh and the RMSNorm ones of
-// llmc/rmsnorm.cuh timed at the trainer's shapes,
+// dev/cuda/layernorm.cu: the LayerNorm kernels of llmc/layers/layernorm.cuh and the RMSNorm ones of
+// llmc/layers/rmsnorm.cuh timed at the trainer's shapes,
 // against the GPU's copy bandwidth: each time beside a device-to-device copy of as many bytes (half
 // read, half written), the floor for a kernel that moves them once. The kernels' correctness is tested
 // against the CPU references by dev/test/test_layers.cu and dev/test/test_llama_layers.cu.
 //   build/dev/layernorm          N = 65536, C = 768 (d12, B = 64) and N = 16384, C = 1600 (d48, B = 16)
 //   build/dev/layernorm N C      one shape
 // The LayerNorm backward runs twice: alone, and with the column sums of the rows it writes (the bias
-// gradient of the projection below it, llmc/gpt.cuh), beside the bias kernels (llmc/column_sums.cuh)
+// gradient of the projection below it, llmc/model/gpt.cuh), beside the bias kernels (llmc/layers/column_sums.cuh)
 // that those sums replace.
 // Bytes per call: forward, residual form: a, b read, r and out written (4·N·C·2); backward: dout, x read,
 // dinp read and written (4·N·C·2), plus mean, rstd and the partial sums.
 #include <stdio.h>
 #include <stdlib.h>
-#include "../../llmc/layernorm.cuh"
-#include "../../llmc/rmsnorm.cuh"
+#include "../../llmc/layers/layernorm.cuh"
+#include "../../llmc/layers/rmsnorm.cuh"
 #include "fill.cuh"
 #include "timing.cuh"
 

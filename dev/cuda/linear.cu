@@ -1,4 +1,4 @@
-// dev/cuda/linear.cu: the trainer's linear layers (llmc/linear.cuh) timed next to plain cuBLASLt GEMMs
+// dev/cuda/linear.cu: the trainer's linear layers (llmc/layers/linear.cuh) timed next to plain cuBLASLt GEMMs
 // of the same shapes and FLOPs: the price of what linear.cuh adds to the GEMMs (the bias in the forward
 // epilogue, the GELU backward in the dx epilogue, the bias gradient kernel). One transformer block's
 // four layers at GPT-2's shapes, N = B·T rows:
@@ -6,7 +6,7 @@
 // Columns: forward (ours: y = x·Wᵀ + b; plain: y = x·Wᵀ), backward (ours: dx, dW += dyᵀ·x, db; plain: the
 // two GEMMs dx = dy·W, dW += dyᵀ·x), TF/s over the layer's 2·N·IC·OC (fwd) and 4·N·IC·OC (bwd) FLOPs.
 // The layers' correctness is tested against the CPU reference by dev/test/test_layers.cu.
-// Only the fc layer's bias gradient is in its layer's backward here, as in the trainer (llmc/gpt.cuh):
+// Only the fc layer's bias gradient is in its layer's backward here, as in the trainer (llmc/model/gpt.cuh):
 // the LayerNorm backward adds up the attention and fc projections' (timed by dev/cuda/layernorm.cu),
 // the attention backward the QKV layer's (dev/cuda/attention.cu).
 // Then, at C = 768: the bias gradient in the dW GEMM's epilogue, which the trainer does not take
@@ -21,8 +21,8 @@
 #include <math.h>
 #include <string.h>
 #include <vector>
-#include "../../llmc/linear.cuh"
-#include "../../llmc/gelu.cuh"
+#include "../../llmc/layers/linear.cuh"
+#include "../../llmc/layers/gelu.cuh"
 #include "fill.cuh"
 #include "timing.cuh"
 
@@ -74,7 +74,7 @@ static std::vector<bf16> download(const bf16* d, size_t n) {
 }
 
 // fc forward, x (N, C) -> u (N, 4C) -> GELU(u): the GEMM with the bias, then the GELU kernel
-// (llmc/gelu.cuh; the trainer at -recompute 1), against one GEMM that stores u and GELU(u)
+// (llmc/layers/gelu.cuh; the trainer at -recompute 1), against one GEMM that stores u and GELU(u)
 // (linear_forward_gelu; the trainer at -recompute 0). Prints both times, whether the two u are
 // bitwise equal, how many GELU(u) differ and by how much at most (relative to max |GELU(u)|), and whether
 // two runs of the fused GEMM give the same bits.

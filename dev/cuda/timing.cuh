@@ -2,7 +2,7 @@
 // in ms, by CUDA events, after two warm-up runs (first-call allocations, cuBLASLt heuristics, clocks).
 #pragma once
 #include <algorithm>
-#include "../../llmc/cuda_common.cuh"
+#include "../../llmc/core/cuda_common.cuh"
 
 template <typename F>
 static float time_ms(F fn, cudaStream_t stream, int reps) {

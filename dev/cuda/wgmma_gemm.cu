@@ -1,15 +1,15 @@
-// dev/cuda/wgmma_gemm.cu: GEMMs built from llmc/sm90_wgmma.cuh, checked against cuBLASLt and timed next to it.
+// dev/cuda/wgmma_gemm.cu: GEMMs built from llmc/ptx/sm90_wgmma.cuh, checked against cuBLASLt and timed next to it.
 //   plain: D (M, N) fp32 = A (M, K) · B, B stored (N, K) (the LM head's logits GEMM, x · Wᵀ) or (K, N)
 //     ("MN-major" to the wgmmas): the main loop at its plainest, one tile per block, fp32 stored
 //     straight from the registers (hence the 1.38x at 8192 x 50304 below: 1.6 GB of stores). The main
-//     loop is what the head's forward and gradient kernels (llmc/fused_lce_sm90.cuh) share.
+//     loop is what the head's forward and gradient kernels (llmc/head/fused_lce_sm90.cuh) share.
 //   accumulating: dev/cuda/wgmma_gemm.cuh, D (+)= op(A) · op(B), persistent, the copy engine adding each
 //     tile into D: the head's dx and dW GEMMs, on their shapes (A row-major or stored (K, M)), one by one
 //     and as the head runs them, both in one launch (wg_gemm_run_pair).
 //
 //   build/dev/wgmma_gemm               check, then time on the head's block shapes and a large square
 //
-// Tiling (llmc/sm90_wgmma.cuh): a block of 384 threads owns a 128 x 256 tile of D; warpgroup 0 copies the
+// Tiling (llmc/ptx/sm90_wgmma.cuh): a block of 384 threads owns a 128 x 256 tile of D; warpgroup 0 copies the
 // operand tiles with TMA into a ring of 4 stages, warpgroups 1 and 2 multiply with m64n256k16 wgmmas
 // into fp32 registers. The plain kernel needs K % 64 == 0, N % 8 == 0.
 // Napkin: per stage 2·128·256·64 = 4.2 MFLOP against 48 KiB of copies: 85 FLOP/B, below the H200's
@@ -19,9 +19,9 @@
 #include <string.h>
 #include <math.h>
 #include <vector>
-#include "../../llmc/cuda_common.cuh"
-#include "../../llmc/matmul.cuh"
-#include "../../llmc/sm90_wgmma.cuh"
+#include "../../llmc/core/cuda_common.cuh"
+#include "../../llmc/layers/matmul.cuh"
+#include "../../llmc/ptx/sm90_wgmma.cuh"
 #include "wgmma_gemm.cuh"
 #include "wgmma_gemm_plan.h"
 #include "timing.cuh"
@@ -289,7 +289,7 @@ int main(void) {
         }
     ok &= check_acc(1, 264, 64, 0, 0, 0, &ctx);
     // the blocks' dx GEMMs (G (n, vb) · W_v (vb, C)) and dW GEMMs (Gᵀ (vb, n) · x_r (n, C)) at C = 768,
-    // 1600 and 4096 in the layouts the head takes (llmc/fused_lce_blocks_plan.h), and a large square
+    // 1600 and 4096 in the layouts the head takes (llmc/head/fused_lce_blocks_plan.h), and a large square
     const int blocks[][3] = {{5552, 768, 4096}, {4096, 768, 5632}, {4800, 1600, 3584}, {3696, 1600, 5632},
                              {2048, 4096, 4096}};
     for (int i = 0; i < 5; i++) {

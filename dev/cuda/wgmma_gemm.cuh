@@ -1,7 +1,7 @@
-// wgmma_gemm.cuh: an accumulating Hopper GEMM on the ring of llmc/sm90_wgmma.cuh,
+// wgmma_gemm.cuh: an accumulating Hopper GEMM on the ring of llmc/ptx/sm90_wgmma.cuh,
 //   D (M, N) fp32 (+)= op(A) (M, K) · op(B) (K, N),  bf16 operands, fp32 accumulators,
 // with the operands stored as matmul.cuh takes them: A (M, K) row-major, or (K, M) when trans_a; B (K,
-// N), or (N, K) when trans_b. It is the LM head's dx and dW GEMM (llmc/fused_lce_blocks.cuh):
+// N), or (N, K) when trans_b. It is the LM head's dx and dW GEMM (llmc/head/fused_lce_blocks.cuh):
 //   dx_r (n, C) (+)= G (n, vb) · W_v (vb, C)       A row-major, B (K, N): B is "MN-major" to the wgmmas
 //   dW_v (vb, C) += Gᵀ (vb, n) · x_r (n, C)        A stored (K, M) and B (K, N): both MN-major
 // in variant 6 of dev/cuda/fused_lce.cu (the blocks' GEMM hook, fused_lce_variants.cuh; variant 5 runs
@@ -11,7 +11,7 @@
 // order) and times it beside it.
 //
 // Why our own: a block's GEMMs are a few tens of microseconds each, thousands per training step, and
-// the head's layout (llmc/fused_lce_blocks_plan.h) can only fill the GPU's waves with tiles it can count. Ours
+// the head's layout (llmc/head/fused_lce_blocks_plan.h) can only fill the GPU's waves with tiles it can count. Ours
 // are tiles of 128 x BN (BN = 128, 192 or 256, the caller's choice), walked by a persistent grid of one
 // block per SM, so a launch of T tiles takes ceil(T / SMs) waves of K/64 steps, which the layout counts
 // exactly; and the choice of BN lets a GEMM fill its waves (C = 768: dW of a 4096-column vocab block is
@@ -25,8 +25,8 @@
 // K needs no multiple: the copies past K arrive as zeros, which add nothing. Needs 16-byte aligned
 // pointers and row strides (lda, ldb multiples of 8, ldd of 4) and an sm_90a build on Hopper.
 #pragma once
-#include "../../llmc/cuda_common.cuh"
-#include "../../llmc/sm90_wgmma.cuh"
+#include "../../llmc/core/cuda_common.cuh"
+#include "../../llmc/ptx/sm90_wgmma.cuh"
 
 #define WG_GEMM_PIECE_BYTES (64 * 32 * 4)
 #define WG_GEMM_SMEM (WG_COOP_SMEM + 1024 + 4 * WG_GEMM_PIECE_BYTES)  // + alignment, two pieces per consumer

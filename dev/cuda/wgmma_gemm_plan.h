@@ -1,8 +1,8 @@
 // wgmma_gemm_plan.h: the tile widths and the cost of the playground's own dx and dW GEMMs of an LM-head
 // block (wgmma_gemm.cuh, variant 6 of fused_lce.cu), in the units of the head's layout planner
-// (llmc/fused_lce_blocks_plan.h), in plain C so that the CPU tests check it (dev/test/test_fused_lce_plan.c).
+// (llmc/head/fused_lce_blocks_plan.h), in plain C so that the CPU tests check it (dev/test/test_fused_lce_plan.c).
 #pragma once
-#include "../../llmc/fused_lce_blocks_plan.h"
+#include "../../llmc/head/fused_lce_blocks_plan.h"
 
 // Our dx and dW GEMMs (wgmma_gemm.cuh) walk tiles of 128 x BN columns, BN = 128, 192 or 256, with a
 // persistent grid of one block per SM. A K-long tile costs, in the planner's units

@@ -7,14 +7,14 @@
 //                         inputs [:, :T] and the targets [:, 1:]
 //   dump_write_outputs    OUT_DIR (created) / outputs.safetensors: "logits" F32 (B, T, V), "loss" F32 (1,)
 // The gradients go to OUT_DIR/grads.safetensors through the family's Hugging Face export
-// (llmc/gpt_hf.h, llmc/llama_hf.h), so that their names and layouts are those of the exported weights.
+// (llmc/io/gpt_hf.h, llmc/io/llama_hf.h), so that their names and layouts are those of the exported weights.
 // Every error prints "error: WHAT: why" and exits non-zero.
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/checkpoint_dir.h"
-#include "../../llmc/hf_files.h"  // hf_make_dir, HF_ERR_LEN, safetensors
+#include "../../llmc/io/checkpoint_dir.h"
+#include "../../llmc/io/hf_files.h"  // hf_make_dir, HF_ERR_LEN, safetensors
 
 typedef struct {
     int B, T;

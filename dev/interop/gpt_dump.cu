@@ -8,13 +8,13 @@
 //              sampler computes them (bf16 lnf output · bf16 wteᵀ, fp32 accumulation), and "loss" F32
 //              (1,), the mean cross-entropy over all B·T targets from the fused head (what training
 //              reports); and grads.safetensors: the gradient of that loss for every parameter, fp32, under
-//              Hugging Face's names and layouts (llmc/gpt_hf.h), so that it compares name by name with
+//              Hugging Face's names and layouts (llmc/io/gpt_hf.h), so that it compares name by name with
 //              torch's .grad of the exported model.
 // The command line, the tokens and outputs.safetensors are dev/interop/dump.h's, shared with the
 // Llama-style twin dev/interop/llama_dump.cu. Needs a GPU. Build: make build/dev/gpt_dump.
-#include "../../llmc/gpt.cuh"
-#include "../../llmc/gpt_checkpoint.cuh"
-#include "../../llmc/gpt_hf.h"
+#include "../../llmc/model/gpt.cuh"
+#include "../../llmc/io/gpt_checkpoint.cuh"
+#include "../../llmc/io/gpt_hf.h"
 #include "dump.h"
 
 int main(int argc, char** argv) {

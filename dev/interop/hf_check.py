@@ -35,7 +35,7 @@ from those logits: errors average out to ~1e-3 or less. Gradients pass through a
 roundings in the backward (the residual gradient is bf16 too): test_gpt.cu and test_llama.cu check 5e-2
 against the CPU references. A wrong formula (the attention scale, the GELU, a transposed weight, a
 shifted target) is off by O(1) relative in some tensor. So is a wrong mapping of the Llama-style export
-(llmc/llama_hf.h): gate and up swapped computes silu(up)·gate, a different MLP; q, k or v cut at the
+(llmc/io/llama_hf.h): gate and up swapped computes silu(up)·gate, a different MLP; q, k or v cut at the
 wrong rows makes attention read keys as values; a q/k row permutation for the other RoPE convention
 (pairs 2i, 2i+1 instead of i, i + hs/2) rotates the pairs by other frequencies, which moves every
 attention score of a trained model. Each shows in the logits, and the gradients are compared name by
@@ -56,7 +56,7 @@ from checks import check, finish  # dev/interop/checks.py (this script's folder 
 
 def bf16_as_trained(t):
     """t rounded to bf16 as train_gpt derives its parameters from its fp32 master weights
-    (llmc/master_split.h): to nearest with ties away from zero (torch's .to(bfloat16) takes ties to
+    (llmc/optim/master_split.h): to nearest with ties away from zero (torch's .to(bfloat16) takes ties to
     even), on the bit patterns; as fp32. For finite values."""
     u = t.detach().float().contiguous().view(torch.int32)
     b = ((u & 0x7FFFFFFF) + 0x8000) & -65536

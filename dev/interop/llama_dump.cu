@@ -12,14 +12,14 @@
 //              fused head (what training reports); and grads.safetensors: the gradient of that loss for
 //              every parameter, fp32, under LlamaForCausalLM's names and layouts, cut from our stacked
 //              wqkv and w_gateup by the very function that writes the exported weights
-//              (llama_hf_write_safetensors, llmc/llama_hf.h), so that it compares name by name with
+//              (llama_hf_write_safetensors, llmc/io/llama_hf.h), so that it compares name by name with
 //              torch's .grad of the exported model. The export permutes no rows (RoPE is rotate_half on
 //              both sides), so neither do the gradients; the padded vocabulary rows are dropped.
 // The command line, the tokens and outputs.safetensors are dev/interop/dump.h's, shared with gpt_dump.cu.
 // Needs a GPU. Build: make build/dev/llama_dump.
-#include "../../llmc/llama.cuh"
-#include "../../llmc/llama_checkpoint.cuh"
-#include "../../llmc/llama_hf.h"
+#include "../../llmc/model/llama.cuh"
+#include "../../llmc/io/llama_checkpoint.cuh"
+#include "../../llmc/io/llama_hf.h"
 #include "dump.h"
 
 int main(int argc, char** argv) {

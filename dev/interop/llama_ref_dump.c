@@ -1,5 +1,5 @@
 // llama_ref_dump.c: the CPU reference of the Llama-style model (dev/ref/llama_ref.h, in double) on a
-// small random model, exported to Hugging Face's layout with llmc/llama_hf.h, and its logits and loss
+// small random model, exported to Hugging Face's layout with llmc/io/llama_hf.h, and its logits and loss
 // on random tokens: what dev/interop/llama_check.py compares with transformers' LlamaForCausalLM, an
 // implementation this project did not write (doc/interop.md).
 //   build/dev/llama_ref_dump DIR
@@ -8,7 +8,7 @@
 // DIR/loss.txt (the mean cross-entropy, %.17g).
 //   build/dev/llama_ref_dump DIR --init HF_DIR
 // the import's side: the model of HF_DIR (a LlamaForCausalLM of the sizes below, e.g. transformers'
-// save_pretrained) read by llmc/llama_hf_import.h, its loss on DIR/tokens.bin to DIR/loss_init.txt.
+// save_pretrained) read by llmc/io/llama_hf_import.h, its loss on DIR/tokens.bin to DIR/loss_init.txt.
 // The model: V = 997 padded to 1024, L = 2, C = 128, NH = 4, NKV = 2 (grouped-query), hs = 32, F = 344,
 // θ = 5e5, eps 1e-5; B = 2, T = 33. The weights are the reference's init scaled so that the layers do
 // something measurable (matrices N(0, 0.2) before scaling by the init's depth factor, norm weights
@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/llama_hf.h"
-#include "../../llmc/llama_hf_import.h"
+#include "../../llmc/io/llama_hf.h"
+#include "../../llmc/io/llama_hf_import.h"
 #include "../ref/llama_ref.h"
 
 #define B_ 2
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     llama_ref_model m;
     llama_ref_build(&m, &rc, B_, T_);
     if (m.num_params != llama_num_params(&c)) {
-        fprintf(stderr, "error: the reference has %zu parameters, llmc/llama_config.h counts %zu\n", m.num_params,
+        fprintf(stderr, "error: the reference has %zu parameters, llmc/model/llama_config.h counts %zu\n", m.num_params,
                 llama_num_params(&c));
         return 1;
     }

@@ -14,7 +14,7 @@
 #define GPT_REF_DOUBLE
 #include "gpt_ref_layers.h"
 #include "llama_ref_layers.h"
-#include "../../llmc/cuda_common.cuh"
+#include "../../llmc/core/cuda_common.cuh"
 
 // One implementation under test: self carries any scratch it needs. C = NH·hs; qkv is (B, T, C + 2·NKV·hs),
 // which a forward with RoPE rotates in place (its q and k heads), as the model's does.

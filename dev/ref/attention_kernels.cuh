@@ -3,7 +3,7 @@
 // (llmc/flash_attention_sm90{,_backward}.cuh; call only where flash_sm90_available()). Shared by
 // dev/test/test_attention{,_gqa}.cu and dev/cuda/attention.cu.
 #pragma once
-#include "../../llmc/flash_attention_sm90_backward.cuh"  // and the forward
+#include "../../llmc/attention/flash_attention_sm90_backward.cuh"  // and the forward
 #include "attention_check.cuh"
 
 static void att_flash_forward(void*, bf16* out, float* lse, bf16* qkv, int B, int T, int C, int NH, int NKV,

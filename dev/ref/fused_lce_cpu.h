@@ -8,7 +8,7 @@
 // tile in fp32 (a partial dot product per BK slice of C added to the accumulator, as an MMA k-step adds
 // into its fp32 accumulator); soft-cap; fold the tile into a running max m and sum s of exp(s_j − m) per
 // row (lazy: as the wgmma forward, a full tile without soft-capping is summed relative to the running m
-// without its own max, which is taken only when that sum passes 2^64; llmc/fused_lce_sm90.cuh); pick
+// without its own max, which is taken only when that sum passes 2^64; llmc/head/fused_lce_sm90.cuh); pick
 // up the target logit when the target falls in the tile; sum s_j for label smoothing. Only
 // lse = m + log s and the row loss leave the block: the (N, V) logits never exist, nor does a row of them.
 // Backward (recompute form), per (row block, vocab tile) in a fixed order: recompute the logit tile,
@@ -16,12 +16,12 @@
 // dx_block += G · W_tile and dW_tile += Gᵀ · x_block in fp32.
 // Columns j >= V are masked (logit -inf, gradient 0); rows of W >= Vp and rows of x >= N read as zeros,
 // like the GPU's zero-filled out-of-range loads. With BM = nb rows and BN = vb columns this is also the
-// algorithm of the two-dimensional blocks (llmc/fused_lce_blocks.cuh), whose GEMMs take all of C at once.
+// algorithm of the two-dimensional blocks (llmc/head/fused_lce_blocks.cuh), whose GEMMs take all of C at once.
 #pragma once
 #include <math.h>
 #include <string.h>
-#include "../../llmc/check.h"
-#include "../../llmc/fused_lce_options.h"
+#include "../../llmc/core/check.h"
+#include "../../llmc/head/fused_lce_options.h"
 #include "fused_lce_ref.h"  // bf16_round, flce_ref_row_counts
 
 // The (BM, BN) fp32 logit tile of rows r0.. and vocab columns j0.. (before any cap or mask).

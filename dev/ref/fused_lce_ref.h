@@ -1,4 +1,4 @@
-// fused_lce_ref.h: the CPU fp64 reference of the fused linear cross-entropy (llmc/fused_lce.cuh), and the
+// fused_lce_ref.h: the CPU fp64 reference of the fused linear cross-entropy (llmc/head/fused_lce.cuh), and the
 // helpers that its tests share: bf16 rounding, seeded random numbers, error statistics against the
 // reference. Header-only host code that compiles as C11 (gcc) and as CUDA C++17 (nvcc).
 //
@@ -28,9 +28,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include "../../llmc/check.h"
-#include "../../llmc/fused_lce_options.h"  // FlceOptions, flce_options_default()
-#include "../../llmc/rand.h"               // rand_uniform, rand_normal (splitmix64)
+#include "../../llmc/core/check.h"
+#include "../../llmc/head/fused_lce_options.h"  // FlceOptions, flce_options_default()
+#include "../../llmc/core/rand.h"               // rand_uniform, rand_normal (splitmix64)
 
 // --- bf16 and random numbers for test data ------------------------------------------------------
 

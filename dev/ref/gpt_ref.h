@@ -28,8 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/check.h"
-#include "../../llmc/rand.h"
+#include "../../llmc/core/check.h"
+#include "../../llmc/core/rand.h"
 #include "gpt_ref_layers.h" // gpt_real and the layers
 
 typedef struct {
@@ -185,7 +185,7 @@ static inline size_t gpt_ref_point_bwd(gpt_ref_bwd* g, gpt_real* base, const gpt
     return gpt_ref_carve(ptrs, sizes, 6, base);
 }
 
-// Random numbers: splitmix64 and Box-Muller from llmc/rand.h, shared with the CUDA model's init.
+// Random numbers: splitmix64 and Box-Muller from llmc/core/rand.h, shared with the CUDA model's init.
 
 // --- the model ---------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include "../../llmc/check.h"
+#include "../../llmc/core/check.h"
 
 #ifdef GPT_REF_DOUBLE
 typedef double gpt_real;

@@ -36,8 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/check.h"
-#include "../../llmc/rand.h"
+#include "../../llmc/core/check.h"
+#include "../../llmc/core/rand.h"
 #include "llama_ref_layers.h" // gpt_real, the layers, and through it gpt_ref_layers.h
 
 typedef struct {

@@ -5,8 +5,8 @@
 #pragma once
 #include <stdint.h>
 #include <stdlib.h>
-#include "../../llmc/check.h"
-#include "../../llmc/rand.h"
+#include "../../llmc/core/check.h"
+#include "../../llmc/core/rand.h"
 #include "gpt_ref_layers.h" // gpt_real
 
 // Float values are exact in both builds: after this the float and the double build evaluate exactly

@@ -1,4 +1,4 @@
-// comm_local.cuh: a test double of the communicator (llmc/comm.cuh): N ranks as N threads of one
+// comm_local.cuh: a test double of the communicator (llmc/dist/comm.cuh): N ranks as N threads of one
 // process, all on one GPU, each with its own stream, model and buffers. It gives the data-parallel code
 // (ZeRO-1's reduce-scatter, the norm's stats, the parameter all-gather, collective checkpoints) N real
 // ranks to run against without N GPUs or NCCL.
@@ -12,7 +12,7 @@
 //   thread r:     Comm c;  comm_local(&c, &g, r);  gpt_build_dist(&m, ..., &c);  ...
 #pragma once
 #include <pthread.h>
-#include "../../llmc/comm.cuh"
+#include "../../llmc/dist/comm.cuh"
 
 #define COMM_LOCAL_MAX 8
 

@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include "../../llmc/optim.cuh"
+#include "../../llmc/optim/optim.cuh"
 #include "comm_local.cuh"
 #include "testing.h"
 

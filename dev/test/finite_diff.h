@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "../../llmc/rand.h"
+#include "../../llmc/core/rand.h"
 #include "testing.h"
 
 // Central differences, h = 1e-5, as in test_gpt_ref.c: truncation h^2/6 f''' ~ 1e-11, and round-off

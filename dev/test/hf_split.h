@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/hf_files.h"
-#include "../../llmc/hf_weights.h"
+#include "../../llmc/io/hf_files.h"
+#include "../../llmc/io/hf_weights.h"
 
 static inline int hf_split_model(const char* from, const char* to, int parts, char* err, size_t errlen) {
     char path[1024], copy[1024], name[64];

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "../../llmc/cuda_common.cuh"
+#include "../../llmc/core/cuda_common.cuh"
 #include "testing.h"
 
 static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }

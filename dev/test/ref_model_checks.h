@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "../../llmc/rand.h"
+#include "../../llmc/core/rand.h"
 #include "testing.h"
 
 // n random ids in [0, V) for inputs and targets, drawn alternately from seed.

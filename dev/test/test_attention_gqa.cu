@@ -1,7 +1,7 @@
 // test_attention_gqa.cu: GPU test of grouped-query attention (NKV key/value heads shared by NH query
 // heads; qkv (B, T, (NH + 2·NKV)·hs)) in the flash kernels (llmc/flash_attention{,_backward}.cuh; on an
 // sm_90 GPU in an sm_90a build also llmc/flash_attention_sm90{,_backward}.cuh, check 1) and the simple ones
-// (llmc/attention_simple.cuh, through the layer's dispatcher llmc/attention.cuh).
+// (llmc/attention/attention_simple.cuh, through the layer's dispatcher llmc/attention/attention.cuh).
 //   1. Against the CPU fp64 reference (dev/ref/llama_ref_layers.h; NKV == NH: gpt_ref_layers.h, through
 //      dev/ref/attention_check.cuh): forward out and lse, backward dq, dk, dv, at every combination of
 //      NH ∈ {4, 8}, NKV ∈ {1, 2, NH}, hs ∈ {64, 128}, T ∈ {1, 63, 64, 65, 200}, B ∈ {1, 2} (flash), and
@@ -32,7 +32,7 @@
 //      not zero there (the rotation tells keys apart), and their bound is the same.
 // A failed check prints the case and the error; the last line is `test_attention_gqa: N passed, M failed`.
 #include <vector>
-#include "../../llmc/attention.cuh"
+#include "../../llmc/attention/attention.cuh"
 #include "../ref/attention_kernels.cuh"
 #include "gpu_testing.cuh"
 #include "testing.h"

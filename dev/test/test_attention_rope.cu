@@ -1,10 +1,10 @@
-// test_attention_rope.cu: GPU test of RoPE in attention (llmc/rope.cuh's table), in each family of kernels:
+// test_attention_rope.cu: GPU test of RoPE in attention (llmc/layers/rope.cuh's table), in each family of kernels:
 //   mma.sync (llmc/flash_attention{,_backward}.cuh): fused, a pass rotates the k heads, the forward kernel
 //            rotates each query tile as it loads it and writes it back, the backward kernels rotate dq
 //            and dk back before writing them;
 //   sm90     (llmc/flash_attention_sm90{,_backward}.cuh, on an sm_90 GPU in an sm_90a build): a pass rotates q and k,
 //            the backward kernels rotate dq and dk back;
-//   layer    (llmc/attention.cuh at hs = 32 and 96: the simple kernels) a pass on each side.
+//   layer    (llmc/attention/attention.cuh at hs = 32 and 96: the simple kernels) a pass on each side.
 //   1. Against the CPU fp64 reference (dev/ref/attention_check.cuh's att_check_rope: the reference
 //      rotates q and k with dev/ref/llama_ref_layers.h's RoPE in double, runs attention, and rotates the
 //      gradients back): out, lse, dq, dk, dv at hs ∈ {64, 128}, (NH, NKV) ∈ {(4, 1), (4, 2), (4, 4),
@@ -16,18 +16,18 @@
 //      stores them. A wrong position, pair or sign in any of the places that rotate gives O(1) errors.
 //   2. Against the unfused path of the same kernels (rope_forward over qkv in place, the kernels without
 //      RoPE, then rope_backward over dqkv): qkv after the forward (the rotated q and k the backward
-//      reads), out and lse bitwise equal (the same rotation, llmc/rope.cuh's rope_rotate8, on the same values, then
+//      reads), out and lse bitwise equal (the same rotation, llmc/layers/rope.cuh's rope_rotate8, on the same values, then
 //      the same kernel arithmetic), dv bitwise equal (it does not go through a rotation), dq and dk
 //      within relative L2 1e-2 of each other (the unfused path rounds them to bf16 once more, before
 //      rotating them back: ~1e-3 expected).
 //   3. Determinism: every backward runs twice and must be bitwise identical.
 // A failed check prints the case and the error; the last line is `test_attention_rope: N passed, M failed`.
-#include "../../llmc/attention.cuh"
+#include "../../llmc/attention/attention.cuh"
 #include "../ref/attention_check.cuh"
 #include "gpu_testing.cuh"
 #include "testing.h"
 
-// The kernels under test: the mma.sync flash kernels (RoPE fused as llmc/flash_attention.cuh says), the
+// The kernels under test: the mma.sync flash kernels (RoPE fused as llmc/attention/flash_attention.cuh says), the
 // sm_90a ones (llmc/flash_attention_sm90{,_backward}.cuh: q and k rotated by the pass, dq and dk rotated back in the
 // backward's registers), or whatever the layer picks (the simple kernels at other head sizes).
 enum { IMPL_LAYER, IMPL_MMA, IMPL_SM90 };

@@ -1,5 +1,5 @@
-// test_checkpoint.c: CPU tests of the checkpoint format and directory (llmc/checkpoint.h,
-// llmc/checkpoint_dir.h), with small fake tensors in a temporary directory.
+// test_checkpoint.c: CPU tests of the checkpoint format and directory (llmc/io/checkpoint.h,
+// llmc/io/checkpoint_dir.h), with small fake tensors in a temporary directory.
 // Checks: write/read round trip of every header field, the settings text and the tensors (bitwise);
 // the file size is what the format says; nothing appears under the final name before the writer closes;
 // a crashed write (abandoned before close) leaves the previous checkpoint and `latest` intact; `latest`
@@ -26,8 +26,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "../../llmc/checkpoint.h"
-#include "../../llmc/checkpoint_dir.h"
+#include "../../llmc/io/checkpoint.h"
+#include "../../llmc/io/checkpoint_dir.h"
 #include "testing.h"
 
 #define P_ 1000  // parameters of the fake model

@@ -1,4 +1,4 @@
-// test_dataloader.c: CPU tests of the shard format (llmc/shard.h) and the data loader (llmc/dataloader.h).
+// test_dataloader.c: CPU tests of the shard format (llmc/data/shard.h) and the data loader (llmc/data/dataloader.h).
 // Writes its own small shards into a temporary directory. Token values are chosen so that every token
 // is unique: shard s holds base[s], base[s]+1, ... with bases far apart, so the first token of a batch
 // row names its window, and a row that crosses a shard or starts off the stride T is caught.
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/dataloader.h"
+#include "../../llmc/data/dataloader.h"
 #include "testing.h"
 
 #define B_ 3

@@ -1,4 +1,4 @@
-// test_dist.cu: data-parallel training (ZeRO-1, llmc/zero.cuh) with N ranks as threads of one process
+// test_dist.cu: data-parallel training (ZeRO-1, llmc/optim/zero.cuh) with N ranks as threads of one process
 // on one GPU, through the communicator's test double (dev/test/comm_local.cuh; the jobs and their ranks:
 // dev/test/dist_harness.cuh). Small GPT: L=2, C=128, NH=2, V=50257 padded to 50304, B=4, T=64 per rank.
 //   ./build/test_dist        (needs a GPU; ~1 minute)
@@ -16,14 +16,14 @@
 //      byte-identical, and the reverse; a run resumed at the same N is bitwise the uninterrupted one;
 //      resumed at the other N it continues within the tolerance of check 1 (dist_harness.cuh states it)
 // The batches of a step: global batch g = (step · A + k) · N + rank for micro-step k of A, as the data
-// loader deals them (llmc/dataloader.h), so every configuration of the same N·A sees the same data.
+// loader deals them (llmc/data/dataloader.h), so every configuration of the same N·A sees the same data.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/gpt.cuh"
-#include "../../llmc/gpt_checkpoint.cuh"
+#include "../../llmc/model/gpt.cuh"
+#include "../../llmc/io/gpt_checkpoint.cuh"
 #include "dist_harness.cuh"
 #include "gpu_testing.cuh"
 #include "testing.h"
@@ -143,7 +143,7 @@ static void test_data_parallel(size_t n, const float* init) {
 // the magnitude of the terms that made them (the GPU's fast-math division and square root and its fused
 // multiply-adds round differently, by an ulp or so of the terms; where m or w comes out near zero from
 // terms ~1e-3 apart, that is thousands of ulps of the result, so ulps of the result do not measure it;
-// a lost or misplaced remainder of the split master weights, llmc/master_split.h, is up to 2^15 ulps
+// a lost or misplaced remainder of the split master weights, llmc/optim/master_split.h, is up to 2^15 ulps
 // of w, half a bf16 ulp), and its bf16 parameters must be the split's high halves of its master weights.
 #define SHARD_LR 1e-3f
 #define SHARD_WD 0.1f
@@ -162,7 +162,7 @@ typedef struct {
 #define SHARD_STEPS 2
 static const float shard_beta1 = 0.9f, shard_beta2 = 0.95f, shard_eps = 1e-8f;
 
-// AdamW as llmc/adamw.cuh states it, in fp32 on the host: w, m, v (n) updated in place for gradient g
+// AdamW as llmc/optim/adamw.cuh states it, in fp32 on the host: w, m, v (n) updated in place for gradient g
 // at step t; sw and sm (n) the running largest magnitude of the terms that made w and m (the rounding
 // errors of a sum are ulps of its terms, not of its result)
 static void host_adamw(float* w, float* m, float* v, const float* g, const unsigned char* decay, size_t n, int t,

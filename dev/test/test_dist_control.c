@@ -1,4 +1,4 @@
-// test_dist_control.c: CPU tests of the control channel (llmc/dist_control.h, dist_rendezvous.h,
+// test_dist_control.c: CPU tests of the control channel (llmc/dist/dist_control.h, dist_rendezvous.h,
 // dist_report.h) with real processes: every rank is a forked child whose stderr goes to a file, checked
 // after it exits. Ports are the kernel's free picks (port 0), files live in a mkdtemp directory.
 // Checks:
@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "../../llmc/dist_control.h"
+#include "../../llmc/dist/dist_control.h"
 #include "testing.h"
 
 #define MAX_RANKS 8

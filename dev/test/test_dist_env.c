@@ -1,4 +1,4 @@
-// test_dist_env.c: CPU tests of rank detection from the environment (llmc/dist_env.h).
+// test_dist_env.c: CPU tests of rank detection from the environment (llmc/dist/dist_env.h).
 // Checks: nothing set is rank 0 of 1 ("none"); each flavour (torchrun, Open MPI, PMI with either local
 // rank variable, Slurm with and without a plain per-node count) gives its rank, world, local rank and
 // local world; the precedence torchrun > Open MPI > PMI > Slurm when several are set; Slurm's batch
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/dist_env.h"
+#include "../../llmc/dist/dist_env.h"
 #include "testing.h"
 
 // every variable dist_env.h reads, unset before each case

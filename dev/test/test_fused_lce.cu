@@ -1,4 +1,4 @@
-// test_fused_lce.cu: GPU test of the LM head API (llmc/fused_lce.cuh) against the CPU fp64 reference:
+// test_fused_lce.cu: GPU test of the LM head API (llmc/head/fused_lce.cuh) against the CPU fp64 reference:
 // every entry point (training, loss only, recomputing backward with per-row upstream gradients), each
 // feature (ignore_index, z-loss, soft-capping, label smoothing), each path (chunks, several per call;
 // blocks, several row and vocab blocks, and their default widths; unfused; auto's choice), the Hopper
@@ -7,7 +7,7 @@
 // determinism, bad targets flagged, and bad configurations refused with an error exit.
 #include <sys/wait.h>
 #include <unistd.h>
-#include "../../llmc/fused_lce.cuh"
+#include "../../llmc/head/fused_lce.cuh"
 #include "../cuda/fused_lce_variants.cuh"
 #include "../ref/fused_lce_check.cuh"
 #include "testing.h"
@@ -182,7 +182,7 @@ static void check_default_width(const GpuContext* ctx) {
 
 // Logits that grow along the vocabulary: the wgmma forward sums a tile relative to the row's running
 // max without taking the tile's own, and takes it only when the sum passes 2^64 (a logit ~44 above;
-// llmc/fused_lce_sm90.cuh). W's rows from 1024 on scaled by 3 (logits up to ~30 above the first
+// llmc/head/fused_lce_sm90.cuh). W's rows from 1024 on scaled by 3 (logits up to ~30 above the first
 // tiles': summed relative to a stale max) and by 16 (~150 above: the tile summed again, some sums inf
 // first); training and loss only through the blocks, against the reference.
 static void check_growing_logits(const GpuContext* ctx) {

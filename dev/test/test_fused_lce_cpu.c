@@ -159,7 +159,7 @@ static const FlceTolerance TOL = {1e-5, 1e-5, 8e-3, 8e-3};
 #define TOL_MODEL 1e-3
 
 typedef struct { int BM, BN, BK; } Blocking;
-// the last: variant 5's shape of blocking (llmc/fused_lce_blocks.cuh), row blocks much taller than a tile
+// the last: variant 5's shape of blocking (llmc/head/fused_lce_blocks.cuh), row blocks much taller than a tile
 // and vocab blocks of several hundred columns, the last one partial
 static const Blocking BLOCKINGS[] = {{64, 128, 32}, {128, 256, 64}, {16, 32, 16}, {96, 400, 64}};
 #define NUM_BLOCKINGS ((int)(sizeof(BLOCKINGS) / sizeof(BLOCKINGS[0])))

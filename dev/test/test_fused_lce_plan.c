@@ -1,4 +1,4 @@
-// test_fused_lce_plan.c: the blocks' layout (llmc/fused_lce_blocks_plan.h) over a grid of shapes, budgets and
+// test_fused_lce_plan.c: the blocks' layout (llmc/head/fused_lce_blocks_plan.h) over a grid of shapes, budgets and
 // vocab-block limits: it never takes more than the budget, its blocks have the sizes the kernels need
 // (rows a multiple of 16; columns of 16, or of whole tiles with wgmma; no wider than vb_max rounded up
 // to a tile), it refuses a budget that holds fewer than 16 rows, and with wgmma it costs no more than
@@ -75,7 +75,7 @@ int main(void) {
                     for (int e = 0; e < 5; e++)
                         for (int w = 0; w < 2; w++) check_plan(budgets[e], Ns[a], Cs[b], Vs[c], vb_maxes[d], w);
 
-    // quoted in llmc/fused_lce_blocks_plan.h: the trainer's d12 head (65536 x 768 x 50257, ~63 MiB left for it)
+    // quoted in llmc/head/fused_lce_blocks_plan.h: the trainer's d12 head (65536 x 768 x 50257, ~63 MiB left for it)
     size_t budget = ((size_t)64 << 20) - (2 * 65536 + 3 * 4 * (128 * 132 + 65536)) * 4;
     FlceBlockPlan p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, NULL, NULL);
     EXPECT(p.vb == 3584 && p.nb == 6016, "65536 x 768: %d rows x %d columns, expected 6016 x 3584", p.nb, p.vb);

@@ -1,5 +1,5 @@
 // test_fuzz_readers.c: random corruption of a token shard and of a checkpoint, fed to their readers in
-// this process (llmc/shard.h with the data loader on top, llmc/checkpoint.h): every input must be
+// this process (llmc/data/shard.h with the data loader on top, llmc/io/checkpoint.h): every input must be
 // accepted as valid or refused with a message naming the file; nothing may crash, hang or exit (make
 // test also runs this under AddressSanitizer and UndefinedBehaviorSanitizer, build/asan/).
 // Fixed seed, a fixed number of inputs per reader, and a time bound: a slow machine checks fewer.
@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "../../llmc/checkpoint.h"
-#include "../../llmc/dataloader.h"
+#include "../../llmc/io/checkpoint.h"
+#include "../../llmc/data/dataloader.h"
 #include "testing.h"
 
 #define ROUNDS 1500        // inputs per reader

@@ -1,5 +1,5 @@
 // test_gpt_hf.c: CPU tests of the export to and the import from Hugging Face's GPT-2 layout
-// (llmc/gpt_hf.h, llmc/gpt_hf_import.h), on a synthetic checkpoint (L=2, C=16, NH=2, V=50257 padded to
+// (llmc/io/gpt_hf.h, llmc/io/gpt_hf_import.h), on a synthetic checkpoint (L=2, C=16, NH=2, V=50257 padded to
 // 50304, context 32) in a temporary directory. Every parameter has its own value, so a misplaced element
 // shows.
 // Checks:
@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/gpt_hf_import.h"
-#include "../../llmc/hf_checkpoint.h"
+#include "../../llmc/io/gpt_hf_import.h"
+#include "../../llmc/io/hf_checkpoint.h"
 #include "hf_split.h"
 #include "testing.h"
 
@@ -347,7 +347,7 @@ int main(void) {
            diff < n ? v[diff] : 0.0f);
     check_config(out, &c);
     check_layout(out, &c, v);
-    // the export split into 3 files and an index (llmc/hf_weights.h), as save_pretrained splits a large
+    // the export split into 3 files and an index (llmc/io/hf_weights.h), as save_pretrained splits a large
     // model: the same values
     char split[300];
     snprintf(split, sizeof(split), "%s/split", dir);

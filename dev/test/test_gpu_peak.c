@@ -1,10 +1,10 @@
-// test_gpu_peak.c: the MFU's denominator (llmc/gpu_peak.h), on the CPU, for the names the CUDA driver
+// test_gpu_peak.c: the MFU's denominator (llmc/core/gpu_peak.h), on the CPU, for the names the CUDA driver
 // gives these GPUs: each variant of the H100 gets its own datasheet figure (the PCIe and NVL cards are
 // not the SXM one, so their entries must win over the plain "H100"), the H200 and GH200 the SXM
 // figure, the A100 its own; a GPU not in the table gets 0 from the names, and the clock-based
 // estimate for Ampere and Hopper (132 SMs at 1.98 GHz: 1070 TFLOP/s), 0 for other architectures.
 #include <math.h>
-#include "../../llmc/gpu_peak.h"
+#include "../../llmc/core/gpu_peak.h"
 #include "testing.h"
 
 int main(void) {

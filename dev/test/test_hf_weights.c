@@ -1,4 +1,4 @@
-// test_hf_weights.c: CPU tests of llmc/hf_weights.h, the weights of a Hugging Face model in one safetensors
+// test_hf_weights.c: CPU tests of llmc/io/hf_weights.h, the weights of a Hugging Face model in one safetensors
 // file or split into several with an index, on files in a temporary directory. Checks: a split model read
 // through its directory (also named with trailing slashes) and through its index's path (every tensor found
 // and read from the file that holds it, values exact; a name no file has not found); a directory with
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/hf_weights.h"
+#include "../../llmc/io/hf_weights.h"
 #include "testing.h"
 
 static char root[256];

@@ -1,4 +1,4 @@
-// test_launcher.c: CPU tests of `-gpus N` (llmc/launcher.h). The test launches itself: with RANK and
+// test_launcher.c: CPU tests of `-gpus N` (llmc/dist/launcher.h). The test launches itself: with RANK and
 // TEST_LAUNCH_DIR set it is a rank (it writes what it saw to TEST_LAUNCH_DIR and does what
 // TEST_LAUNCH_MODE says), otherwise it runs launch_local in a forked launcher whose stderr goes to a file.
 // Checks:
@@ -13,7 +13,7 @@
 //   reported ("killed by signal 10 (SIGUSR1)"), and the others are not killed;
 //   SIGTERM and SIGINT to the launcher reach every rank as SIGTERM (each exits 0 after it: return 0);
 //   the launcher SIGKILLed: every rank gets SIGTERM (PR_SET_PDEATHSIG);
-//   with the control channel (llmc/dist_control.h) in the ranks: they find each other from the
+//   with the control channel (llmc/dist/dist_control.h) in the ranks: they find each other from the
 //   launcher's variables; one rank failing makes the others exit with its message well within the
 //   grace period (nobody is SIGKILLed), and the launcher returns 1;
 //   bad arguments (N < 1, no N after -gpus) are refused with a message.
@@ -27,8 +27,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "../../llmc/dist_control.h"
-#include "../../llmc/launcher.h"
+#include "../../llmc/dist/dist_control.h"
+#include "../../llmc/dist/launcher.h"
 #include "testing.h"
 
 static char tmp_dir[256];

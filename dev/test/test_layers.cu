@@ -1,4 +1,4 @@
-// test_layers.cu: GPU test of the row and column kernels of llmc/layernorm.cuh and llmc/linear.cuh
+// test_layers.cu: GPU test of the row and column kernels of llmc/layers/layernorm.cuh and llmc/layers/linear.cuh
 // against the fp64 CPU reference (dev/ref/gpt_ref_layers.h), at widths the model does not reach in
 // test_gpt (C = 8 .. 2048, partial lane groups, N not a multiple of the 8 rows of a block, N = 1):
 //   layernorm_forward: out, mean, rstd (and the residual form: r = bf16(a + b) stored, out);
@@ -10,14 +10,14 @@
 // fp64 (tolerance 1e-4 relative, 1e-5 absolute for the row means: far above fp32's ~1e-6 here and far
 // below any indexing mistake, which gives O(1)).
 // The backward runs twice on the same inputs and must give identical bits. With -gemm_tune's tuned GEMMs
-// (llmc/matmul.cuh) the layer must give the untuned bits, and the tuning rule is checked on its own.
+// (llmc/layers/matmul.cuh) the layer must give the untuned bits, and the tuning rule is checked on its own.
 #define GPT_REF_DOUBLE
 #include <stdlib.h>
 #include <math.h>
 #include <vector>
 #include "../ref/gpt_ref_layers.h"
-#include "../../llmc/layernorm.cuh"
-#include "../../llmc/linear.cuh"
+#include "../../llmc/layers/layernorm.cuh"
+#include "../../llmc/layers/linear.cuh"
 #include "gpu_testing.cuh"
 #include "testing.h"
 
@@ -89,7 +89,7 @@ static int same_bits(const void* a, const void* b, size_t bytes) {
 }
 
 // with_sum: the backward also adds the column sums of the dinp it writes into ds (the bias gradient of
-// the layer below, llmc/gpt.cuh); both runs do, and the repeat must match bitwise, ds included.
+// the layer below, llmc/model/gpt.cuh); both runs do, and the repeat must match bitwise, ds included.
 static void test_layernorm(int N, int C, int with_sum, float* scratch, const GpuContext* ctx) {
     cudaStream_t st = ctx->stream;
     std::vector<double> x, w, b, dout, dinp0, dw0, db0, ds0;
@@ -201,7 +201,7 @@ static void test_linear_backward(int N, int IC, int OC, int gelu, float* scratch
     cuda_check(cudaFree(d_dW)); cuda_check(cudaFree(d_db)); cuda_check(cudaFree(d_dx));
 }
 
-// -gemm_tune (llmc/matmul.cuh): the rule takes the fastest candidate whose result hash is the first's
+// -gemm_tune (llmc/layers/matmul.cuh): the rule takes the fastest candidate whose result hash is the first's
 static void test_tune_pick(void) {
     unsigned long long h1[] = {5, 5, 7, 5};
     float t1[] = {1.0f, 0.9f, 0.5f, 0.95f};

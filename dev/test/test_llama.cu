@@ -1,4 +1,4 @@
-// test_llama.cu: the CUDA Llama-style model (llmc/llama.cuh) against the CPU reference
+// test_llama.cu: the CUDA Llama-style model (llmc/model/llama.cuh) against the CPU reference
 // (dev/ref/llama_ref.h, float build), on a small model with o200k_base's vocabulary: L=2, C=256, NH=4,
 // NKV=2 (hs 64: the flash kernels; two kv heads, each shared by two query heads), F=680 (a multiple of 8,
 // not of 64), V=200019 padded to 200064, B=4, T=80 (not a multiple of the attention tile).
@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/llama.cuh"
-#include "../../llmc/llama_checkpoint.cuh"
-#include "../../llmc/checkpoint_dir.h"
+#include "../../llmc/model/llama.cuh"
+#include "../../llmc/io/llama_checkpoint.cuh"
+#include "../../llmc/io/checkpoint_dir.h"
 #include "../ref/llama_ref.h"
 #include "gpu_testing.cuh"
 #include "model_testing.cuh"

@@ -1,4 +1,4 @@
-// test_llama_dist.cu: the Llama-style model (llmc/llama.cuh) trained data-parallel (ZeRO-1) by N ranks
+// test_llama_dist.cu: the Llama-style model (llmc/model/llama.cuh) trained data-parallel (ZeRO-1) by N ranks
 // as threads of one process on one GPU, through the communicator's test double
 // (dev/test/comm_local.cuh), in the harness that dev/test/test_dist.cu uses for GPT-2
 // (dev/test/dist_harness.cuh). The model of test_llama.cu: L=2, C=256, NH=4, NKV=2, F=680, V=200019
@@ -11,13 +11,13 @@
 //   2. checkpoints hold the whole state: one written at N=2, loaded at N=1 and written again is
 //      byte-identical; a run resumed from it at N=2 is bitwise the uninterrupted N=2 run
 // The batches of a step: global batch g = (step · A + k) · N + rank for micro-step k of A, as the data
-// loader deals them (llmc/dataloader.h), so both configurations see the same data.
+// loader deals them (llmc/data/dataloader.h), so both configurations see the same data.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/llama.cuh"
-#include "../../llmc/llama_checkpoint.cuh"
+#include "../../llmc/model/llama.cuh"
+#include "../../llmc/io/llama_checkpoint.cuh"
 #include "dist_harness.cuh"
 #include "gpu_testing.cuh"
 #include "testing.h"

@@ -1,5 +1,5 @@
-// test_llama_hf.c: the Llama-style model's export to Hugging Face's layout (llmc/llama_hf.h) and its
-// import (llmc/llama_hf_import.h), on the CPU. Export: every tensor's name, shape and data (our values
+// test_llama_hf.c: the Llama-style model's export to Hugging Face's layout (llmc/io/llama_hf.h) and its
+// import (llmc/io/llama_hf_import.h), on the CPU. Export: every tensor's name, shape and data (our values
 // are their own indices, so each tensor's data says exactly which part of our array it came from), and
 // config.json's fields. Import: the export read back is our array bitwise (the padded rows zero), from
 // one file and split into 3 with an index (dev/test/hf_split.h); a tied head is embed's copy; each
@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/check.h"
-#include "../../llmc/llama_hf.h"
-#include "../../llmc/llama_hf_import.h"
-#include "../../llmc/hf_checkpoint.h"
+#include "../../llmc/core/check.h"
+#include "../../llmc/io/llama_hf.h"
+#include "../../llmc/io/llama_hf_import.h"
+#include "../../llmc/io/hf_checkpoint.h"
 #include "hf_split.h"
 #include "testing.h"
 
@@ -168,7 +168,7 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
     EXPECT(rc == 0 && same_as_values(c, values, out, 0), "the export read back is our parameters bitwise");
     snprintf(path, sizeof(path), "%s/out/model.safetensors", dir);
     EXPECT(load(&r, path, c, out) == 0 && same_as_values(c, values, out, 0), "the file read back: %s", r.err);
-    // the export split into 3 files and an index (llmc/hf_weights.h), as save_pretrained splits a large model
+    // the export split into 3 files and an index (llmc/io/hf_weights.h), as save_pretrained splits a large model
     char err[HF_ERR_LEN];
     snprintf(path, sizeof(path), "%s/out", dir);
     snprintf(sub, sizeof(sub), "%s/split", dir);
@@ -293,7 +293,7 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
 }
 
 // A checkpoint of the model c (master weights `master`, padded rows zero as the trainer keeps them) through
-// build/export_hf's code (llmc/hf_checkpoint.h), read back by the import: bitwise the master weights,
+// build/export_hf's code (llmc/io/hf_checkpoint.h), read back by the import: bitwise the master weights,
 // and config.json's eos_token_id the encoding's of its vocabulary (gpt2's here).
 static void test_checkpoint_export(const char* dir) {
     LlamaConfig c = tiny();

@@ -1,13 +1,13 @@
 // test_llama_layers.cu: GPU test of the Llama-style layers' kernels against the CPU reference
 // (dev/ref/llama_ref_layers.h, built in double: the oracle's own rounding stays far below every
 // tolerance here), forward and backward, at awkward sizes:
-//   llmc/rmsnorm.cuh: out, rstd, dx ACCUMULATED onto a non-zero dinp, dw ACCUMULATED onto non-zero
+//   llmc/layers/rmsnorm.cuh: out, rstd, dx ACCUMULATED onto a non-zero dinp, dw ACCUMULATED onto non-zero
 //     values; the residual form (r = bf16(a + b) exact, also in place); N = 1, N not a multiple of the
 //     8 rows of a block, N above the 2048 rows that the backward's blocks cover at once, C = 8 and
 //     C = 8·k not a power of two (partial lane groups), C = 2048, x small enough for eps to matter.
-//   llmc/swiglu.cuh: h, then d(gate|up) (also in place, dgateup = gateup); F = 8 .. 8192, gate up to
+//   llmc/layers/swiglu.cuh: h, then d(gate|up) (also in place, dgateup = gateup); F = 8 .. 8192, gate up to
 //     ±100 (sigmoid saturated: no NaN).
-//   llmc/rope.cuh: the cos/sin table against double; q and k rotated, v and position 0 bitwise
+//   llmc/layers/rope.cuh: the cos/sin table against double; q and k rotated, v and position 0 bitwise
 //     untouched; the backward against the reference's; backward(forward(x)) = x to two bf16
 //     roundings; hs = 64 and 128, NKV = 1, 2 and NH, T up to 4096 at θ = 5e5.
 // Every kernel runs twice on the same inputs and must give identical bits. Outputs are poisoned (NaN)
@@ -38,9 +38,9 @@
 #include <math.h>
 #include <vector>
 #include "../ref/llama_ref_layers.h"
-#include "../../llmc/rmsnorm.cuh"
-#include "../../llmc/swiglu.cuh"
-#include "../../llmc/rope.cuh"
+#include "../../llmc/layers/rmsnorm.cuh"
+#include "../../llmc/layers/swiglu.cuh"
+#include "../../llmc/layers/rope.cuh"
 #include "gpu_testing.cuh"
 #include "testing.h"
 

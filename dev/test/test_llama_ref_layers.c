@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/check.h"
+#include "../../llmc/core/check.h"
 #include "../ref/llama_ref_layers.h"
 #include "finite_diff.h"
 #include "testing.h"

@@ -1,4 +1,4 @@
-// test_lr_schedule.c: the trainer's learning-rate schedule (llmc/lr_schedule.h), on the CPU, against
+// test_lr_schedule.c: the trainer's learning-rate schedule (llmc/optim/lr_schedule.h), on the CPU, against
 // values worked out here in double from the schedule's definition:
 //   - warmup: step s < warmup is at peak · (s+1)/warmup: the first step is not at 0, the last at the peak;
 //   - cosine: the first step after warmup at the peak, the last (steps-1) at peak · final_frac, the middle
@@ -9,7 +9,7 @@
 // Tolerance: 1e-6 of the peak, the float arithmetic's few roundings (the formula runs in float); of the
 // peak, not of the value, because near the end of a cosine decay to 0, 1 + cos(π·frac) cancels.
 #include <math.h>
-#include "../../llmc/lr_schedule.h"
+#include "../../llmc/optim/lr_schedule.h"
 #include "testing.h"
 
 #define RTOL 1e-6

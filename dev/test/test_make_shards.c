@@ -20,10 +20,10 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "../../llmc/shard.h"
-#include "../../llmc/tokenizer.h"
-#include "../../llmc/tokenizer_encode.h"
-#include "../../llmc/tokenizer_tiktoken.h"
+#include "../../llmc/data/shard.h"
+#include "../../llmc/data/tokenizer.h"
+#include "../../llmc/data/tokenizer_encode.h"
+#include "../../llmc/data/tokenizer_tiktoken.h"
 #include "testing.h"
 
 #define MAKE_SHARDS "build/make_shards"

@@ -1,4 +1,4 @@
-// test_master_split.c: the split master weights (llmc/master_split.h) over every one of the 2^32 float
+// test_master_split.c: the split master weights (llmc/optim/master_split.h) over every one of the 2^32 float
 // bit patterns (under the sanitizers, build/asan/, every 4099th, plus the named cases):
 //   - master_join(master_split(x)) gives x back bit for bit, for every x but NaN (-0, subnormals, ±inf,
 //     FLT_MAX and the powers of two included); a NaN gives a NaN parameter and a NaN back;
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include "../../llmc/master_split.h"
+#include "../../llmc/optim/master_split.h"
 #include "testing.h"
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -1,4 +1,4 @@
-// test_safetensors.c: CPU tests of the safetensors reader and writer (llmc/safetensors.h), on files in a
+// test_safetensors.c: CPU tests of the safetensors reader and writer (llmc/io/safetensors.h), on files in a
 // temporary directory. Checks: a write/read round trip (names, dtypes, shapes, metadata, bytes; the data
 // section starts at a multiple of 8; nothing under the final name before close, nothing at all after an
 // abort); BF16 and F16 to fp32 conversion of known values (subnormal, infinity); and that each bad file is
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/safetensors.h"
+#include "../../llmc/io/safetensors.h"
 #include "testing.h"
 
 static char dir[256], path[512];

@@ -1,4 +1,4 @@
-// test_sample.c: the trainer's token draw for text samples (llmc/sample.h), on the CPU:
+// test_sample.c: the trainer's token draw for text samples (llmc/model/sample.h), on the CPU:
 //   - temperature 0 takes the argmax, the first on ties, and leaves the RNG state alone;
 //   - top_k keeps exactly the k largest logits, and every logit tied with the k-th; 0 or >= V keeps all;
 //   - the draws' frequencies match softmax(logits / temperature) over the kept logits, computed here
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include "../../llmc/sample.h"
+#include "../../llmc/model/sample.h"
 #include "testing.h"
 
 #define MAXV 16

@@ -1,4 +1,4 @@
-// test_tokenizer.c: the tokenizers (llmc/tokenizer.h, llmc/tokenizer_tiktoken.h, llmc/tokenizer_encode.h)
+// test_tokenizer.c: the tokenizers (llmc/data/tokenizer.h, llmc/data/tokenizer_tiktoken.h, llmc/data/tokenizer_encode.h)
 // on the CPU. Run from the repository root: ./build/test_tokenizer (needs data/gpt2/ from `make data`,
 // data/tiktoken/ from `make data-tiktoken`, node and the tiktoken oracle from `make test-deps`, and
 // data/.cache/starter/docs/ from `make data`). Sections 1-6 are GPT-2's:
@@ -21,10 +21,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "../../llmc/rand.h"
-#include "../../llmc/tokenizer.h"
-#include "../../llmc/tokenizer_encode.h"
-#include "../../llmc/tokenizer_tiktoken.h"
+#include "../../llmc/core/rand.h"
+#include "../../llmc/data/tokenizer.h"
+#include "../../llmc/data/tokenizer_encode.h"
+#include "../../llmc/data/tokenizer_tiktoken.h"
 #include "testing.h"
 
 #define VOCAB "data/gpt2/vocab.bpe"

@@ -1,0 +1,182 @@
+// cuda_common.cuh: the GPU context passed to every launcher (device, stream, cuBLASLt handle and
+// workspace, where profile marks go), the bf16 type, the 128-bit packed vector of the elementwise
+// kernels, and small device helpers shared by the kernels.
+// No mutable globals: everything a launcher needs travels in a GpuContext.
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublasLt.h>
+#include "check.h"
+#include "profile.h"
+
+typedef __nv_bfloat16 bf16;
+
+#define CUBLASLT_WORKSPACE_BYTES (32u << 20)  // what cuBLASLt's Hopper kernels ask for at most
+
+typedef struct {
+    int device;
+    int sm_count;
+    size_t l2_bytes;
+    cudaStream_t stream;     // non-blocking: a plain cudaMemcpy or cudaMemset (legacy stream) neither waits
+                             // for it nor is waited for; synchronise before reading back, and after uploads
+    cublasLtHandle_t lt;
+    void* lt_workspace;      // (CUBLASLT_WORKSPACE_BYTES) scratch for cuBLASLt
+    size_t lt_workspace_bytes;
+    int gemm_tune;           // 1: each GEMM shape's first call picks cuBLASLt's fastest algorithm of those giving
+                             // the heuristic's bits (llmc/layers/matmul.cuh); 0: the heuristic's first pick
+    Profile* prof;           // NULL, or where each launcher marks the end of its work (./train_gpt -profile 1)
+} GpuContext;
+
+static inline void gpu_context_build(GpuContext* ctx, int device) {
+    int count = 0;
+    cuda_check(cudaGetDeviceCount(&count));
+    if (device < 0 || device >= count) {
+        fprintf(stderr, "error: GPU %d requested, but %d GPU(s) are visible\n  hint: check CUDA_VISIBLE_DEVICES\n", device, count);
+        exit(EXIT_FAILURE);
+    }
+    cuda_check(cudaSetDevice(device));
+    cudaDeviceProp prop;
+    cuda_check(cudaGetDeviceProperties(&prop, device));
+    ctx->device = device;
+    ctx->sm_count = prop.multiProcessorCount;
+    ctx->l2_bytes = (size_t)prop.l2CacheSize;
+    cuda_check(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    cublas_check(cublasLtCreate(&ctx->lt));
+    ctx->lt_workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
+    cuda_check(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
+    ctx->gemm_tune = 0;
+    ctx->prof = NULL;
+}
+
+static inline void gpu_context_free(GpuContext* ctx) {
+    cuda_check(cudaFree(ctx->lt_workspace));
+    cublas_check(cublasLtDestroy(ctx->lt));
+    cuda_check(cudaStreamDestroy(ctx->stream));
+}
+
+__host__ __device__ static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// --- device helpers --------------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_reduce_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_reduce_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// --- a row in a warp's registers ------------------------------------------------------------
+// The row kernels of llmc/layers/layernorm.cuh and llmc/layers/rmsnorm.cuh give each warp one row of C channels, kept
+// in registers as K = ceil(C / 256) groups of 8 channels per lane; K is a template parameter, so the
+// registers are indexed at compile time. ROW_MAX_C is the widest row they take (K = 8).
+#define ROW_MAX_C 2048
+
+// Runs the statement `...` with the constant K = ceil(C / 256) in scope, for C <= ROW_MAX_C (checked by
+// the caller): the one switch over the row kernels' widths.
+#define ROW_SWITCH(C, ...)                                                                       \
+    switch (ceil_div(C, 256)) {                                                                  \
+        case 1: { constexpr int K = 1; __VA_ARGS__; } break;                                     \
+        case 2: { constexpr int K = 2; __VA_ARGS__; } break;                                     \
+        case 3: { constexpr int K = 3; __VA_ARGS__; } break;                                     \
+        case 4: { constexpr int K = 4; __VA_ARGS__; } break;                                     \
+        case 5: { constexpr int K = 5; __VA_ARGS__; } break;                                     \
+        case 6: { constexpr int K = 6; __VA_ARGS__; } break;                                     \
+        case 7: { constexpr int K = 7; __VA_ARGS__; } break;                                     \
+        default: { constexpr int K = 8; __VA_ARGS__; } break;                                    \
+    }
+
+// Launches kernel<K>, K = ceil(C / 256), for C <= ROW_MAX_C (checked by the caller).
+#define ROW_DISPATCH(kernel, C, grid, block, smem, stream, ...) \
+    ROW_SWITCH(C, kernel<K><<<grid, block, smem, stream>>>(__VA_ARGS__))
+
+// Calls fn<K>(...), K = ceil(C / 256), for C <= ROW_MAX_C (checked by the caller): for launchers that
+// pick their own grid.
+#define ROW_DISPATCH_FN(fn, C, ...) ROW_SWITCH(C, fn<K>(__VA_ARGS__))
+
+// SMs of the current device (for launchers that size their grid and have no GpuContext)
+static inline int current_sm_count(void) {
+    int dev = 0, sms = 0;
+    cuda_check(cudaGetDevice(&dev));
+    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+}
+
+// How many blocks of `threads` threads and `smem` bytes of dynamic shared memory of `kernel` are
+// resident on the current GPU at once (one wave), between 1 and cap. Allows the kernel smem_max bytes
+// first: the most any of its launches asks, the same on every call, so that threads sharing the GPU
+// never lower the limit under another's launch.
+template <typename Kernel>
+static inline int one_wave_grid(Kernel kernel, int threads, size_t smem, size_t smem_max, int cap) {
+    int per_sm = 0;
+    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    int grid = per_sm * current_sm_count();
+    return grid < 1 ? 1 : grid > cap ? cap : grid;
+}
+
+// --- 128-bit packed vectors ------------------------------------------------------------------
+// The elementwise kernels move 16 bytes per thread and access: 8 bf16 in one load or store instruction
+// (ld/st.global.v4), the widest a thread can issue. Pointers must be 16-byte aligned: rows of C channels
+// with C % 8 == 0 keep every row start so. The 8 values stay packed two to a 32-bit register (element
+// 2j in the low half of word j) until read as floats: 4 registers a vector, not 8.
+typedef struct __align__(16) { uint32_t w[4]; } Bf16x8;
+
+__device__ __forceinline__ Bf16x8 load128(const bf16* p) {
+    uint4 u = *(const uint4*)p;
+    Bf16x8 x = {{u.x, u.y, u.z, u.w}};
+    return x;
+}
+__device__ __forceinline__ void store128(bf16* p, Bf16x8 x) { *(uint4*)p = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]); }
+__device__ __forceinline__ Bf16x8 zero128(void) {
+    Bf16x8 x = {{0u, 0u, 0u, 0u}};
+    return x;
+}
+// element i as fp32 (exact: a bf16 is the upper half of an fp32)
+__device__ __forceinline__ float bf16x8_get(const Bf16x8& x, int i) {
+    uint32_t u = x.w[i >> 1];
+    return __uint_as_float(i & 1 ? u & 0xffff0000u : u << 16);
+}
+// 8 floats rounded to bf16 (round to nearest even), packed
+__device__ __forceinline__ Bf16x8 bf16x8_from_floats(const float f[8]) {
+    Bf16x8 x;
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);  // .x (f[2j]) in the low half
+        x.w[j] = *(const uint32_t*)&h;
+    }
+    return x;
+}
+
+// The norms' forward: a warp's row `row` of C channels into registers x[K][8] (lane l holds the groups of
+// 8 channels 8·(l + 32k), k < K, those below C; the others are left unset): x = a's row, or with b the
+// residual sum bf16(a + b), stored to r's row and kept as rounded. Every load is issued before the first
+// is used; group by group, each group's loads waited behind the previous group's store (which may alias
+// them): K round trips to memory a row instead of one.
+template <int K>
+__device__ __forceinline__ void row_load_residual(float x[K][8], bf16* r, const bf16* a, const bf16* b, size_t row,
+                                                  int C, int lane) {
+    int groups = C / 8;
+    Bf16x8 pa[K], pb[K];
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        int gi = lane + 32 * k;
+        pa[k] = pb[k] = zero128();
+        if (gi >= groups) continue;
+        pa[k] = load128(a + row * C + 8 * gi);
+        if (b) pb[k] = load128(b + row * C + 8 * gi);
+    }
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        int gi = lane + 32 * k;
+        if (gi >= groups) continue;
+        for (int e = 0; e < 8; e++) x[k][e] = bf16x8_get(pa[k], e);
+        if (b) {  // the residual sum, rounded to bf16 as it is stored
+            for (int e = 0; e < 8; e++) x[k][e] += bf16x8_get(pb[k], e);
+            Bf16x8 pr = bf16x8_from_floats(x[k]);
+            store128(r + row * C + 8 * gi, pr);
+            for (int e = 0; e < 8; e++) x[k][e] = bf16x8_get(pr, e);
+        }
+    }
+}

@@ -1,0 +1,191 @@
+// shard.h: the token shard format, byte-compatible with llm.c's.
+// A shard is int32 header[256] = {magic 20240520, version 1, token count, 0...}, then `count` uint16
+// GPT-2 token ids. Vocabularies above 65,536 tokens (cl100k_base, o200k_base) use llm.c's Llama-3
+// layout: magic 20240801, version 7, then uint32 ids (written by shard_writer_open_u32).
+// Writers go through a temporary file renamed into place at close, so a shard that
+// exists under its final name is always complete. Readers check magic, version, size and (optionally)
+// that every id is below the vocabulary size, and say which file is wrong and how to remake it.
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include "../core/check.h"
+
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define SHARD_HEADER_INTS 256
+#define SHARD_HEADER_BYTES (SHARD_HEADER_INTS * (int)sizeof(int32_t))
+#define SHARD_MAX_TOKENS 0x7fffffffLL   // the count is an int32
+#define GPT2_EOT 50256                  // <|endoftext|>, written before every document
+#define GPT2_VOCAB 50257
+#define SHARD_U32_MAGIC 20240801        // llm.c's Llama-3 layout: uint32 ids
+#define SHARD_U32_VERSION 7
+
+// --- writing -----------------------------------------------------------------------------------
+
+typedef struct {
+    FILE* f;
+    char path[4096];      // final name
+    char tmp_path[4096];  // written here, renamed to `path` by shard_writer_close
+    int64_t ntok;
+    int32_t magic, version;  // the layout: SHARD_MAGIC/VERSION (uint16 ids) or SHARD_U32_MAGIC/VERSION
+    int token_bytes;         // 2 or 4
+} ShardWriter;
+
+static inline void shard_writer_open(ShardWriter* w, const char* path) {
+    if (snprintf(w->path, sizeof(w->path), "%s", path) >= (int)sizeof(w->path) ||
+        snprintf(w->tmp_path, sizeof(w->tmp_path), "%s.tmp", path) >= (int)sizeof(w->tmp_path)) {
+        fprintf(stderr, "error: shard path too long: %s\n", path);
+        exit(EXIT_FAILURE);
+    }
+    w->f = fopen_check(w->tmp_path, "wb");
+    int32_t header[SHARD_HEADER_INTS] = {0};  // rewritten with the count at close
+    fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f);
+    w->ntok = 0;
+    w->magic = SHARD_MAGIC;
+    w->version = SHARD_VERSION;
+    w->token_bytes = 2;
+}
+
+// Opens a shard in the Llama-3 layout (uint32 ids); append with shard_writer_append_u32.
+static inline void shard_writer_open_u32(ShardWriter* w, const char* path) {
+    shard_writer_open(w, path);
+    w->magic = SHARD_U32_MAGIC;
+    w->version = SHARD_U32_VERSION;
+    w->token_bytes = 4;
+}
+
+static inline void shard_writer_write_(ShardWriter* w, const void* tokens, size_t n, int token_bytes) {
+    if (w->token_bytes != token_bytes) {
+        fprintf(stderr, "error: shard %s holds %d-byte ids; appending %d-byte ones is a bug in the caller\n", w->path,
+                w->token_bytes, token_bytes);
+        exit(EXIT_FAILURE);
+    }
+    if (w->ntok + (int64_t)n > SHARD_MAX_TOKENS) {
+        fprintf(stderr, "error: shard %s would exceed %lld tokens (the header count is int32)\n  hint: use a smaller shard size\n",
+                w->path, SHARD_MAX_TOKENS);
+        exit(EXIT_FAILURE);
+    }
+    fwrite_check(tokens, (size_t)token_bytes, n, w->f);
+    w->ntok += (int64_t)n;
+}
+
+static inline void shard_writer_append(ShardWriter* w, const uint16_t* tokens, size_t n) {
+    shard_writer_write_(w, tokens, n, 2);
+}
+
+static inline void shard_writer_append_u32(ShardWriter* w, const uint32_t* tokens, size_t n) {
+    shard_writer_write_(w, tokens, n, 4);
+}
+
+// Writes the real header, flushes to disk and renames the temporary file into place.
+static inline void shard_writer_close(ShardWriter* w) {
+    int32_t header[SHARD_HEADER_INTS] = {0};
+    header[0] = w->magic;
+    header[1] = w->version;
+    header[2] = (int32_t)w->ntok;
+    if (fseek(w->f, 0, SEEK_SET) != 0) { perror(w->tmp_path); exit(EXIT_FAILURE); }
+    fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f);
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) { perror(w->tmp_path); exit(EXIT_FAILURE); }
+    fclose_check(w->f);
+    w->f = NULL;
+    if (rename(w->tmp_path, w->path) != 0) { perror(w->path); exit(EXIT_FAILURE); }
+}
+
+// --- reading -----------------------------------------------------------------------------------
+
+// The two layouts a reader accepts, by the width of their ids in bytes.
+static inline const char* shard_layout_name(int token_bytes) {
+    return token_bytes == 4 ? "uint32 ids (Llama-3 layout, magic 20240801, version 7)"
+                            : "uint16 ids (GPT-2 layout, magic 20240520, version 1)";
+}
+
+// Checks the header of `path` against the file size. On success returns the token count and sets
+// *token_bytes to the width of its ids: 2 (magic SHARD_MAGIC, version SHARD_VERSION) or 4 (magic
+// SHARD_U32_MAGIC, version SHARD_U32_VERSION); the size must be exactly 1024 + width * count bytes.
+// On failure returns -1 with a message naming the file and the fix in `err`. Never exits: the loader decides.
+static inline int64_t shard_check_header(const char* path, int* token_bytes, char* err, size_t errlen) {
+    const char* fix = "regenerate it with `make data` (or the data/ tool that wrote it)";
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: %s, not a shard file; a shard pattern names .bin files (for a directory of "
+                 "shards: %s/*.bin)", path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", path);
+        return -1;
+    }
+    FILE* f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
+    int32_t header[SHARD_HEADER_INTS];
+    size_t got = fread(header, sizeof(int32_t), SHARD_HEADER_INTS, f);
+    int stat_ok = fstat(fileno(f), &st) == 0;
+    fclose(f);
+    if (got != SHARD_HEADER_INTS) {
+        snprintf(err, errlen, "%s: only %zu bytes, shorter than the %d-byte shard header; %s", path,
+                 got * sizeof(int32_t), SHARD_HEADER_BYTES, fix);
+        return -1;
+    }
+    int width;
+    if (header[0] == SHARD_MAGIC) width = 2;
+    else if (header[0] == SHARD_U32_MAGIC) width = 4;
+    else {
+        snprintf(err, errlen, "%s: magic %d, expected %d (uint16 ids) or %d (uint32 ids): not a token shard; %s",
+                 path, header[0], SHARD_MAGIC, SHARD_U32_MAGIC, fix);
+        return -1;
+    }
+    int want_version = width == 2 ? SHARD_VERSION : SHARD_U32_VERSION;
+    if (header[1] != want_version) {
+        snprintf(err, errlen, "%s: magic %d with version %d: this program reads magic %d with version %d (uint16 ids) "
+                 "and magic %d with version %d (uint32 ids); %s", path, header[0], header[1], SHARD_MAGIC,
+                 SHARD_VERSION, SHARD_U32_MAGIC, SHARD_U32_VERSION, fix);
+        return -1;
+    }
+    int64_t ntok = header[2];
+    int64_t want = SHARD_HEADER_BYTES + width * ntok;
+    if (ntok < 0 || !stat_ok || st.st_size != want) {
+        snprintf(err, errlen, "%s: header says %lld tokens (%lld bytes of %d-byte ids) but the file has %lld bytes: "
+                 "%s; %s", path, (long long)ntok, (long long)want, width, stat_ok ? (long long)st.st_size : -1LL,
+                 (stat_ok && st.st_size < want) ? "truncated" : "size mismatch", fix);
+        return -1;
+    }
+    *token_bytes = width;
+    return ntok;
+}
+
+// Reads all tokens of a checked shard (ntok ids of token_bytes = 2 or 4 bytes, as shard_check_header
+// said) into `out` (ntok uint32; uint16 ids are widened) and verifies every id < vocab_size.
+// Returns 0, or -1 with a message in `err` naming the file, the token and its byte offset.
+static inline int shard_read_tokens(const char* path, int64_t ntok, int token_bytes, int64_t vocab_size,
+                                    uint32_t* out, char* err, size_t errlen) {
+    if (token_bytes != 2 && token_bytes != 4) {
+        snprintf(err, errlen, "%s: %d-byte token ids; shards hold 2- or 4-byte ids", path, token_bytes);
+        return -1;
+    }
+    FILE* f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
+    int ok = fseek(f, SHARD_HEADER_BYTES, SEEK_SET) == 0;
+    if (ok && token_bytes == 4) {
+        ok = fread(out, sizeof(uint32_t), (size_t)ntok, f) == (size_t)ntok;
+    } else if (ok) {  // in chunks through a small buffer, widened into out
+        uint16_t chunk[4096];
+        for (int64_t i = 0; ok && i < ntok; i += 4096) {
+            size_t n = (size_t)(ntok - i < 4096 ? ntok - i : 4096);
+            ok = fread(chunk, sizeof(uint16_t), n, f) == n;
+            for (size_t j = 0; ok && j < n; j++) out[i + (int64_t)j] = chunk[j];
+        }
+    }
+    fclose(f);
+    if (!ok) { snprintf(err, errlen, "%s: could not read %lld tokens; the file changed or is truncated", path, (long long)ntok); return -1; }
+    for (int64_t i = 0; i < ntok; i++) {
+        if ((int64_t)out[i] >= vocab_size) {
+            snprintf(err, errlen, "%s: token %lld (byte offset %lld) has id %lu, not below the vocabulary size %lld: %s",
+                     path, (long long)i, (long long)SHARD_HEADER_BYTES + token_bytes * i, (unsigned long)out[i],
+                     (long long)vocab_size,
+                     token_bytes == 2 ? "not a GPT-2 shard, or corrupt"
+                                      : "the shard's encoding does not match the model's vocabulary (for GPT-2, make "
+                                        "the shards with `build/make_shards --encoding gpt2`), or the file is corrupt");
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,312 @@
+// fused_lce.cuh: the language-model head's loss, CE(x · Wᵀ, targets), and its gradients, without ever
+// holding the (N, V) logits. One call, fused_lce_build, takes the whole configuration (FlceConfig) and
+// sizes everything up front; the entry points then dispatch to one of the paths:
+//   chunks   tokens in chunks whose fp32 logits fit the scratch (fused_lce_chunks.cuh): 3F of GEMMs
+//            for a training step, but the fp32 dW is swept once per chunk
+//   blocks   rows x vocabulary in two-dimensional blocks (fused_lce_blocks.cuh): dW swept once per
+//            ~thousands of rows, for a second logits GEMM (4F); on Hopper the logits never leave the
+//            tensor cores (fused_lce_sm90.cuh)
+//   unfused  the baseline the fused head is measured against: bf16 logits of all N rows at once
+//   auto     blocks while a chunk would hold fewer than FLCE_CHUNK_ROWS_MIN rows and not all of them,
+//            else chunks (what the trainer uses)
+// Loss-only calls (eval) go through a fused forward that keeps only three floats per row and vocab split
+// (fused_lce_sm90.cuh on Hopper, fused_lce_sm80_forward.cuh elsewhere) when C % 64 == 0: F of work,
+// no logits in memory at all.
+//
+// Semantics (shared with the CPU reference dev/ref/fused_lce_ref.h): rows j >= V never count; s_j =
+// softcap·tanh(z_j/softcap) when softcap > 0; lse = log Σ exp(s_j); loss_i = lse − (1−ε)·s_t − (ε/V)·Σ s_j
+// + z_loss·lse²; ignored rows (target == ignore_index) have loss 0 and no gradient; the mean is over the
+// N_valid other rows (0 when there are none). dL/ds_j = scale·(p_j·(1 + 2·z_loss·lse) − (1−ε)·[j=t] − ε/V)
+// with scale = dloss/N_valid (or a per-row upstream gradient), times 1 − tanh² under softcap.
+// A target outside [0, V) that is not ignore_index makes its row count as ignored and raises a device
+// error flag that fused_lce_check() reports (no host synchronisation inside the step).
+#pragma once
+#include "../core/cuda_common.cuh"
+#include "fused_lce_options.h"
+#include "fused_lce_chunks.cuh"
+#include "fused_lce_blocks.cuh"
+#include "fused_lce_sm80_forward.cuh"
+#include "fused_lce_sm90.cuh"
+
+#define FLCE_DEFAULT_SCRATCH (64u << 20)
+#define FLCE_CHUNK_ROWS_MIN 512  // auto: chunks from this many rows on (below, the blocks measured faster)
+
+typedef enum { FLCE_PATH_AUTO = 0, FLCE_PATH_CHUNKS, FLCE_PATH_BLOCKS, FLCE_PATH_UNFUSED } FlcePath;
+
+// FlceConfig.fallbacks: force on this GPU what other GPUs or shapes run (for the tests)
+#define FLCE_NO_SM90 1u            // no Hopper kernels: the mma.sync forward, the blocks' own pass 1
+#define FLCE_NO_ROW_STAGING 2u     // chunks: rows read twice from DRAM, as when Vp floats exceed shared memory
+#define FLCE_NO_FUSED_FORWARD 4u   // chunks: loss-only calls through the chunks' logits, as when C % 64 != 0
+
+typedef struct FusedLce FusedLce;
+
+// Experiments reach into the head only through these (the playground's variants 3, 4 and 6,
+// dev/cuda/fused_lce_variants.cuh); production code passes none.
+typedef struct {
+    // replaces the training and the recomputing backward (path chunks: its buffer is the hook's scratch)
+    void (*backward)(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss, const bf16* x,
+                     const bf16* W, const int* targets, int N, const GpuContext* ctx);
+    FlceBlockGemms block_gemms;    // path blocks: a block's dx and dW GEMMs instead of cuBLASLt's
+    FlceGemmCost block_gemm_cost;  // and their cost, for the layout planner
+    void* arg;                     // passed to block_gemms and block_gemm_cost
+} FlceHooks;
+
+typedef struct {
+    int max_n, C, V, Vp;     // rows per call at most; channels; vocabulary, padded (W has Vp rows)
+    FlceOptions opt;         // ignore_index, z-loss, soft-capping, label smoothing
+    FlcePath path;
+    size_t scratch;          // bytes the fused head may add beyond inputs and gradients (0: FLCE_DEFAULT_SCRATCH)
+    int vocab_block_max;     // path blocks: the widest vocab block (0: flce_plan_vocab_max)
+    unsigned fallbacks;      // FLCE_NO_*, or 0
+    const FlceHooks* hooks;  // NULL, or an experiment's
+} FlceConfig;
+
+// The defaults: path auto within FLCE_DEFAULT_SCRATCH, the plain loss
+static inline FlceConfig flce_config(int max_n, int C, int V, int Vp) {
+    FlceConfig c;
+    memset(&c, 0, sizeof(c));
+    c.max_n = max_n; c.C = C; c.V = V; c.Vp = Vp;
+    c.opt = flce_options_default();
+    c.path = FLCE_PATH_AUTO;
+    return c;
+}
+
+struct FusedLce {
+    FlceConfig cfg;        // as given, but path never auto: the one chosen
+    size_t budget;         // the scratch bound the build used
+    int sm90;              // the Hopper kernels run (sm_90a build on an sm_90 GPU, C % 64 == 0)
+    int fused_forward;     // loss-only calls through the fused forward (sm90 or sm80)
+    FlceChunks chunks;     // path chunks or unfused
+    FlceBlocks blk;        // path blocks, carved from `buf`
+    void* buf;             // (blocks_bytes) the blocks' buffer
+    float* part;           // (part_floats) per-split row statistics of the fused forward
+    size_t part_floats;
+    float* loss_rows;      // (max_n) fp32 per-row loss
+    float* lse;            // (max_n) fp32 per-row logsumexp
+    float* loss;           // (1) fp32 mean loss over valid rows
+    int* n_valid;          // (1) rows that count
+    int* error;            // (1) first bad target index + 1, 0 when all targets were in range
+    size_t scratch_bytes;  // what the head adds beyond inputs and gradients (logits or blocks, statistics)
+};
+
+// --- kernels ---------------------------------------------------------------------------------
+
+// One block: counts rows that count, flags targets out of range (the first bad index + 1).
+__global__ void flce_count_kernel(int* n_valid, int* error, const int* targets, int N, int V, int ignore_index) {
+    __shared__ int block_sum[32];
+    int count = 0;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) {
+        int t = targets[i];
+        if (t == ignore_index) continue;
+        if (t < 0 || t >= V) { atomicCAS(error, 0, i + 1); continue; }
+        count++;
+    }
+    for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+    if ((threadIdx.x & 31) == 0) block_sum[threadIdx.x >> 5] = count;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int total = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += block_sum[w];
+        *n_valid = total;
+    }
+}
+
+// One block: mean of the per-row losses over the valid rows, in a fixed order (deterministic).
+__global__ void flce_mean_kernel(float* loss, const float* loss_rows, const int* n_valid, int N) {
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) acc += loss_rows[i];
+    __shared__ float part[32];
+    acc = warp_reduce_sum(acc);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float total = 0.0f;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += part[w];
+        *loss = *n_valid > 0 ? total / *n_valid : 0.0f;
+    }
+}
+
+// --- launchers -------------------------------------------------------------------------------
+
+static inline const char* flce_path_name(int path) {
+    return path == FLCE_PATH_CHUNKS ? "chunks" : path == FLCE_PATH_BLOCKS ? "blocks"
+         : path == FLCE_PATH_UNFUSED ? "unfused" : "auto";
+}
+
+// Sizes and allocates everything for calls of up to cfg->max_n rows; exits with a message on a bad
+// configuration or a scratch budget too small for the path.
+static inline void fused_lce_build(FusedLce* h, const FlceConfig* cfg) {
+    int max_n = cfg->max_n, C = cfg->C, V = cfg->V, Vp = cfg->Vp;
+    const FlceOptions opt = cfg->opt;
+    if (max_n <= 0 || C <= 0 || C % 8 != 0 || V <= 0 || V > Vp || Vp % 8 != 0) {
+        fprintf(stderr, "error: fused_lce_build: bad sizes max_n=%d C=%d V=%d Vp=%d\n"
+                "  hint: need max_n > 0, C and Vp multiples of 8 (cuBLASLt alignment), 0 < V <= Vp\n", max_n, C, V, Vp);
+        exit(EXIT_FAILURE);
+    }
+    if (opt.softcap < 0.0f || opt.z_loss < 0.0f || opt.label_smoothing < 0.0f || opt.label_smoothing >= 1.0f) {
+        fprintf(stderr, "error: fused_lce_build: softcap (%g) and z_loss (%g) must be >= 0, label_smoothing (%g) in [0, 1)\n",
+                opt.softcap, opt.z_loss, opt.label_smoothing);
+        exit(EXIT_FAILURE);
+    }
+    if ((int)cfg->path < FLCE_PATH_AUTO || (int)cfg->path > FLCE_PATH_UNFUSED || cfg->vocab_block_max < 0)
+        check_fail("fused_lce_build: bad path or vocab_block_max", "path: auto, chunks, blocks or unfused; vocab_block_max >= 0");
+    memset(h, 0, sizeof(*h));
+    h->cfg = *cfg;
+    h->budget = cfg->scratch ? cfg->scratch : FLCE_DEFAULT_SCRATCH;
+    int path = cfg->path;
+    if (path == FLCE_PATH_AUTO) {
+        size_t rows = h->budget / ((size_t)Vp * sizeof(float)) / 16 * 16;  // a chunk's rows
+        path = rows < FLCE_CHUNK_ROWS_MIN && rows < (size_t)max_n ? FLCE_PATH_BLOCKS : FLCE_PATH_CHUNKS;
+    }
+    h->cfg.path = (FlcePath)path;
+    const FlceHooks* hk = cfg->hooks;
+    if (hk && hk->backward && path != FLCE_PATH_CHUNKS)
+        check_fail("fused_lce_build: a backward hook needs path chunks", "build the experiment with path chunks");
+    if (hk && hk->block_gemms && path != FLCE_PATH_BLOCKS)
+        check_fail("fused_lce_build: a block GEMM hook needs path blocks", "build the experiment with path blocks");
+    int sms = current_sm_count();
+    h->sm90 = path != FLCE_PATH_UNFUSED && C % WG_BK == 0 && !(cfg->fallbacks & FLCE_NO_SM90) && flce_wgmma_available();
+    if (h->sm90) flce_wgmma_setup();
+    size_t bytes = 0;
+    if (path == FLCE_PATH_BLOCKS) {
+        // loss-only calls and the lse of training: the sm90 forward, else the blocks' own pass 1
+        h->fused_forward = h->sm90;
+        h->part_floats = h->sm90 ? flce_wgmma_part_floats(max_n, V, sms) : 0;
+        // within the budget: the blocks, the per-row loss and lse, and the forward's statistics
+        size_t fixed = (2 * (size_t)max_n + h->part_floats) * sizeof(float);
+        size_t budget = h->budget > fixed ? h->budget - fixed : 0;
+        int vb_max = cfg->vocab_block_max ? cfg->vocab_block_max : flce_plan_vocab_max(max_n, budget, C, h->sm90);
+        FlceBlockGemms gemms = hk ? hk->block_gemms : NULL;
+        bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, max_n, C, V, vb_max, h->sm90, gemms,
+                                                   hk ? hk->block_gemm_cost : NULL, hk ? hk->arg : NULL, sms);
+        if (bytes == 0) {
+            fprintf(stderr, "error: fused_lce_build: a scratch budget of %zu bytes holds fewer than 16 rows of vocab "
+                    "blocks of %d columns and C = %d\n  hint: a larger budget, or a smaller vocab_block_max (at least 16)\n",
+                    h->budget, vb_max, C);
+            exit(EXIT_FAILURE);
+        }
+        cuda_check(cudaMalloc(&h->buf, bytes));
+        flce_blocks_carve(&h->blk, h->buf, C);
+    } else {
+        int fp32 = path != FLCE_PATH_UNFUSED;
+        h->fused_forward = fp32 && C % FLCE_MMA_BK == 0 && !(cfg->fallbacks & FLCE_NO_FUSED_FORWARD);
+        if (h->fused_forward)
+            h->part_floats = h->sm90 ? flce_wgmma_part_floats(max_n, V, sms) : flce_mma_part_floats(max_n, sms);
+        bytes = flce_chunks_build(&h->chunks, max_n, Vp, fp32, h->budget, cfg->fallbacks & FLCE_NO_ROW_STAGING);
+        if (bytes == 0) {
+            fprintf(stderr, "error: fused_lce_build: a scratch budget of %zu bytes holds fewer than 16 rows of %d fp32 logits\n"
+                    "  hint: a larger budget, or path blocks\n", h->budget, Vp);
+            exit(EXIT_FAILURE);
+        }
+    }
+    if (h->part_floats) cuda_check(cudaMalloc(&h->part, h->part_floats * sizeof(float)));
+    h->scratch_bytes = bytes + h->part_floats * sizeof(float);
+    cuda_check(cudaMalloc(&h->loss_rows, (size_t)max_n * sizeof(float)));
+    cuda_check(cudaMalloc(&h->lse, (size_t)max_n * sizeof(float)));
+    cuda_check(cudaMalloc(&h->loss, sizeof(float)));
+    cuda_check(cudaMalloc(&h->n_valid, sizeof(int)));
+    cuda_check(cudaMalloc(&h->error, sizeof(int)));
+    cuda_check(cudaMemset(h->error, 0, sizeof(int)));
+    cuda_check(cudaDeviceSynchronize());  // that memset ran on the legacy stream, which a non-blocking one does not wait for
+}
+
+static inline void fused_lce_free(FusedLce* h) {
+    if (h->cfg.path == FLCE_PATH_BLOCKS) {
+        flce_blocks_free(&h->blk);
+        cuda_check(cudaFree(h->buf));
+    } else {
+        flce_chunks_free(&h->chunks);
+    }
+    if (h->part) cuda_check(cudaFree(h->part));
+    cuda_check(cudaFree(h->loss_rows));
+    cuda_check(cudaFree(h->lse));
+    cuda_check(cudaFree(h->loss));
+    cuda_check(cudaFree(h->n_valid));
+    cuda_check(cudaFree(h->error));
+}
+
+// The start of every call: N checked, the rows that count counted, bad targets flagged.
+static void flce_begin(FusedLce* h, const int* targets, int N, const GpuContext* ctx) {
+    if (N <= 0 || N > h->cfg.max_n) {
+        fprintf(stderr, "error: fused_lce: N=%d rows, the head was built for 1..%d\n", N, h->cfg.max_n);
+        exit(EXIT_FAILURE);
+    }
+    flce_count_kernel<<<1, 1024, 0, ctx->stream>>>(h->n_valid, h->error, targets, N, h->cfg.V, h->cfg.opt.ignore_index);
+    cuda_check_launch();
+}
+
+static void flce_end(FusedLce* h, int N, const GpuContext* ctx) {
+    flce_mean_kernel<<<1, 1024, 0, ctx->stream>>>(h->loss, h->loss_rows, h->n_valid, N);
+    cuda_check_launch();
+    profile_mark(ctx->prof, "head: other", ctx->stream);
+}
+
+// loss_rows and lse of the N rows by the fused forward (sm90 or sm80 kernels)
+static void flce_fused_forward(FusedLce* h, const bf16* x, const bf16* W, const int* targets, int N,
+                               const GpuContext* ctx) {
+    const FlceConfig* c = &h->cfg;
+    if (h->sm90)
+        flce_wgmma_forward(h->loss_rows, h->lse, h->part, h->part_floats, x, W, targets, N, c->C, c->V, c->Vp, c->opt, ctx);
+    else
+        flce_mma_forward(h->loss_rows, h->lse, h->part, x, W, targets, N, c->C, c->V, c->Vp, c->opt, ctx);
+    profile_mark(ctx->prof, "head: forward", ctx->stream);
+}
+
+// Loss, and with dx != NULL dx written and dW accumulated, through the configured path
+static void flce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss, const bf16* x,
+                     const bf16* W, const int* targets, int N, const GpuContext* ctx) {
+    const FlceConfig* c = &h->cfg;
+    flce_begin(h, targets, N, ctx);
+    if (c->path == FLCE_PATH_BLOCKS) {
+        if (h->sm90) flce_fused_forward(h, x, W, targets, N, ctx);  // the lse of every row first
+        if (dx || !h->sm90)
+            flce_blocks_run(&h->blk, h->loss_rows, h->lse, dx, dW, dloss_rows, dloss, h->n_valid, x, W, targets, N,
+                            c->C, c->V, c->Vp, c->opt, h->sm90, ctx);
+    } else if (!dx && h->fused_forward) {
+        flce_fused_forward(h, x, W, targets, N, ctx);
+    } else {
+        flce_chunks_run(&h->chunks, h->loss_rows, h->lse, dx, dW, dloss_rows, dloss, h->n_valid, x, W, targets, N,
+                        c->C, c->V, c->Vp, c->opt, ctx);
+    }
+    flce_end(h, N, ctx);
+}
+
+// Training: mean loss (h->loss), per-row loss and lse (h->loss_rows, h->lse), dx (N, C) bf16 written,
+// dW (Vp, C) fp32 accumulated, for the upstream gradient dloss of the mean (1 in training).
+static inline void fused_lce_forward_backward(FusedLce* h, bf16* dx, float* dW, float dloss, const bf16* x,
+                                              const bf16* W, const int* targets, int N, const GpuContext* ctx) {
+    if (h->cfg.hooks && h->cfg.hooks->backward) h->cfg.hooks->backward(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
+    else flce_run(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
+}
+
+// Loss only (eval, or when the caller needs the loss before it knows the upstream gradient): F of work.
+static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, const int* targets, int N,
+                                     const GpuContext* ctx) {
+    flce_run(h, NULL, NULL, NULL, 0.0f, x, W, targets, N, ctx);
+}
+
+// Recomputing backward with a per-row upstream gradient dloss_rows (N) fp32 (per-token weights).
+static inline void fused_lce_backward(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, const bf16* x,
+                                      const bf16* W, const int* targets, int N, const GpuContext* ctx) {
+    if (h->cfg.hooks && h->cfg.hooks->backward) h->cfg.hooks->backward(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
+    else flce_run(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
+}
+
+// The first row whose target was outside [0, V) and not ignore_index, since the build; -1 if none.
+// Synchronises the stream: call it where the loop synchronises anyway (e.g. when printing the loss).
+static inline int fused_lce_bad_target_row(const FusedLce* h, const GpuContext* ctx) {
+    int err = 0;
+    cuda_check(cudaMemcpyAsync(&err, h->error, sizeof(int), cudaMemcpyDeviceToHost, ctx->stream));
+    cuda_check(cudaStreamSynchronize(ctx->stream));
+    return err - 1;
+}
+
+// Exits with a message naming the row when a bad target was seen.
+static inline void fused_lce_check(const FusedLce* h, const GpuContext* ctx) {
+    int row = fused_lce_bad_target_row(h, ctx);
+    if (row >= 0) {
+        fprintf(stderr, "error: fused_lce: target of row %d is outside [0, %d) and is not ignore_index (%d)\n"
+                "  hint: the token data does not match the vocabulary size\n", row, h->cfg.V, h->cfg.opt.ignore_index);
+        exit(EXIT_FAILURE);
+    }
+}

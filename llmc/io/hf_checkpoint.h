@@ -1,0 +1,96 @@
+// hf_checkpoint.h: host-only. A train_gpt checkpoint of either family exported to a directory that
+// Hugging Face transformers loads (llmc/io/gpt_hf.h: GPT2LMHeadModel with GPT-2's tokenizer files;
+// llmc/io/llama_hf.h: LlamaForCausalLM): its fp32 master weights, read through llmc/io/checkpoint.h's reader
+// once the header's sizes, the checksum and every value are checked, so that nothing is written from a
+// damaged file. build/export_hf's code (data/export_hf.c); no GPU. Host memory: the master weights, 4
+// bytes per parameter. Errors: 0, or -1 with the message in err; nothing exits.
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "checkpoint.h"
+#include "gpt_hf.h"
+#include "llama_hf.h"
+#include "../data/tokenizer_tiktoken.h"  // a Llama export's end-of-text id, by its vocabulary
+
+// What an export wrote.
+typedef struct {
+    CheckpointModel model;  // the checkpoint's family and sizes
+    int64_t step;
+    int eos;                // a Llama export's <|endoftext|> id in config.json; -1 when its vocabulary is no
+                            // encoding's (none written), and for GPT-2 (its tokenizer files say it)
+} HfExported;
+
+// The model sizes of a checkpoint's header as the family's config; 0 when they make no model (a
+// corrupt header). *num_params: what those sizes hold.
+static inline int hf_checkpoint_config(const CheckpointModel* m, GptConfig* g, LlamaConfig* l, size_t* num_params) {
+    const int32_t most = 1 << 20;  // bounds every size, so that no product below overflows
+    if (m->num_layers < 1 || m->channels < 1 || m->num_heads < 1 || m->vocab_size < 1 || m->max_seq_len < 1 ||
+        m->vocab_size > m->padded_vocab_size || m->num_layers > 4096 || m->channels > most || m->num_heads > m->channels ||
+        m->padded_vocab_size > most || m->max_seq_len > most)
+        return 0;
+    if (m->family == CHECKPOINT_FAMILY_GPT2) {
+        g->num_layers = m->num_layers; g->channels = m->channels; g->num_heads = m->num_heads;
+        g->vocab_size = m->vocab_size; g->padded_vocab_size = m->padded_vocab_size; g->max_seq_len = m->max_seq_len;
+        size_t size[GPT_NUM_TENSORS];
+        gpt_tensor_sizes(size, g);
+        *num_params = 0;
+        for (int i = 0; i < GPT_NUM_TENSORS; i++) *num_params += size[i];
+        return 1;
+    }
+    if (m->family != CHECKPOINT_FAMILY_LLAMA || m->num_kv_heads < 1 || m->ffn_hidden < 1 || m->ffn_hidden > most ||
+        m->channels % m->num_heads != 0 || m->num_heads % m->num_kv_heads != 0)
+        return 0;
+    l->num_layers = m->num_layers; l->channels = m->channels; l->num_heads = m->num_heads;
+    l->num_kv_heads = m->num_kv_heads; l->ffn_hidden = m->ffn_hidden; l->vocab_size = m->vocab_size;
+    l->padded_vocab_size = m->padded_vocab_size; l->max_seq_len = m->max_seq_len;
+    l->rope_theta = m->rope_theta; l->norm_eps = m->norm_eps;
+    *num_params = llama_num_params(l);
+    return 1;
+}
+
+// The model of the checkpoint ckpt exported to dir; vocab_bpe: GPT-2's vocab.bpe, with encoder.json
+// beside it (a GPT-2 export copies them; a Llama export has no tokenizer files). *out says what it was.
+static inline int hf_export_checkpoint(const char* ckpt, const char* dir, const char* vocab_bpe, HfExported* out,
+                                       char* err, size_t errlen) {
+    CheckpointReader r;
+    if (checkpoint_reader_open(&r, ckpt) != 0) { snprintf(err, errlen, "%s", r.err); return -1; }
+    CheckpointModel want = r.state.model;
+    GptConfig g;
+    LlamaConfig l;
+    memset(&g, 0, sizeof(g));
+    memset(&l, 0, sizeof(l));
+    size_t total = 0;
+    int sane = hf_checkpoint_config(&want, &g, &l, &total);
+    want.num_params = (int64_t)total;  // the header's count must be what its sizes give
+    if (!sane || checkpoint_check_model(&r, &want) != 0) {
+        snprintf(err, errlen, "%s", r.err[0] ? r.err : "corrupt model sizes in the header");
+        checkpoint_reader_close(&r);
+        return -1;
+    }
+    if (checkpoint_reader_verify(&r) != 0) {  // the checksum, and every value finite, before anything is written
+        snprintf(err, errlen, "%s", r.err);
+        checkpoint_reader_close(&r);
+        return -1;
+    }
+    float* values = (float*)malloc(total * sizeof(float));
+    if (!values) {
+        snprintf(err, errlen, "%s: cannot allocate %.1f MiB for the weights", ckpt, total * 4.0 / 1048576.0);
+        checkpoint_reader_close(&r);
+        return -1;
+    }
+    int rc = checkpoint_reader_read(&r, values, total * sizeof(float));  // the master weights come first
+    if (rc != 0) snprintf(err, errlen, "%s", r.err);
+    checkpoint_reader_close(&r);
+    memset(out, 0, sizeof(*out));
+    out->model = want;
+    out->step = r.state.step;
+    const TokenizerEncoding* enc = tokenizer_encoding_of_vocab(l.vocab_size);
+    out->eos = want.family == CHECKPOINT_FAMILY_LLAMA && enc ? enc->eot_id : -1;
+    if (rc == 0)
+        rc = want.family == CHECKPOINT_FAMILY_GPT2 ? gpt_hf_export(dir, &g, values, vocab_bpe, err, errlen)
+                                                   : llama_hf_export(dir, &l, values, out->eos, err, errlen);
+    free(values);
+    return rc;
+}
