@@ -5,7 +5,8 @@
 // Checks: shard round trip; rows are windows with targets = inputs shifted by one; the sequential (val)
 // stream and reset; shuffling is seeded, reproducible, changes with seed and epoch, keeps a shard's
 // windows together; with 1, 2 and 3 ranks every window is taken exactly once per epoch; save/restore
-// continues with the identical batches (also into another world size); each bad shard gives an error
+// continues with the identical batches (also into another world size), and a position outside the
+// stream (negative, or so large that index * B overflows) is refused naming it; each bad shard gives an error
 // naming the file. The uint32 layout: the same ids in uint32 shards give the same batches; an id above
 // 65535 survives; an id >= vocab is refused with its byte offset (1024 + 4 * index); a pattern mixing
 // the layouts is refused naming a shard of each; each layout's magic with the other's version is refused.
@@ -282,6 +283,45 @@ static void test_ranks(int world) {
            "world size %d: the ranks' batches interleaved differ from the single-process order", world);
 }
 
+// A checkpoint's global batch index is data: one so large that index * B (or index + rank) overflows
+// must be refused, naming the index, before any window is looked up; a large one that fits restores
+// to a batch of whole windows.
+static void test_restore_bounds(const DataLoaderPosition* good) {
+    static const int64_t bad[] = {-1, INT64_MIN, (int64_t)1 << 62, INT64_MAX, INT64_MAX / B_ + 1,
+                                  DATALOADER_MAX_WINDOWS / B_ - 1};
+    for (int rank = 0; rank < 2; rank++) {
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+            DataLoader dl;
+            init_or_fail(&dl, config("good", 1, 7, rank, 2));
+            DataLoaderPosition pos = *good;
+            pos.global_batch = bad[k];
+            char index[32];
+            snprintf(index, sizeof(index), "%lld", (long long)bad[k]);
+            int rc = dataloader_restore(&dl, &pos);
+            EXPECT(rc != 0 && strstr(dl.err, "global batch") && strstr(dl.err, index) && strstr(dl.err, dl.pattern),
+                   "rank %d of 2: restore of global batch %s: rc %d, expected a refusal naming it: %s", rank, index, rc,
+                   dl.err);
+            if (rank == 0 && k == 2) printf("  global batch 2^62 -> %s\n", dl.err);
+            dataloader_free(&dl);
+        }
+    }
+    // the largest index accepted: every row is still a whole window
+    DataLoader dl;
+    init_or_fail(&dl, config("good", 1, 7, 1, 2));
+    DataLoaderPosition pos = *good;
+    pos.global_batch = DATALOADER_MAX_WINDOWS / B_ - 2;
+    int ids[B_];
+    EXPECT(dataloader_restore(&dl, &pos) == 0 && dataloader_next_batch(&dl) == 0,
+           "restore of global batch %lld (the largest for rank 1 of 2): %s", (long long)pos.global_batch, dl.err);
+    batch_ids(&dl, ids);
+    EXPECT(ids[0] >= 0 && ids[1] >= 0 && ids[2] >= 0, "after restoring global batch %lld the rows are windows %d %d %d",
+           (long long)pos.global_batch, ids[0], ids[1], ids[2]);
+    // the stream ends there: the next batch is refused, not computed with an overflowing index
+    EXPECT(dataloader_next_batch(&dl) != 0 && strstr(dl.err, "global batch"),
+           "the batch after the last one the stream holds was not refused: %s", dl.err);
+    dataloader_free(&dl);
+}
+
 static void test_save_restore(void) {
     DataLoader a, b;
     int want[6 * B_], got[6 * B_];
@@ -317,6 +357,7 @@ static void test_save_restore(void) {
            "restore with another seed was not refused: %s", b.err);
     dataloader_free(&b);
     dataloader_free(&a);
+    test_restore_bounds(&pos);
 }
 
 // Expects init on sub/*.bin (or, when `late`, a later next_batch) to fail with a message naming bad.bin

@@ -42,6 +42,10 @@
 #include "shard.h"
 
 #define DATALOADER_ERR_LEN 4608  // a 4096-byte path and the words around it
+// The stream's length: windows [0, DATALOADER_MAX_WINDOWS), so global batches [0, MAX / B). Every
+// window index the loader computes (global batch * B + row) stays below it, so none overflows; a run
+// of a million steps of a million sequences is 2^40 windows, far inside it.
+#define DATALOADER_MAX_WINDOWS ((int64_t)1 << 62)
 
 typedef struct {
     const char* pattern;  // glob(3) pattern of shard files; copied at init
@@ -266,10 +270,22 @@ static inline int dataloader_init(DataLoader* dl, const DataLoaderConfig* cfg) {
     return 0;
 }
 
+// The last global batch of the stream: (last + 1) * B <= DATALOADER_MAX_WINDOWS.
+static inline int64_t dataloader_last_batch(const DataLoader* dl) {
+    return DATALOADER_MAX_WINDOWS / dl->cfg.B - 1;
+}
+
 // Fills dl->inputs and dl->targets with this rank's next batch. Returns 0, or -1 when a shard the
-// stream reached is unreadable or holds a token id >= vocab_size (the message names it).
+// stream reached is unreadable or holds a token id >= vocab_size (the message names it), or when the
+// stream has no batch left (after DATALOADER_MAX_WINDOWS windows).
 static inline int dataloader_next_batch(DataLoader* dl) {
     int B = dl->cfg.B, T = dl->cfg.T;
+    if (dl->next_global > dataloader_last_batch(dl)) {
+        snprintf(dl->err, sizeof(dl->err), "the data stream of %s ends at global batch %lld (2^62 windows of B=%d); "
+                 "global batch %lld is past it", dl->cfg.pattern, (long long)dataloader_last_batch(dl), B,
+                 (long long)dl->next_global);
+        return -1;
+    }
     int64_t s0 = dl->next_global * B;
     for (int b = 0; b < B; b++) {
         const uint32_t* window;
@@ -311,7 +327,9 @@ static inline DataLoaderPosition dataloader_save(const DataLoader* dl) {
 }
 
 // Continues the stream of `pos` (saved by any rank, with any world size). Refuses a position saved
-// for another stream, since its batches would not be the ones the interrupted run would have seen.
+// for another stream, since its batches would not be the ones the interrupted run would have seen,
+// and a global batch outside the stream (negative, or one where some rank would have no batch left):
+// the checkpoint's position is data, checked before it indexes anything.
 static inline int dataloader_restore(DataLoader* dl, const DataLoaderPosition* pos) {
     const char* what = NULL;
     long long saved = 0, now = 0;
@@ -327,8 +345,15 @@ static inline int dataloader_restore(DataLoader* dl, const DataLoaderPosition* p
                  "resume with the same shards, batch size, sequence length and seed", dl->pattern, what, saved, now);
         return -1;
     }
-    if (pos->global_batch < 0)
-        return dataloader_fail(dl, "cannot resume the data stream: negative batch index (corrupt checkpoint?)");
+    // every rank must have a batch left: global_batch + world_size - 1 <= last, without overflow
+    int64_t max_batch = dataloader_last_batch(dl) - (dl->cfg.world_size - 1);
+    if (pos->global_batch < 0 || pos->global_batch > max_batch) {
+        snprintf(dl->err, sizeof(dl->err), "cannot resume the data stream of %s: the checkpoint's data position, "
+                 "global batch %lld, is outside [0, %lld] (the stream's 2^62 windows at B=%d over %d rank(s)): the "
+                 "checkpoint is corrupt or was not written by this program; resume from another checkpoint",
+                 dl->pattern, (long long)pos->global_batch, (long long)max_batch, dl->cfg.B, dl->cfg.world_size);
+        return -1;
+    }
     if (dataloader_prefetch(dl, pos->global_batch + dl->cfg.rank) != 0) return -1;
     dl->next_global = pos->global_batch + dl->cfg.rank;
     return 0;
