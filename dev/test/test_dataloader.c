@@ -442,6 +442,36 @@ static void test_bad_shards(void) {
     dataloader_free(&dl);
 }
 
+// A shard replaced after init (checked then) is read again when the stream reaches it: the header is
+// checked again, so a uint16 shard swapped for a uint32 one of the same size, or for one of another
+// count, or cut short, is refused naming the file, instead of read with the layout init saw.
+static void test_shard_replaced(void) {
+    static const char* const subs[] = {"swap32", "swap_count", "swap_cut"};
+    for (int k = 0; k < 3; k++) {
+        char p[512], tmp[512];
+        bad_case(subs[k], 40, -1, 0, 0, 0);  // a_good.bin and bad.bin, 40 uint16 ids each
+        path_in(p, sizeof(p), subs[k], "bad.bin");
+        path_in(tmp, sizeof(tmp), subs[k], "new.tmp");
+        DataLoader dl;
+        DataLoaderConfig c = config(subs[k], 0, 0, 0, 1);
+        int rc = dataloader_init(&dl, &c);  // loads a_good.bin; bad.bin's header is checked
+        EXPECT(rc == 0, "%s: init: %s", subs[k], dl.err);
+        if (rc != 0) continue;
+        if (k == 0) write_counting_shard_u32(tmp, 1, 20);  // 1024 + 4 * 20 = 1024 + 2 * 40 bytes
+        if (k == 1) write_counting_shard(tmp, 1, 44);
+        if (k == 2) {
+            write_counting_shard(tmp, 1, 40);
+            if (truncate(tmp, SHARD_HEADER_BYTES + 2 * 30) != 0) { perror(tmp); exit(EXIT_FAILURE); }
+        }
+        if (rename(tmp, p) != 0) { perror(p); exit(EXIT_FAILURE); }
+        for (int b = 0; b < 100 && rc == 0; b++) rc = dataloader_next_batch(&dl);
+        EXPECT(rc != 0 && strstr(dl.err, p) && strstr(dl.err, "changed"),
+               "%s: a shard replaced during the run: rc %d, expected an error naming %s: %s", subs[k], rc, p, dl.err);
+        if (rc != 0) printf("  %s -> %s\n", subs[k], dl.err);
+        dataloader_free(&dl);
+    }
+}
+
 // --- the uint32 layout ---------------------------------------------------------------------------
 
 // good/ and good32/ hold the same ids in the two layouts: every batch must be identical, for the
@@ -547,6 +577,7 @@ int main(void) {
     for (int world = 1; world <= 3; world++) test_ranks(world);
     test_save_restore();
     test_bad_shards();
+    test_shard_replaced();
     test_u32_same_batches();
     test_u32_bad_shards();
     remove_tree(tmp_dir);

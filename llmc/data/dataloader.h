@@ -15,7 +15,8 @@
 // Invariants: a batch is a pure function of (shards, B, T, shuffle, seed, global batch index), so
 // the saved position (a few integers) restores exactly the next batch of the uninterrupted run, for
 // any world size; memory is allocated once at init (one shard of tokens, one window order, the batch);
-// a shard is read when the stream first needs it, and each token id is checked against the vocabulary.
+// a shard is read when the stream first needs it, its header checked again then (a shard replaced
+// during the run is refused), and each token id is checked against the vocabulary.
 //
 // Layouts. Shards hold uint16 ids (GPT-2 layout) or uint32 ids (llm.c's Llama-3 layout); see shard.h.
 // All shards of one pattern must have the same layout (init refuses a mix, naming a shard of each).

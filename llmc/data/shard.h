@@ -3,8 +3,9 @@
 // GPT-2 token ids. Vocabularies above 65,536 tokens (cl100k_base, o200k_base) use llm.c's Llama-3
 // layout: magic 20240801, version 7, then uint32 ids (written by shard_writer_open_u32).
 // Writers go through a temporary file renamed into place at close, so a shard that
-// exists under its final name is always complete. Readers check magic, version, size and (optionally)
-// that every id is below the vocabulary size, and say which file is wrong and how to remake it.
+// exists under its final name is always complete. Readers check magic, version, size and that every
+// id is below the vocabulary size; a shard is checked again each time its ids are read. Errors say
+// which file is wrong and how to remake it.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -102,27 +103,19 @@ static inline const char* shard_layout_name(int token_bytes) {
                             : "uint16 ids (GPT-2 layout, magic 20240520, version 1)";
 }
 
-// Checks the header of `path` against the file size. On success returns the token count and sets
-// *token_bytes to the width of its ids: 2 (magic SHARD_MAGIC, version SHARD_VERSION) or 4 (magic
-// SHARD_U32_MAGIC, version SHARD_U32_VERSION); the size must be exactly 1024 + width * count bytes.
-// On failure returns -1 with a message naming the file and the fix in `err`. Never exits: the loader decides.
-static inline int64_t shard_check_header(const char* path, int* token_bytes, char* err, size_t errlen) {
+// The header check on an open shard (path names it in messages): magic, version, and a size of
+// exactly 1024 + width * count bytes. Returns the count and sets *token_bytes, or -1 with the message
+// in err.
+static inline int64_t shard_check_open_(int fd, const char* path, int* token_bytes, char* err, size_t errlen) {
     const char* fix = "regenerate it with `make data` (or the data/ tool that wrote it)";
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: %s, not a shard file; a shard pattern names .bin files (for a directory of "
-                 "shards: %s/*.bin)", path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", path);
-        return -1;
-    }
-    FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
     int32_t header[SHARD_HEADER_INTS];
-    size_t got = fread(header, sizeof(int32_t), SHARD_HEADER_INTS, f);
-    int stat_ok = fstat(fileno(f), &st) == 0;
-    fclose(f);
-    if (got != SHARD_HEADER_INTS) {
-        snprintf(err, errlen, "%s: only %zu bytes, shorter than the %d-byte shard header; %s", path,
-                 got * sizeof(int32_t), SHARD_HEADER_BYTES, fix);
+    ssize_t got = pread(fd, header, sizeof(header), 0);
+    struct stat st;
+    int stat_ok = fstat(fd, &st) == 0;
+    if (got < 0) { snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno)); return -1; }
+    if (got != (ssize_t)sizeof(header)) {
+        snprintf(err, errlen, "%s: only %zd bytes, shorter than the %d-byte shard header; %s", path, got,
+                 SHARD_HEADER_BYTES, fix);
         return -1;
     }
     int width;
@@ -152,17 +145,58 @@ static inline int64_t shard_check_header(const char* path, int* token_bytes, cha
     return ntok;
 }
 
+// Checks the header of `path` against the file size (see shard_check_open_). On success returns the
+// token count and sets *token_bytes to the width of its ids: 2 (magic SHARD_MAGIC, version
+// SHARD_VERSION) or 4 (magic SHARD_U32_MAGIC, version SHARD_U32_VERSION); the size must be exactly
+// 1024 + width * count bytes. On failure returns -1 with a message naming the file and the fix in
+// `err`. Never exits: the loader decides.
+static inline int64_t shard_check_header(const char* path, int* token_bytes, char* err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {  // before open: a FIFO would block it
+        snprintf(err, errlen, "%s: %s, not a shard file; a shard pattern names .bin files (for a directory of "
+                 "shards, add /*.bin to it)", path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+        return -1;
+    }
+    FILE* f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
+    int64_t n = shard_check_open_(fileno(f), path, token_bytes, err, errlen);
+    fclose(f);
+    return n;
+}
+
 // Reads all tokens of a checked shard (ntok ids of token_bytes = 2 or 4 bytes, as shard_check_header
-// said) into `out` (ntok uint32; uint16 ids are widened) and verifies every id < vocab_size.
-// Returns 0, or -1 with a message in `err` naming the file, the token and its byte offset.
+// said) into `out` (ntok uint32; uint16 ids are widened) and verifies every id < vocab_size. The
+// header is checked again on the file as opened now, and must still give ntok ids of token_bytes:
+// a shard replaced since it was checked (another layout, another count, cut short) is refused, never
+// read with the old layout. Returns 0, or -1 with a message in `err` naming the file (and for a bad id,
+// the token and its byte offset).
 static inline int shard_read_tokens(const char* path, int64_t ntok, int token_bytes, int64_t vocab_size,
                                     uint32_t* out, char* err, size_t errlen) {
     if (token_bytes != 2 && token_bytes != 4) {
         snprintf(err, errlen, "%s: %d-byte token ids; shards hold 2- or 4-byte ids", path, token_bytes);
         return -1;
     }
+    const char* changed = "the file changed after it was checked: a shard must not be replaced while a run "
+                          "reads it; put the original back and resume, or start a new run on the new shards";
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open: %s (%s)", path, strerror(errno), changed);
+        return -1;
+    }
+    int now_bytes = 0;
+    int64_t now = shard_check_open_(fileno(f), path, &now_bytes, err, errlen);
+    if (now < 0) {
+        size_t k = strlen(err);
+        snprintf(err + k, errlen - k, " (%s)", changed);
+        fclose(f);
+        return -1;
+    }
+    if (now != ntok || now_bytes != token_bytes) {
+        snprintf(err, errlen, "%s: holds %lld tokens of %s now, %lld tokens of %s when first checked; %s", path,
+                 (long long)now, shard_layout_name(now_bytes), (long long)ntok, shard_layout_name(token_bytes), changed);
+        fclose(f);
+        return -1;
+    }
     int ok = fseek(f, SHARD_HEADER_BYTES, SEEK_SET) == 0;
     if (ok && token_bytes == 4) {
         ok = fread(out, sizeof(uint32_t), (size_t)ntok, f) == (size_t)ntok;
@@ -175,7 +209,10 @@ static inline int shard_read_tokens(const char* path, int64_t ntok, int token_by
         }
     }
     fclose(f);
-    if (!ok) { snprintf(err, errlen, "%s: could not read %lld tokens; the file changed or is truncated", path, (long long)ntok); return -1; }
+    if (!ok) {
+        snprintf(err, errlen, "%s: could not read %lld tokens (%s)", path, (long long)ntok, changed);
+        return -1;
+    }
     for (int64_t i = 0; i < ntok; i++) {
         if ((int64_t)out[i] >= vocab_size) {
             snprintf(err, errlen, "%s: token %lld (byte offset %lld) has id %lu, not below the vocabulary size %lld: %s",
