@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include "../../llmc/data/dataloader.h"
 #include "testing.h"
 
@@ -472,6 +474,55 @@ static void test_shard_replaced(void) {
     }
 }
 
+// A header's count backed by no data: a sparse file whose size matches a header of 2^24 tokens but
+// that holds 8 KB. Refused at init naming the file, before a buffer is sized by the count.
+static void test_sparse_shard(void) {
+    char p[512];
+    bad_case("sparse", 4096, -1, 0, 0, 0);
+    path_in(p, sizeof(p), "sparse", "bad.bin");
+    patch_header(p, 2, 1 << 24);
+    if (truncate(p, SHARD_HEADER_BYTES + 2 * ((int64_t)1 << 24)) != 0) { perror(p); exit(EXIT_FAILURE); }
+    expect_bad_saying("sparse", "a sparse shard", 0, "sparse");
+}
+
+// A shard whose buffer cannot be allocated: the message names the shard and its size, not the
+// batch or the model. In a child whose address space is capped just above its current size (not
+// under ASan, whose shadow memory needs the address space).
+static void test_shard_too_big_for_memory(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    printf("  a shard too big for memory: skipped under ASan\n");
+#else
+    char p[512], want[600];
+    make_subdir("big");
+    path_in(p, sizeof(p), "big", "bad.bin");
+    write_counting_shard(p, 1, 1 << 21);  // 4 MB of uint16 ids: an 8 MB buffer
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        long pages = 0;
+        FILE* f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(4);
+        fclose(f);
+        struct rlimit r;
+        getrlimit(RLIMIT_AS, &r);
+        r.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (2 << 20);
+        if (setrlimit(RLIMIT_AS, &r) != 0) _exit(4);
+        DataLoader dl;
+        DataLoaderConfig c = config("big", 0, 0, 0, 1);
+        int rc = dataloader_init(&dl, &c);
+        printf("  a shard too big for memory -> %s\n", dl.err);
+        fflush(stdout);
+        snprintf(want, sizeof(want), "%s holds 2097152 tokens", p);
+        _exit(rc == 0 ? 2 : strstr(dl.err, want) && strstr(dl.err, "--shard-tokens") ? 0 : 3);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a shard too big for memory: the child exited with %d "
+           "(0: refused naming the shard; 1: exited elsewhere; 2: loaded; 3: another message; 4: no limit set)",
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+#endif
+}
+
 // --- the uint32 layout ---------------------------------------------------------------------------
 
 // good/ and good32/ hold the same ids in the two layouts: every batch must be identical, for the
@@ -578,6 +629,8 @@ int main(void) {
     test_save_restore();
     test_bad_shards();
     test_shard_replaced();
+    test_sparse_shard();
+    test_shard_too_big_for_memory();
     test_u32_same_batches();
     test_u32_bad_shards();
     remove_tree(tmp_dir);

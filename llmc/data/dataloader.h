@@ -252,13 +252,25 @@ static inline int dataloader_init(DataLoader* dl, const DataLoaderConfig* cfg) {
     dl->cfg.pattern = dl->pattern;
     if (dataloader_check_config(dl) != 0 || dataloader_find_shards(dl) != 0) { dataloader_free(dl); return -1; }
     int64_t max_tokens = 0, max_windows = 0;
+    int largest = 0;
     for (int i = 0; i < dl->n_shards; i++) {
-        if (dl->shard_tokens[i] > max_tokens) max_tokens = dl->shard_tokens[i];
+        if (dl->shard_tokens[i] > max_tokens) { max_tokens = dl->shard_tokens[i]; largest = i; }
         if (dl->shard_windows[i] > max_windows) max_windows = dl->shard_windows[i];
     }
     size_t bt = (size_t)dl->cfg.B * dl->cfg.T;
-    dl->tokens = (uint32_t*)malloc_check((size_t)max_tokens * sizeof(uint32_t));
-    dl->window_order = (int32_t*)malloc_check((size_t)max_windows * sizeof(int32_t));
+    // sized by the largest shard's count (< 2^31, backed by data: shard_check_header): when it does not
+    // fit, the shard's size is the cause, not the batch or the model
+    size_t shard_bytes = (size_t)max_tokens * sizeof(uint32_t) + (size_t)max_windows * sizeof(int32_t);
+    dl->tokens = (uint32_t*)malloc((size_t)max_tokens * sizeof(uint32_t));
+    dl->window_order = (int32_t*)malloc((size_t)max_windows * sizeof(int32_t) + 1);
+    if (!dl->tokens || !dl->window_order) {
+        snprintf(dl->err, sizeof(dl->err), "%s holds %lld tokens: the loader keeps one shard in memory as 4-byte "
+                 "ids, %.1f MiB for the largest shard of %s, and that much host memory could not be allocated; free "
+                 "host memory, or cut the data into smaller shards (build/make_shards --shard-tokens N)",
+                 dl->glob.gl_pathv[largest], (long long)max_tokens, (double)shard_bytes / (1 << 20), dl->cfg.pattern);
+        dataloader_free(dl);
+        return -1;
+    }
     dl->shard_order = (int32_t*)malloc_check((size_t)dl->n_shards * sizeof(int32_t));
     dl->order_start = (int64_t*)malloc_check((size_t)(dl->n_shards + 1) * sizeof(int64_t));
     dl->inputs = (int32_t*)malloc_check(bt * sizeof(int32_t));

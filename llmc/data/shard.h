@@ -3,9 +3,10 @@
 // GPT-2 token ids. Vocabularies above 65,536 tokens (cl100k_base, o200k_base) use llm.c's Llama-3
 // layout: magic 20240801, version 7, then uint32 ids (written by shard_writer_open_u32).
 // Writers go through a temporary file renamed into place at close, so a shard that
-// exists under its final name is always complete. Readers check magic, version, size and that every
-// id is below the vocabulary size; a shard is checked again each time its ids are read. Errors say
-// which file is wrong and how to remake it.
+// exists under its final name is always complete. Readers check magic, version, size, that the file
+// holds data behind its header's count (no holes), and that every id is below the vocabulary size; a
+// shard is checked again each time its ids are read. Errors say which file is wrong and how to
+// remake it.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -103,9 +104,14 @@ static inline const char* shard_layout_name(int token_bytes) {
                             : "uint16 ids (GPT-2 layout, magic 20240520, version 1)";
 }
 
-// The header check on an open shard (path names it in messages): magic, version, and a size of
-// exactly 1024 + width * count bytes. Returns the count and sets *token_bytes, or -1 with the message
-// in err.
+#ifndef SEEK_HOLE
+#define SEEK_HOLE 4  // Linux's value; <unistd.h> names it only under _GNU_SOURCE
+#endif
+
+// The header check on an open shard (path names it in messages): magic, version, a size of exactly
+// 1024 + width * count bytes, and data behind every byte of it: a sparse file (a hole, never written,
+// where the count says ids are) is refused, so that a crafted count backed by no data does not size
+// the loader's buffer. Returns the count and sets *token_bytes, or -1 with the message in err.
 static inline int64_t shard_check_open_(int fd, const char* path, int* token_bytes, char* err, size_t errlen) {
     const char* fix = "regenerate it with `make data` (or the data/ tool that wrote it)";
     int32_t header[SHARD_HEADER_INTS];
@@ -139,6 +145,13 @@ static inline int64_t shard_check_open_(int fd, const char* path, int* token_byt
         snprintf(err, errlen, "%s: header says %lld tokens (%lld bytes of %d-byte ids) but the file has %lld bytes: "
                  "%s; %s", path, (long long)ntok, (long long)want, width, stat_ok ? (long long)st.st_size : -1LL,
                  (stat_ok && st.st_size < want) ? "truncated" : "size mismatch", fix);
+        return -1;
+    }
+    off_t hole = lseek(fd, 0, SEEK_HOLE);  // the file's size where holes are not reported
+    if (hole >= 0 && hole < st.st_size) {
+        snprintf(err, errlen, "%s: header says %lld tokens (%lld bytes) but the file is sparse: byte %lld lies in a "
+                 "hole that was never written, so the count is not backed by data (a damaged or crafted file; the "
+                 "shard writers never leave holes); %s", path, (long long)ntok, (long long)want, (long long)hole, fix);
         return -1;
     }
     *token_bytes = width;
