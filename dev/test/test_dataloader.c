@@ -197,6 +197,21 @@ static void test_shard_round_trip(void) {
     char tmp[520];
     snprintf(tmp, sizeof(tmp), "%s.tmp", p);
     EXPECT(access(p, F_OK) == 0 && access(tmp, F_OK) != 0, "the writer left its .tmp file");
+    // a symlink planted at the temporary name is replaced, not written through
+    char victim[520];
+    path_in(victim, sizeof(victim), "round", "victim.txt");
+    FILE* f = fopen_check(victim, "wb");
+    fwrite_check("precious", 1, 8, f);
+    fclose_check(f);
+    path_in(p, sizeof(p), "round", "linked.bin");
+    snprintf(tmp, sizeof(tmp), "%s.tmp", p);
+    if (symlink(victim, tmp) != 0) { perror(tmp); exit(EXIT_FAILURE); }
+    write_shard(p, t, 5);
+    struct stat st;
+    EXPECT(stat(victim, &st) == 0 && st.st_size == 8, "the shard writer wrote through a symlink at %s (%s is now %lld "
+           "bytes)", tmp, victim, (long long)st.st_size);
+    EXPECT(lstat(p, &st) == 0 && S_ISREG(st.st_mode) && shard_check_header(p, &width, err, sizeof(err)) == 5,
+           "with a symlink at its temporary name, %s is not a regular 5-token shard: %s", p, err);
 }
 
 static void test_windows_and_val_stream(void) {

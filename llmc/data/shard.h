@@ -2,8 +2,8 @@
 // A shard is int32 header[256] = {magic 20240520, version 1, token count, 0...}, then `count` uint16
 // GPT-2 token ids. Vocabularies above 65,536 tokens (cl100k_base, o200k_base) use llm.c's Llama-3
 // layout: magic 20240801, version 7, then uint32 ids (written by shard_writer_open_u32).
-// Writers go through a temporary file renamed into place at close, so a shard that
-// exists under its final name is always complete. Readers check magic, version, size, that the file
+// Writers go through a temporary file (created afresh, never through a link: atomic_open_tmp) renamed
+// into place at close, so a shard that exists under its final name is always complete. Readers check magic, version, size, that the file
 // holds data behind its header's count (no holes), and that every id is below the vocabulary size; a
 // shard is checked again each time its ids are read. Errors say which file is wrong and how to
 // remake it.
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include "../core/atomic_file.h"
 #include "../core/check.h"
 
 #define SHARD_MAGIC 20240520
@@ -42,7 +43,12 @@ static inline void shard_writer_open(ShardWriter* w, const char* path) {
         fprintf(stderr, "error: shard path too long: %s\n", path);
         exit(EXIT_FAILURE);
     }
-    w->f = fopen_check(w->tmp_path, "wb");
+    w->f = atomic_open_tmp(w->tmp_path);  // a new file: a link planted at tmp_path is not followed
+    if (!w->f) {
+        fprintf(stderr, "error: cannot create %s, the temporary file of the shard %s: %s\n  hint: check that its "
+                "directory exists and is writable\n", w->tmp_path, w->path, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
     int32_t header[SHARD_HEADER_INTS] = {0};  // rewritten with the count at close
     fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f);
     w->ntok = 0;
