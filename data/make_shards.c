@@ -236,8 +236,14 @@ static void progress(size_t done, size_t total, double bytes, double t0, int fin
 int main(int argc, char** argv) {
     Config c;
     config_parse(&c, argc, argv);
+    struct stat st;
     if (mkdir(c.out_dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "error: --out %s: cannot create the directory: %s\n", c.out_dir, strerror(errno));
+        return EXIT_FAILURE;
+    }
+    if (stat(c.out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "error: --out %s: exists and is not a directory\n  hint: give a directory for the shards "
+                "(it is created if missing), or move the file away\n", c.out_dir);
         return EXIT_FAILURE;
     }
     splits[0].split = "train";

@@ -327,6 +327,54 @@ static void test_errors(void) {
            "--allow-empty-split 1: exit %d, stderr: %s", rc, err);
 }
 
+// Messages that name the thing at fault: --out naming a file, a directory given as a document (to
+// make_shards and to tokenize), and a shard write that fails (a file size limit stands in for a full
+// disk: `ulimit -f`, with SIGXFSZ ignored so that the write returns EFBIG).
+static void test_messages(void) {
+    char args[4096], err[8192];
+    write_text(path_in_dir("a_file"), "not a directory", 15);
+    snprintf(args, sizeof(args), "--vocab %s --out %s --name o %s/doc0.txt %s/doc1.txt", VOCAB, path_in_dir("a_file"),
+             dir, dir);
+    int rc = run(args, err, sizeof(err));
+    EXPECT(rc == 1 && strstr(err, "--out") && strstr(err, path_in_dir("a_file")) && strstr(err, "not a directory") &&
+           !strstr(err, ".tmp") && !strstr(err, "make data"),
+           "--out naming a file: exit %d, expected a message about --out, not the .tmp file or `make data`: %s", rc, err);
+    printf("--out naming a file: %s", err);
+    if (mkdir(path_in_dir("a_dir"), 0700) != 0) { perror("mkdir"); exit(EXIT_FAILURE); }
+    snprintf(args, sizeof(args), "--vocab %s --out %s/d --name d %s/doc1.txt %s", VOCAB, dir, dir, path_in_dir("a_dir"));
+    rc = run(args, err, sizeof(err));
+    EXPECT(rc == 1 && strstr(err, path_in_dir("a_dir")) && strstr(err, "a directory") && !strstr(err, "read error"),
+           "a directory as a document: exit %d, expected a message naming it as a directory: %s", rc, err);
+    printf("a directory as a document: %s", err);
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "build/tokenize encode %s > /dev/null 2> %s", path_in_dir("a_dir"), path_in_dir("tk.txt"));
+    int status = system(cmd);
+    FILE* f = fopen_check(path_in_dir("tk.txt"), "rb");
+    size_t n = fread(err, 1, sizeof(err) - 1, f);
+    fclose(f);
+    err[n] = 0;
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(err, path_in_dir("a_dir")) &&
+           strstr(err, "a directory") && !strstr(err, "read error"),
+           "tokenize encode DIR: status %d, expected a message naming it as a directory: %s", status, err);
+    // a write that fails: 30 KB of text is ~15 KB of shard, past an 8 KB file size limit
+    char big[30000];
+    for (size_t i = 0; i < sizeof(big); i++) big[i] = "the cat sat on a mat "[i % 21];
+    write_text(path_in_dir("big.txt"), big, sizeof(big));
+    snprintf(cmd, sizeof(cmd), "bash -c \"trap '' XFSZ; ulimit -f 8; exec %s --vocab %s --out %s/full --name f "
+             "--val-every 0 %s/big.txt\" 2> %s", MAKE_SHARDS, VOCAB, dir, dir, path_in_dir("full.txt"));
+    status = system(cmd);
+    f = fopen_check(path_in_dir("full.txt"), "rb");
+    n = fread(err, 1, sizeof(err) - 1, f);
+    fclose(f);
+    err[n] = 0;
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(err, path_in_dir("full/f_train_000000.bin")) &&
+           strstr(err, "File too large") && strstr(err, "disk"),
+           "a shard write that fails: status %d, expected a message naming the shard and the error: %s", status, err);
+    printf("a shard write that fails: %s", err);
+    EXPECT(count_files(path_in_dir("full/*")) == 0, "a failed write left %d files in %s/full",
+           count_files(path_in_dir("full/*")), dir);
+}
+
 int main(void) {
     if (access(MAKE_SHARDS, X_OK) != 0) {
         EXPECT(0, "%s is missing: run `make %s` (make test builds it)", MAKE_SHARDS, MAKE_SHARDS);
@@ -347,6 +395,7 @@ int main(void) {
     test_u32_shards("o200k_base");
     test_tokenize_cli();
     test_errors();
+    test_messages();
     encoder_free(&e);
     tokenizer_free(&t);
     test_remove_dir(dir);

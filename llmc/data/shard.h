@@ -37,6 +37,15 @@ typedef struct {
     int token_bytes;         // 2 or 4
 } ShardWriter;
 
+// A write to the shard's temporary file failed (`what`, errno set): says which shard, and exits.
+// The caller's exit handler, if any, removes the temporary file.
+static inline void shard_writer_fail_(const ShardWriter* w, const char* what) {
+    fprintf(stderr, "error: writing the shard %s failed (%s of its temporary file %s): %s\n  hint: is the disk full, "
+            "the directory read-only, or a file size limit (ulimit -f) reached? The shard is not written; make room "
+            "and run again\n", w->path, what, w->tmp_path, strerror(errno));
+    exit(EXIT_FAILURE);
+}
+
 static inline void shard_writer_open(ShardWriter* w, const char* path) {
     if (snprintf(w->path, sizeof(w->path), "%s", path) >= (int)sizeof(w->path) ||
         snprintf(w->tmp_path, sizeof(w->tmp_path), "%s.tmp", path) >= (int)sizeof(w->tmp_path)) {
@@ -50,7 +59,8 @@ static inline void shard_writer_open(ShardWriter* w, const char* path) {
         exit(EXIT_FAILURE);
     }
     int32_t header[SHARD_HEADER_INTS] = {0};  // rewritten with the count at close
-    fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f);
+    if (fwrite(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f) != SHARD_HEADER_INTS)
+        shard_writer_fail_(w, "fwrite");
     w->ntok = 0;
     w->magic = SHARD_MAGIC;
     w->version = SHARD_VERSION;
@@ -76,7 +86,7 @@ static inline void shard_writer_write_(ShardWriter* w, const void* tokens, size_
                 w->path, SHARD_MAX_TOKENS);
         exit(EXIT_FAILURE);
     }
-    fwrite_check(tokens, (size_t)token_bytes, n, w->f);
+    if (fwrite(tokens, (size_t)token_bytes, n, w->f) != n) shard_writer_fail_(w, "fwrite");
     w->ntok += (int64_t)n;
 }
 
@@ -94,12 +104,12 @@ static inline void shard_writer_close(ShardWriter* w) {
     header[0] = w->magic;
     header[1] = w->version;
     header[2] = (int32_t)w->ntok;
-    if (fseek(w->f, 0, SEEK_SET) != 0) { perror(w->tmp_path); exit(EXIT_FAILURE); }
-    fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f);
-    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) { perror(w->tmp_path); exit(EXIT_FAILURE); }
-    fclose_check(w->f);
+    if (fseek(w->f, 0, SEEK_SET) != 0) shard_writer_fail_(w, "fseek");  // flushes the buffered ids
+    if (fwrite(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f) != SHARD_HEADER_INTS) shard_writer_fail_(w, "fwrite");
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) shard_writer_fail_(w, "flush and fsync");
+    if (fclose(w->f) != 0) { w->f = NULL; shard_writer_fail_(w, "fclose"); }
     w->f = NULL;
-    if (rename(w->tmp_path, w->path) != 0) { perror(w->path); exit(EXIT_FAILURE); }
+    if (rename(w->tmp_path, w->path) != 0) shard_writer_fail_(w, "rename");
 }
 
 // --- reading -----------------------------------------------------------------------------------
