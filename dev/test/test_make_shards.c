@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../llmc/data/shard.h"
@@ -327,6 +328,57 @@ static void test_errors(void) {
            "--allow-empty-split 1: exit %d, stderr: %s", rc, err);
 }
 
+// A run that fails partway (a bad document after several shards were completed) leaves the previous
+// run's shards of that name exactly as they were: never its first shards replaced by new ones beside
+// its stale later ones, which a glob would take together. Also on SIGTERM.
+static void test_failed_rerun(Encoder* e) {
+    char args[4096], err[8192];
+    int o = snprintf(args, sizeof(args), "--vocab %s --out %s/rerun --name r --val-every 3 --shard-tokens 5", VOCAB, dir);
+    for (int i = 0; i < N_DOCS; i++) o += snprintf(args + o, sizeof(args) - (size_t)o, " %s/doc%d.txt", dir, i);
+    int rc = run(args, err, sizeof(err));
+    EXPECT(rc == 0, "make_shards exit %d: %s", rc, err);
+    int order[N_DOCS];
+    for (int i = 0; i < N_DOCS; i++) order[i] = i;
+    TokenBuf got = {0}, want_train = {0}, want_val = {0};
+    char name[64];
+    snprintf(name, sizeof(name), "rerun/r");
+    int n_train = read_split(name, "train", 5, &got), n_val = read_split(name, "val", 5, &got);
+    expected_split(e, order, N_DOCS, 3, 0, &want_train);
+    expected_split(e, order, N_DOCS, 3, 1, &want_val);
+    EXPECT(n_train >= 4 && n_val >= 3, "the first run wrote %d train and %d val shards, expected several", n_train, n_val);
+    // the same name again: docs 4 and 1 fill more than two 5-token train shards, then bad.txt fails
+    write_text(path_in_dir("bad.txt"), "ok so \xff far", 11);
+    snprintf(args, sizeof(args), "--vocab %s --out %s/rerun --name r --val-every 0 --shard-tokens 5 %s/doc4.txt "
+             "%s/doc1.txt %s/bad.txt", VOCAB, dir, dir, dir, dir);
+    rc = run(args, err, sizeof(err));
+    EXPECT(rc == 1 && strstr(err, "bad.txt"), "the failing rerun: exit %d: %s", rc, err);
+    int again_train = read_split(name, "train", 5, &got);
+    expect_same(&got, &want_train, "train after a failed rerun");
+    int again_val = read_split(name, "val", 5, &got);
+    expect_same(&got, &want_val, "val after a failed rerun");
+    EXPECT(again_train == n_train && again_val == n_val, "after a failed rerun: %d train, %d val shards, expected the "
+           "first run's %d and %d", again_train, again_val, n_train, n_val);
+    EXPECT(count_files(path_in_dir("rerun/*.tmp")) == 0, "the failed rerun left %d temporary files",
+           count_files(path_in_dir("rerun/*.tmp")));
+    // killed by SIGTERM partway (reading a FIFO that never ends): the same
+    if (mkfifo(path_in_dir("fifo"), 0600) != 0) { perror("mkfifo"); exit(EXIT_FAILURE); }
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "(sleep 1; kill -TERM $(cat %s)) & exec 3<>%s; %s --vocab %s --out %s/rerun --name r "
+             "--val-every 0 --shard-tokens 5 %s/doc4.txt %s/doc1.txt %s & echo $! > %s; wait $!",
+             path_in_dir("pid"), path_in_dir("fifo"), MAKE_SHARDS, VOCAB, dir, dir, dir, path_in_dir("fifo"),
+             path_in_dir("pid"));
+    int status = system(cmd);
+    EXPECT(status != 0, "make_shards reading a FIFO was not stopped by SIGTERM: status %d", status);
+    again_train = read_split(name, "train", 5, &got);
+    expect_same(&got, &want_train, "train after a rerun killed by SIGTERM");
+    EXPECT(again_train == n_train && count_files(path_in_dir("rerun/*.tmp")) == 0,
+           "after a rerun killed by SIGTERM: %d train shards (expected %d), %d temporary files", again_train, n_train,
+           count_files(path_in_dir("rerun/*.tmp")));
+    token_buf_free(&got);
+    token_buf_free(&want_train);
+    token_buf_free(&want_val);
+}
+
 // Messages that name the thing at fault: --out naming a file, a directory given as a document (to
 // make_shards and to tokenize), and a shard write that fails (a file size limit stands in for a full
 // disk: `ulimit -f`, with SIGXFSZ ignored so that the write returns EFBIG).
@@ -395,6 +447,7 @@ int main(void) {
     test_u32_shards("o200k_base");
     test_tokenize_cli();
     test_errors();
+    test_failed_rerun(&e);
     test_messages();
     encoder_free(&e);
     tokenizer_free(&t);

@@ -98,8 +98,9 @@ static inline void shard_writer_append_u32(ShardWriter* w, const uint32_t* token
     shard_writer_write_(w, tokens, n, 4);
 }
 
-// Writes the real header, flushes to disk and renames the temporary file into place.
-static inline void shard_writer_close(ShardWriter* w) {
+// Writes the real header, flushes to disk and closes the temporary file, leaving it under tmp_path:
+// the caller renames it into place (shard_writer_close does both).
+static inline void shard_writer_finish(ShardWriter* w) {
     int32_t header[SHARD_HEADER_INTS] = {0};
     header[0] = w->magic;
     header[1] = w->version;
@@ -109,6 +110,11 @@ static inline void shard_writer_close(ShardWriter* w) {
     if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) shard_writer_fail_(w, "flush and fsync");
     if (fclose(w->f) != 0) { w->f = NULL; shard_writer_fail_(w, "fclose"); }
     w->f = NULL;
+}
+
+// Writes the real header, flushes to disk and renames the temporary file into place.
+static inline void shard_writer_close(ShardWriter* w) {
+    shard_writer_finish(w);
     if (rename(w->tmp_path, w->path) != 0) shard_writer_fail_(w, "rename");
 }
 
