@@ -6,8 +6,10 @@
 //   build/tokenize [OPTIONS] bench FILE         encoding speed on this thread, and the regex alone
 //   build/tokenize check-json [PATH]            cross-check GPT-2's encoder.json against vocab.bpe
 // Encoding follows tiktoken's encode_ordinary: "<|endoftext|>" in the text is ordinary text.
-// Invalid UTF-8 input is an error that names the file and the byte offset.
+// Invalid UTF-8 input is an error that names the file and the byte offset. An output that cannot be
+// written whole (a full disk, /dev/full) is an error: exit status 1, never a cut output with 0.
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,14 @@ static void usage(FILE* f) {
             "                       data/tiktoken/cl100k_base.json, data/tiktoken/o200k_base.json (`make\n"
             "                       data-tiktoken` fetches them)\n"
             "Special tokens are not parsed: \"<|endoftext|>\" in the text is encoded as ordinary text.\n");
+}
+
+// The output (stdout) could not be written: the disk is full, or it is /dev/full.
+// An incomplete output must not look like a complete one, so this is an error, exit status 1.
+static void output_failed(int err) {
+    fprintf(stderr, "error: writing the output to stdout failed: %s\n  hint: the output is incomplete; make room "
+            "on the disk or write it elsewhere\n", strerror(err));
+    exit(EXIT_FAILURE);
 }
 
 static unsigned char* read_or_die(const char* path, size_t* len) {
@@ -63,7 +73,8 @@ static int cmd_encode(const Tokenizer* t, const char* path) {
     encoder_init(&e, t);
     TokenBuf ids = {0};
     encode_or_die(&e, path, text, len, &ids);
-    for (size_t i = 0; i < ids.len; i++) printf("%d\n", ids.ids[i]);
+    for (size_t i = 0; i < ids.len; i++)
+        if (printf("%d\n", ids.ids[i]) < 0) output_failed(errno);
     token_buf_free(&ids);
     encoder_free(&e);
     free(text);
@@ -86,7 +97,7 @@ static int cmd_decode(const Tokenizer* t, const char* path) {
                     path, i, word < 20 ? word : 20, (const char*)text + i, t->name, t->vocab_size);
             exit(EXIT_FAILURE);
         }
-        fwrite_check(s, 1, n, stdout);
+        if (fwrite(s, 1, n, stdout) != n) output_failed(errno);
         i = (size_t)(end - (char*)text);
     }
     free(text);
@@ -197,5 +208,9 @@ int main(int argc, char** argv) {
            : strcmp(cmd, "bench") == 0  ? cmd_bench(&t, arg)
                                         : cmd_check_json(&t, arg ? arg : "data/gpt2/encoder.json");
     tokenizer_free(&t);
+    // what is still buffered goes out now: a failure here (or an earlier one) is the output's
+    if (fflush(stdout) != 0) output_failed(errno);
+    if (ferror(stdout)) output_failed(EIO);
+    if (fclose(stdout) != 0) output_failed(errno);
     return rc;
 }

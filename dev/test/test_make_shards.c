@@ -276,6 +276,50 @@ static void test_tokenize_cli(void) {
     }
 }
 
+// Runs a shell command line; returns its exit status (128 when it did not exit), its stderr in err.
+static int shell(const char* cmdline, char* err, size_t cap) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "%s 2> %s", cmdline, path_in_dir("stderr.txt"));
+    int status = system(cmd);
+    FILE* f = fopen(path_in_dir("stderr.txt"), "rb");
+    size_t n = f ? fread(err, 1, cap - 1, f) : 0;
+    if (f) fclose(f);
+    err[n] = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+// build/tokenize's output that cannot be written (/dev/full: every write fails with ENOSPC) is an
+// error, exit status 1, for each command and for outputs smaller and larger than stdio's buffer.
+static void test_tokenize_output(void) {
+    char cmd[4200], err[8192];
+    char big[100000];  // 100 KB of text: its ids are far more than one stdio buffer
+    for (size_t i = 0; i < sizeof(big); i++) big[i] = "the cat sat on a mat "[i % 21];
+    write_text(path_in_dir("big.txt"), big, sizeof(big));
+    write_text(path_in_dir("ids.txt"), "31373 995\n", 10);
+    static const char* const cases[][3] = {  // the command, its file in the scratch directory, what it is
+        {"encode", "hw.txt", "encode, small"}, {"encode", "big.txt", "encode, large"}, {"decode", "ids.txt", "decode"},
+        {"--encoding o200k_base encode", "big.txt", "encode o200k_base"}, {"bench", "hw.txt", "bench"},
+        {"check-json", "", "check-json"}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char args[1200];
+        snprintf(args, sizeof(args), "%s %s", cases[c][0], cases[c][1][0] ? path_in_dir(cases[c][1]) : "");
+        snprintf(cmd, sizeof(cmd), "build/tokenize %s > /dev/full", args);
+        int rc = shell(cmd, err, sizeof(err));
+        EXPECT(rc == 1 && strstr(err, "No space left on device") && strstr(err, "output"),
+               "%s: tokenize %s > /dev/full: exit %d, expected 1 and a message about the output: %s", cases[c][2], args,
+               rc, err);
+        if (c == 1) printf("tokenize encode > /dev/full: %s", err);
+    }
+    snprintf(cmd, sizeof(cmd), "echo '[31373, 995]' | build/tokenize decode > %s", path_in_dir("hw_out.txt"));
+    int rc = shell(cmd, err, sizeof(err));
+    FILE* f = fopen_check(path_in_dir("hw_out.txt"), "rb");
+    char out[64] = "";
+    size_t n = fread(out, 1, sizeof(out) - 1, f);
+    fclose(f);
+    out[n] = 0;
+    EXPECT(rc == 0 && strcmp(out, "hello world") == 0, "decode [31373, 995]: exit %d, \"%s\": %s", rc, out, err);
+}
+
 static void test_errors(void) {
     char args[4096], err[8192];
     write_text(path_in_dir("bad.txt"), "ok so \xff far", 11);
@@ -446,6 +490,7 @@ int main(void) {
     test_u32_shards("cl100k_base");
     test_u32_shards("o200k_base");
     test_tokenize_cli();
+    test_tokenize_output();
     test_errors();
     test_failed_rerun(&e);
     test_messages();
