@@ -289,7 +289,8 @@ static int shell(const char* cmdline, char* err, size_t cap) {
 }
 
 // build/tokenize's output that cannot be written (/dev/full: every write fails with ENOSPC) is an
-// error, exit status 1, for each command and for outputs smaller and larger than stdio's buffer.
+// error, exit status 1, for each command and for outputs smaller and larger than stdio's buffer;
+// decode takes only plain decimal ids (no sign).
 static void test_tokenize_output(void) {
     char cmd[4200], err[8192];
     char big[100000];  // 100 KB of text: its ids are far more than one stdio buffer
@@ -309,6 +310,13 @@ static void test_tokenize_output(void) {
                "%s: tokenize %s > /dev/full: exit %d, expected 1 and a message about the output: %s", cases[c][2], args,
                rc, err);
         if (c == 1) printf("tokenize encode > /dev/full: %s", err);
+    }
+    static const char* const bad_ids[] = {"-0", "+5", "31373 -0 995", "0x10", "5abc", "99999999999999999999"};
+    for (size_t c = 0; c < sizeof(bad_ids) / sizeof(bad_ids[0]); c++) {
+        snprintf(cmd, sizeof(cmd), "echo '%s' | build/tokenize decode > /dev/null", bad_ids[c]);
+        int rc = shell(cmd, err, sizeof(err));
+        EXPECT(rc == 1 && strstr(err, "is not a token id"), "decode \"%s\": exit %d, expected a refusal: %s", bad_ids[c],
+               rc, err);
     }
     snprintf(cmd, sizeof(cmd), "echo '[31373, 995]' | build/tokenize decode > %s", path_in_dir("hw_out.txt"));
     int rc = shell(cmd, err, sizeof(err));
