@@ -105,9 +105,9 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-beta2", FLAG_FLOAT, &c->beta2, "0.95", "optimizer", "AdamW beta2"},
         {"-eps", FLAG_FLOAT, &c->eps, "1e-8", "optimizer", "AdamW epsilon"},
         {"-clip", FLAG_FLOAT, &c->clip, "1.0", "optimizer", "clip gradients to this global norm (0: off)"},
-        {"-head", FLAG_STR, &c->head, "fused", "memory", "LM head: fused (no logits stored: the faster of blocks and chunks) | blocks | chunks | unfused"},
+        {"-head", FLAG_STR, &c->head, "fused", "memory", "LM head: fused (no logits stored: the fastest path that fits) | staged | blocks | chunks | unfused"},
         {"-recompute", FLAG_INT, &c->recompute, "0", "memory", "1: recompute GELU outputs in the backward (GPT-2)"},
-        {"-head_scratch", FLAG_INT, &c->head_scratch, "64", "memory", "MiB of scratch of the fused head (more: faster)"},
+        {"-head_scratch", FLAG_INT, &c->head_scratch, "0", "memory", "MiB of scratch of the fused head (0: what its chunks need, at most 1024 and a quarter of the free GPU memory)"},
         {"-val_every", FLAG_INT, &c->val_every, "50", "eval", "validation loss every N steps (0: only at the end)"},
         {"-val_batches", FLAG_INT, &c->val_batches, "20", "eval", "batches per validation (-1: the whole split)"},
         {"-sample_tokens", FLAG_INT, &c->sample_tokens, "64", "sample", "tokens per sample, one at the end (0: none)"},
@@ -243,14 +243,14 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
     if (c->eps <= 0.0f) BAD("-eps", "-eps %g: AdamW's epsilon must be above 0", c->eps);
     if (c->beta1 < 0.0f || c->beta1 >= 1.0f) BAD("-beta1", "-beta1 %g: must be in [0, 1)", c->beta1);
     if (c->beta2 < 0.0f || c->beta2 >= 1.0f) BAD("-beta2", "-beta2 %g: must be in [0, 1)", c->beta2);
-    if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "blocks") != 0 && strcmp(c->head, "chunks") != 0 &&
-        strcmp(c->head, "unfused") != 0)
-        BAD("-head", "-head %s: choose fused, blocks, chunks or unfused", c->head);
+    if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "staged") != 0 && strcmp(c->head, "blocks") != 0 &&
+        strcmp(c->head, "chunks") != 0 && strcmp(c->head, "unfused") != 0)
+        BAD("-head", "-head %s: choose fused, staged, blocks, chunks or unfused", c->head);
     if (c->profile != 0 && c->profile != 1) BAD("-profile", "-profile %d: choose 0 or 1", c->profile);
     if (c->gemm_tune != 0 && c->gemm_tune != 1) BAD("-gemm_tune", "-gemm_tune %d: choose 0 or 1", c->gemm_tune);
-    if (c->head_scratch < 1 || c->head_scratch > 65536)
-        BAD("-head_scratch", "-head_scratch %d: MiB in [1, 65536] (the fused head needs room for 16 rows of logits: "
-            "at least 4 MiB at this vocabulary)", c->head_scratch);
+    if (c->head_scratch < 0 || c->head_scratch > 65536)
+        BAD("-head_scratch", "-head_scratch %d: MiB in [0, 65536] (0: sized by the head; otherwise room for 16 rows of "
+            "logits: at least 4 MiB at this vocabulary)", c->head_scratch);
     if (c->recompute != 0 && c->recompute != 1) BAD("-recompute", "-recompute %d: choose 0 or 1", c->recompute);
     if (c->val_every < 0) BAD("-val_every", "-val_every %d: must be 0 (only at the end) or more", c->val_every);
     if (c->val_batches < -1 || c->val_batches == 0)
@@ -760,8 +760,9 @@ int main(int argc, char** argv) {
     double peak = gpu_peak_bf16_flops(device, &peak_source);
 
     TrainModel model;
-    FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS
-                  : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS : FLCE_PATH_UNFUSED;
+    FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "staged") ? FLCE_PATH_STAGED
+                  : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS
+                  : FLCE_PATH_UNFUSED;
     train_model_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20, dist_comm(&dist));
     // the sampler's own stream, advanced by every sample and kept in checkpoints
     uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);
@@ -813,13 +814,9 @@ int main(int argc, char** argv) {
     table_row("lr schedule", "peak %g, warmup %d, %s to %g x peak", cfg.lr, cfg.warmup, cfg.schedule, cfg.final_lr_frac);
     table_row("AdamW", "beta1 %g, beta2 %g, eps %g, wd %g", cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
     table_row("grad clip", "%g", cfg.clip);
-    if (model.head->cfg.path == FLCE_PATH_BLOCKS)
-        table_row("LM head", "fused, blocks of %d rows x %d vocab columns (-head_scratch %d MiB)", model.head->blk.nb,
-                  model.head->blk.vb, cfg.head_scratch);
-    else if (model.head->cfg.path == FLCE_PATH_CHUNKS)
-        table_row("LM head", "fused, chunks of %d rows (-head_scratch %d MiB)", model.head->chunks.rows, cfg.head_scratch);
-    else
-        table_row("LM head", "unfused (bf16 logits of all %d rows)", cfg.B * cfg.T);
+    char head_line[160];
+    fused_lce_describe(model.head, head_line, sizeof(head_line));
+    table_row("LM head", "%s", head_line);
     table_row("recompute", "%s", cfg.recompute ? "GELU" : "none");
     table_row("validation", "every %d steps, %d batches", cfg.val_every, val_batches);
     table_row("sampling", "%d tokens, every %d steps, temperature %g, top-k %d", cfg.sample_tokens, cfg.sample_every,

@@ -42,11 +42,11 @@ expect_error "unknown flag" 'unknown flag "-nope"' -nope 1
 expect_error "missing value" "flag -b needs a value" -b
 expect_error "not an integer" 'flag -b expects an integer, got "x"' -b x
 expect_error "not a number" 'flag -lr expects a number' -lr fast
-expect_error "bad head" "-head foo: choose fused, blocks, chunks or unfused" -head foo
+expect_error "bad head" "-head foo: choose fused, staged, blocks, chunks or unfused" -head foo
 expect_error "bad recompute" "-recompute 2: choose 0 or 1" -recompute 2
 expect_error "bad profile" "-profile 2: choose 0 or 1" -profile 2
 expect_error "bad gemm_tune" "-gemm_tune 2: choose 0 or 1" -gemm_tune 2
-expect_error "bad head scratch" "-head_scratch 0" -head_scratch 0
+expect_error "bad head scratch" "-head_scratch -1" -head_scratch -1
 expect_error "bad schedule" "-schedule step: choose cosine or linear" -schedule step
 expect_error "steps 0 without resume" "-steps 0" -steps 0
 expect_error "no train shards" "no shard file matches the pattern nothere/*.bin" -train 'nothere/*.bin'
