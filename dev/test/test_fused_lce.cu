@@ -162,9 +162,10 @@ static void check_choice(void) {
         {8192, 256, 0, sm90 ? FLCE_PATH_STAGED : FLCE_PATH_CHUNKS},  // 2624-row staged chunks
         {200, 64, 0, sm90 ? FLCE_PATH_STAGED : FLCE_PATH_CHUNKS},    // one chunk holds all the rows
         {4096, 512, FLCE_NO_SM90, FLCE_PATH_CHUNKS},                // no Hopper kernels
-        {65536, 0, 0, sm90 ? FLCE_PATH_STAGED : FLCE_PATH_CHUNKS},  // sized by the build: 16384 rows, within 1 GiB
+        {65536, 0, 0, sm90 ? FLCE_PATH_STAGED : FLCE_PATH_CHUNKS},  // sized by the build: 1 GiB, 7 chunks
+        {16384, 0, 0, sm90 ? FLCE_PATH_STAGED : FLCE_PATH_CHUNKS},  // a quarter of the logits: 5 chunks
     };
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         FusedLce h;
         FlceConfig cfg = flce_config(cases[i].max_n, 64, 50257, 50304);
         cfg.scratch = cases[i].mib << 20;
@@ -176,8 +177,12 @@ static void check_choice(void) {
         size_t cap = cases[i].mib ? cases[i].mib << 20 : h.cfg.path == FLCE_PATH_STAGED ? FLCE_STAGED_AUTO_CAP
                    : FLCE_DEFAULT_SCRATCH;
         EXPECT(h.scratch_bytes <= cap, "auto head: scratch %zu bytes over the %zu-byte budget", h.scratch_bytes, cap);
-        if (!cases[i].mib && h.cfg.path == FLCE_PATH_STAGED)  // 1 GiB holds 10,300 rows: 7 chunks
-            EXPECT(h.staged.rows >= cases[i].max_n / 8, "auto head sized by the build: %d-row chunks", h.staged.rows);
+        if (!cases[i].mib && h.cfg.path == FLCE_PATH_STAGED) {  // at most a quarter of the unfused logits' bytes
+            size_t quarter = (size_t)cases[i].max_n * 50304 * 2 / 4;
+            EXPECT(h.scratch_bytes + 2 * (size_t)cases[i].max_n * 4 <= quarter && h.staged.rows >= cases[i].max_n / 8,
+                   "auto head sized by the build: %d-row chunks in %zu bytes (a quarter of the logits: %zu)",
+                   h.staged.rows, h.scratch_bytes, quarter);
+        }
         printf("auto head, max_n %d, %zu MiB: %s", cases[i].max_n, cases[i].mib, flce_path_name(h.cfg.path));
         if (h.cfg.path == FLCE_PATH_BLOCKS) printf(" (blocks of %d x %d)\n", h.blk.nb, h.blk.vb);
         else if (h.cfg.path == FLCE_PATH_STAGED) printf(" (%d-row staged chunks)\n", h.staged.rows);

@@ -144,15 +144,16 @@ static inline const char* flce_path_name(int path) {
          : path == FLCE_PATH_UNFUSED ? "unfused" : path == FLCE_PATH_STAGED ? "staged" : "auto";
 }
 
-// The staged path's budget when the caller leaves it to the build (scratch 0): chunks of a quarter of
-// the rows, or FLCE_STAGED_ROWS_MIN if more (with four chunks or more, dW's sweeps cost about as much as
-// their extra launches), within FLCE_STAGED_AUTO_CAP and a quarter of the GPU's free memory.
+// The staged path's budget when the caller leaves it to the build (scratch 0): chunks that hold at
+// most a quarter of what the unfused head's logits would take (max_n·Vp·2 bytes), but at least
+// FLCE_STAGED_ROWS_MIN rows (or all of them): with four chunks or more dW's sweeps cost about what their
+// launches do. Within FLCE_STAGED_AUTO_CAP and a quarter of the GPU's free memory.
 static inline size_t flce_auto_budget(int max_n, int C, int Vp) {
-    int rows = ceil_div(max_n, 4);
-    if (rows < FLCE_STAGED_ROWS_MIN) rows = max_n < FLCE_STAGED_ROWS_MIN ? max_n : FLCE_STAGED_ROWS_MIN;
-    rows = ceil_div(rows, FLCE_STAGED_ROW_ALIGN) * FLCE_STAGED_ROW_ALIGN;
-    size_t want = (size_t)rows * flce_staged_row_bytes(C, Vp) + (size_t)max_n * 4 + (size_t)C * 4 * (FLCE_WMEAN_SPLITS + 1)
-                  + 256;
+    size_t rb = flce_staged_row_bytes(C, Vp);
+    size_t rows = (size_t)max_n * Vp * 2 / 4 / rb;
+    if (rows < FLCE_STAGED_ROWS_MIN) rows = FLCE_STAGED_ROWS_MIN;
+    if (rows > (size_t)max_n) rows = (size_t)ceil_div(max_n, FLCE_STAGED_ROW_ALIGN) * FLCE_STAGED_ROW_ALIGN;
+    size_t want = rows * rb + (size_t)max_n * 4 + (size_t)C * 4 * (FLCE_WMEAN_SPLITS + 1) + 256;
     size_t free_b, total_b;
     cuda_check(cudaMemGetInfo(&free_b, &total_b));
     size_t b = want < FLCE_STAGED_AUTO_CAP ? want : FLCE_STAGED_AUTO_CAP;
