@@ -2,7 +2,7 @@
 // included at the end) its checking reader. The
 // checkpoint directory (file names, the `latest` marker, keeping the last K) is llmc/io/checkpoint_dir.h;
 // the GPU side (copying a model's optimizer state in and out) is llmc/io/optim_checkpoint.cuh, used by
-// llmc/io/gpt_checkpoint.cuh and llmc/llama_checkpoint.cuh.
+// llmc/io/gpt_checkpoint.cuh and llmc/io/llama_checkpoint.cuh.
 //
 // The file, ckpt_<step, 8 digits>.bin, all little-endian:
 //   int32 header[256]  [0] magic 20251202, [1] version 2,
@@ -19,8 +19,8 @@
 //   char settings[S]   the run's flags as text ("-depth 6 -lr 0.001 ..."), zero-padded to a multiple of 4
 //   float master[P], m[P], v[P]   fp32 master weights, AdamW first and second moments, in the model's
 //                      parameter order (llmc/model/gpt_config.h, llmc/model/llama_config.h)
-// Slots 29..35 were 0 in every checkpoint written before the Llama-style family existed, so those read
-// as GPT-2 with no change of version; a GPT-2 file's bytes are what they were.
+// GPT-2 (family 0) leaves slots 29..35 at 0, as every unused slot, so a GPT-2 checkpoint's bytes do not
+// depend on the Llama-style fields, and a version 2 header whose slots 29..35 are 0 reads as GPT-2.
 // The bf16 parameters are not stored: they are the master's high halves (llmc/optim/master_split.h: nearest,
 // ties away from zero) after every update, so they are rederived exactly. Gradients and activations
 // are not state: every step starts by clearing them.
@@ -32,7 +32,7 @@
 // complete checkpoint. Readers check magic, version, every size and the file size; before anything is
 // loaded, checkpoint_reader_verify reads the tensors once to check the checksum and that every value is
 // finite (and every v >= 0), so a damaged file is refused before the GPU is touched.
-// Version 1 (before 2026-12-04: no checksum, slot 28 is 0) is still read, without the checksum check.
+// Version 1 (no checksum, slot 28 is 0) is still read, without the checksum check.
 //
 // Test hook (never set in normal use): LLMC_TEST_CKPT_FAIL_AFTER=N makes every writer fail with ENOSPC
 // once N bytes of the file are written, and N:kill makes the process SIGKILL itself there instead:
@@ -146,7 +146,7 @@ static inline void checkpoint_pack_header(int32_t h[CHECKPOINT_HEADER_INTS], con
     for (int i = 0; i < 6; i++) checkpoint_put64(h, CKPT_H_DATA + 2 * i, data[i]);
     h[CKPT_H_SETTINGS_BYTES] = settings_bytes;
     h[CKPT_H_TENSORS] = CHECKPOINT_TENSORS;
-    if (s->model.family != CHECKPOINT_FAMILY_GPT2) {  // GPT-2 leaves slots 29.. as they always were: 0
+    if (s->model.family != CHECKPOINT_FAMILY_GPT2) {  // GPT-2 leaves slots 29.. at 0
         h[CKPT_H_FAMILY] = s->model.family;
         h[CKPT_H_KV_HEADS] = s->model.num_kv_heads;
         h[CKPT_H_FFN_HIDDEN] = s->model.ffn_hidden;

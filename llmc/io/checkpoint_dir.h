@@ -1,7 +1,7 @@
 // checkpoint_dir.h: host-only. The checkpoint directory of a run: file names ckpt_<step, 8 digits>.bin,
 // the `latest` marker (the newest complete checkpoint's file name, one line, replaced atomically after
 // the checkpoint itself is complete), resolving what -resume names, and deleting all but the last K.
-// The file format and its writer and reader are llmc/checkpoint.h. Errors as there: 0, or -1 with a
+// The file format and its writer and reader are llmc/io/checkpoint.h. Errors as there: 0, or -1 with a
 // message in `err` naming the file and what to do.
 #pragma once
 #include <dirent.h>

@@ -2,7 +2,7 @@
 // in llmc/model/gpt_config.h's order) to a directory that transformers loads as it is
 // (GPT2LMHeadModel.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)). Used by train_gpt's
 // -export_hf, build/export_hf (llmc/io/hf_checkpoint.h: a checkpoint's master weights) and
-// dev/interop/gpt_dump.cu. The import of such files (-init) is llmc/gpt_hf_import.h.
+// dev/interop/gpt_dump.cu. The import of such files (-init) is llmc/io/gpt_hf_import.h.
 //
 // The directory:
 //   model.safetensors        the weights in fp32, with the names below; metadata {"format": "pt"}
