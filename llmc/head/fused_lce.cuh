@@ -49,7 +49,7 @@ typedef enum { FLCE_PATH_AUTO = 0, FLCE_PATH_CHUNKS, FLCE_PATH_BLOCKS, FLCE_PATH
 
 typedef struct FusedLce FusedLce;
 
-// Experiments reach into the head only through these (the playground's variants 3, 4 and 6,
+// Experiments reach into the head only through these (the playground's fused backward and own GEMMs,
 // dev/cuda/fused_lce_variants.cuh); production code passes none.
 typedef struct {
     // replaces the training and the recomputing backward (path chunks: its buffer is the hook's scratch)
