@@ -381,8 +381,9 @@ static void exit_if_bad(const char* flag, const char* msg, const char* ckpt_path
 
 // Linear warmup over `warmup` steps, then cosine or linear decay to lr · final_lr_frac at the last step
 // (llmc/optim/lr_schedule.h).
-static float lr_at(const TrainConfig* c, int step) {
-    return lr_schedule(c->lr, c->warmup, c->steps, c->final_lr_frac, strcmp(c->schedule, "linear") == 0, step);
+// A step of the loop is below -steps, an int, so it fits the schedule's int.
+static float lr_at(const TrainConfig* c, int64_t step) {
+    return lr_schedule(c->lr, c->warmup, c->steps, c->final_lr_frac, strcmp(c->schedule, "linear") == 0, (int)step);
 }
 
 // Peak dense bf16 tensor FLOP/s of the device, the denominator of MFU (llmc/core/gpu_peak.h): the datasheet's
@@ -444,7 +445,7 @@ static void catch_stop_signals(void) {
 // Losses and norms have 9 significant digits, so two logs compare bitwise. A fresh run starts the log
 // empty; a resumed run keeps the lines up to its checkpoint's step and drops the later ones (the
 // interrupted run's work after its last checkpoint), so the log reads as one uninterrupted run.
-static FILE* log_open(const char* dir, int resume_step, int argc, char** argv) {
+static FILE* log_open(const char* dir, int64_t resume_step, int argc, char** argv) {
     char path[CHECKPOINT_PATH_LEN + 16], tmp[CHECKPOINT_PATH_LEN + 24];
     snprintf(path, sizeof(path), "%s/log.txt", dir);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -472,7 +473,7 @@ static FILE* log_open(const char* dir, int resume_step, int argc, char** argv) {
 
 // The checkpoint after `step` steps: the file, then the `latest` marker, then older ones pruned. Every
 // rank calls it (the state is gathered from their shards); rank 0 writes.
-static void save_checkpoint(TrainModel* m, const TrainConfig* c, int step, uint64_t sample_rng,
+static void save_checkpoint(TrainModel* m, const TrainConfig* c, int64_t step, uint64_t sample_rng,
                             DataLoaderPosition data, const char* settings, FILE* log_file, const GpuContext* ctx) {
     CheckpointState s;
     memset(&s, 0, sizeof(s));
@@ -488,7 +489,7 @@ static void save_checkpoint(TrainModel* m, const TrainConfig* c, int step, uint6
     checkpoint_check(err, checkpoint_mark_latest(c->out_dir, path, err, sizeof(err)));
     checkpoint_check(err, checkpoint_prune(c->out_dir, c->keep, step, err, sizeof(err)));
     printf("checkpoint %s (%.1f MiB, %.1f s)\n", path, mib(3 * m->num_params * sizeof(float)), dist_now() - t0);
-    fprintf(log_file, "step %d checkpoint %s\n", step, path);
+    fprintf(log_file, "step %lld checkpoint %s\n", (long long)step, path);
 }
 
 // A fault the run cannot go on from (a bad shard, too many bad steps): the state after `step` steps is
@@ -496,10 +497,10 @@ static void save_checkpoint(TrainModel* m, const TrainConfig* c, int step, uint6
 // `what` and `hint`. every_rank: all ranks met the fault together (too many bad steps: they share the
 // flags), so they can gather the state; a fault of one rank (its data) ends a multi-GPU run without a
 // checkpoint: that rank exits, and the control channel stops the others (llmc/dist/dist_control.h).
-static void stop_with_checkpoint(TrainModel* m, const TrainConfig* c, int step, int start_step, uint64_t sample_rng,
+static void stop_with_checkpoint(TrainModel* m, const TrainConfig* c, int64_t step, int64_t start_step, uint64_t sample_rng,
                                  DataLoaderPosition data, const char* settings, FILE* log_file, const char* what,
                                  const char* hint, int every_rank, const GpuContext* ctx) {
-    fprintf(log_file, "step %d stopped fault\n", step);
+    fprintf(log_file, "step %lld stopped fault\n", (long long)step);
     char done[CHECKPOINT_PATH_LEN + 96] = "";
     if (m->comm->world > 1 && !every_rank) {
         snprintf(done, sizeof(done), "no checkpoint written (a fault of this rank alone); the last one stands");
@@ -507,7 +508,7 @@ static void stop_with_checkpoint(TrainModel* m, const TrainConfig* c, int step, 
         save_checkpoint(m, c, step, sample_rng, data, settings, log_file, ctx);
         char path[CHECKPOINT_PATH_LEN];
         checkpoint_path(path, sizeof(path), c->out_dir, step);
-        snprintf(done, sizeof(done), "the state after step %d is saved in %s", step, path);
+        snprintf(done, sizeof(done), "the state after step %lld is saved in %s", (long long)step, path);
     } else {
         snprintf(done, sizeof(done), "no checkpoint written (%s)", c->keep == 0 ? "-keep 0" : "no step done since the start");
     }
@@ -656,11 +657,13 @@ int main(int argc, char** argv) {
     // depth can come from its tensors
     if (cfg.init[0] && !init.llama) init_open_gpt(&init.gpt, &cfg, argc, argv);
     exit_if_bad(validate(&cfg, msg, sizeof(msg)), msg, resumed ? ckpt_path : NULL, argc, argv);
-    int start_step = resumed ? (int)ckpt.state.step : 0;
-    int train_steps = cfg.steps == 0 ? 0 : cfg.steps - start_step;  // 0: evaluate and sample only
+    // the checkpoint's step is in [0, CHECKPOINT_MAX_STEP] (its reader checks): kept 64-bit, as it is stored
+    int64_t start_step = resumed ? ckpt.state.step : 0;
+    int64_t train_steps = cfg.steps == 0 ? 0 : cfg.steps - start_step;  // 0: evaluate and sample only
     if (train_steps < 0) {
-        fprintf(stderr, "error: -steps %d: the checkpoint %s is at step %d already\n  hint: pass a larger -steps to "
-                "continue training, or -steps 0 to only evaluate and sample it\n", cfg.steps, ckpt_path, start_step);
+        fprintf(stderr, "error: -steps %d: the checkpoint %s is at step %lld already\n  hint: pass a larger -steps to "
+                "continue training, or -steps 0 to only evaluate and sample it\n", cfg.steps, ckpt_path,
+                (long long)start_step);
         exit(EXIT_FAILURE);
     }
 
@@ -828,7 +831,7 @@ int main(int argc, char** argv) {
     if (cfg.keep == 0) table_row("checkpoints", "none (-keep 0)");
     else if (cfg.ckpt_every > 0) table_row("checkpoints", "every %d steps and at the end, keep %d", cfg.ckpt_every, cfg.keep);
     else table_row("checkpoints", "at the end (and on Ctrl-C), keep %d", cfg.keep);
-    if (resumed) table_row("resumed from", "%s (step %d)", ckpt_path, start_step);
+    if (resumed) table_row("resumed from", "%s (step %lld)", ckpt_path, (long long)start_step);
     if (cfg.init[0])
         table_row("initialised from", "%s (optimizer state fresh)", init.llama ? init.lm.w.path : init.gpt.w.path);
     if (cfg.export_hf[0]) table_row("export at the end", "%s/ (Hugging Face transformers)", cfg.export_hf);
@@ -857,7 +860,8 @@ int main(int argc, char** argv) {
     profile_build(&prof, cfg.profile);
     ctx.prof = &prof;
     double tokens_per_step = (double)total_batch, train_time = 0.0, reduce_ms = 0.0;
-    int timed_steps = 0, stopped = 0, end = start_step + train_steps;
+    int timed_steps = 0, stopped = 0;
+    int64_t end = start_step + train_steps;  // at most -steps: every step of the loop fits an int
     int nan_from, nan_to, bad_run = 0;  // bad_run: steps in a row skipped as non-finite
     test_nan_steps(&nan_from, &nan_to);
     char what[DATALOADER_ERR_LEN + 64], hint[CHECKPOINT_PATH_LEN + 400];
@@ -865,14 +869,14 @@ int main(int argc, char** argv) {
              "./train_gpt -resume latest -out %s (other shards change the data stream, which resuming refuses)",
              cfg.out_dir);
     catch_stop_signals();
-    for (int step = start_step; step < end && !stopped; step++) {
+    for (int64_t step = start_step; step < end && !stopped; step++) {
         double t0 = dist_now();
         if (step > start_step) profile_start(&prof, ctx.stream);  // the first step includes warmup
         train_model_zero_grad(&model, &ctx);
         DataLoaderPosition step_data = dataloader_save(&train);  // where this step's batches start
         for (int k = 0; k < accum; k++) {
             if (dataloader_next_batch(&train) != 0) {  // a bad shard: keep what was done, name the file
-                snprintf(what, sizeof(what), "train data at step %d: %s", step + 1, train.err);
+                snprintf(what, sizeof(what), "train data at step %lld: %s", (long long)step + 1, train.err);
                 stop_with_checkpoint(&model, &cfg, step, start_step, sample_rng, step_data, settings, log_file, what,
                                      hint, 0, &ctx);
             }
@@ -883,7 +887,8 @@ int main(int argc, char** argv) {
         if (step + 1 >= nan_from && step + 1 <= nan_to)
             cuda_check(cudaMemsetAsync(model.grads, 0xff, sizeof(float), ctx.stream));  // 0xffffffff: NaN
         float lr = lr_at(&cfg, step);
-        train_model_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, stop_signal != 0, &ctx);
+        train_model_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, (int)(step + 1),
+                           stop_signal != 0, &ctx);
         float loss, norm[4];  // norm: ‖g‖, clip scale, skipped, stop (llmc/optim/global_norm.cuh)
         cuda_check(cudaMemcpyAsync(&loss, model.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
         cuda_check(cudaMemcpyAsync(norm, model.norm, sizeof(norm), cudaMemcpyDeviceToHost, ctx.stream));
@@ -894,17 +899,18 @@ int main(int argc, char** argv) {
         double dt = dist_now() - t0;
         if (step > start_step) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
         double tps = tokens_per_step / dt;
-        printf("step %5d/%d | loss %.4f | norm %6.3f | lr %.2e | %7.1f ms | %8.0f tok/s", step + 1, cfg.steps, loss,
+        printf("step %5lld/%d | loss %.4f | norm %6.3f | lr %.2e | %7.1f ms | %8.0f tok/s", (long long)step + 1, cfg.steps, loss,
                norm[0], lr, dt * 1e3, tps);
         if (peak > 0) printf(" | MFU %5.1f%%", mfu_percent(tps, flops_per_token, peak, world));
         if (norm[2] != 0.0f) printf(" | SKIPPED: not finite, weights and AdamW state unchanged (%d in a row)", bad_run + 1);
         printf("\n");
         if (norm[2] != 0.0f) {
-            fprintf(log_file, "step %d skipped nonfinite loss %.9g norm %.9g lr %.4e\n", step + 1, loss, norm[0], lr);
+            fprintf(log_file, "step %lld skipped nonfinite loss %.9g norm %.9g lr %.4e\n", (long long)step + 1, loss,
+                    norm[0], lr);
             if (++bad_run >= cfg.max_bad_steps) {
-                snprintf(what, sizeof(what), "steps %d to %d had a non-finite loss or gradient norm (-max_bad_steps "
-                         "%d): each was skipped, so the weights are those of step %d", step + 2 - bad_run, step + 1,
-                         cfg.max_bad_steps, step + 1 - bad_run);
+                snprintf(what, sizeof(what), "steps %lld to %lld had a non-finite loss or gradient norm (-max_bad_steps "
+                         "%d): each was skipped, so the weights are those of step %lld", (long long)step + 2 - bad_run,
+                         (long long)step + 1, cfg.max_bad_steps, (long long)step + 1 - bad_run);
                 char advice[CHECKPOINT_PATH_LEN + 200];
                 snprintf(advice, sizeof(advice), "lower -lr (now %g) or raise -warmup (now %d), then continue with "
                          "./train_gpt -resume latest -out %s -lr ...", cfg.lr, cfg.warmup, cfg.out_dir);
@@ -913,7 +919,7 @@ int main(int argc, char** argv) {
             }
         } else {
             bad_run = 0;
-            fprintf(log_file, "step %d train_loss %.9g norm %.9g lr %.4e ms %.1f tok_s %.0f\n", step + 1, loss, norm[0],
+            fprintf(log_file, "step %lld train_loss %.9g norm %.9g lr %.4e ms %.1f tok_s %.0f\n", (long long)step + 1, loss, norm[0],
                     lr, dt * 1e3, tps);
         }
         if (step == start_step) {
@@ -926,32 +932,32 @@ int main(int argc, char** argv) {
         if (last || (cfg.val_every > 0 && (step + 1) % cfg.val_every == 0)) {
             float vl;
             if (evaluate_loss(&model, &val, val_batches, &vl, &ctx) != 0) {
-                snprintf(what, sizeof(what), "val data after step %d: %s", step + 1, val.err);
+                snprintf(what, sizeof(what), "val data after step %lld: %s", (long long)step + 1, val.err);
                 stop_with_checkpoint(&model, &cfg, step + 1, start_step, sample_rng, dataloader_save(&train), settings,
                                      log_file, what, hint, 0, &ctx);
             }
-            printf("val loss %.4f (step %d)\n", vl, step + 1);
-            fprintf(log_file, "step %d val_loss %.9g\n", step + 1, vl);
+            printf("val loss %.4f (step %lld)\n", vl, (long long)step + 1);
+            fprintf(log_file, "step %lld val_loss %.9g\n", (long long)step + 1, vl);
         }
         if (rank == 0 && !last && cfg.sample_tokens > 0 && cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0)
-            evaluate_sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, step + 1,
-                            &stop_signal, &ctx);
+            evaluate_sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng,
+                            (int)(step + 1), &stop_signal, &ctx);
         stopped = norm[3] != 0.0f;  // a signal reached some rank before this step's update: all stop here
         if (cfg.keep > 0 && (last || stopped || (cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0)))
             save_checkpoint(&model, &cfg, step + 1, sample_rng, dataloader_save(&train), settings, log_file, &ctx);
         if (stopped) {
             const char* by = stop_signal == SIGINT ? "Ctrl-C" : stop_signal ? "SIGTERM" : "a signal to another rank";
-            printf("stopped by %s after step %d%s%s\n", by, step + 1,
+            printf("stopped by %s after step %lld%s%s\n", by, (long long)step + 1,
                    cfg.keep > 0 ? "; continue with: ./train_gpt -resume latest -out " : " (no checkpoint: -keep 0)",
                    cfg.keep > 0 ? cfg.out_dir : "");
-            fprintf(log_file, "step %d stopped %s\n", step + 1, stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+            fprintf(log_file, "step %lld stopped %s\n", (long long)step + 1, stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
         }
     }
     if (timed_steps > 0) {
         double tps = tokens_per_step * timed_steps / train_time;
         printf("average step %.1f ms, %.0f tok/s", 1e3 * train_time / timed_steps, tps);
         if (peak > 0) printf(", MFU %.1f%%", mfu_percent(tps, flops_per_token, peak, world));
-        printf(" (steps %d..%d)\n", start_step + 2, end);
+        printf(" (steps %lld..%lld)\n", (long long)start_step + 2, (long long)end);
     }
     profile_print(&prof, stdout);
     if (cfg.profile && world > 1 && timed_steps > 0)
@@ -962,12 +968,12 @@ int main(int argc, char** argv) {
         float vl;
         dataloader_check(&val, evaluate_loss(&model, &val, val_batches, &vl, &ctx));
         if (cfg.init[0]) printf("val loss %.4f (the weights of -init %s; %.9g)\n", vl, cfg.init, vl);
-        else printf("val loss %.4f (checkpoint at step %d)\n", vl, start_step);
+        else printf("val loss %.4f (checkpoint at step %lld)\n", vl, (long long)start_step);
     }
     if (cfg.export_hf[0]) export_hf(&model, cfg.export_hf, cfg.vocab_path, encoding->eot_id, &ctx);
     if (cfg.sample_tokens > 0) {
         if (!stopped && rank == 0)
-            evaluate_sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, end, &stop_signal,
+            evaluate_sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, (int)end, &stop_signal,
                             &ctx);
         tokenizer_free(&tok);
     }

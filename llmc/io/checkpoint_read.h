@@ -65,10 +65,12 @@ static inline int checkpoint_reader_open(CheckpointReader* r, const char* path) 
     checkpoint_unpack_header(&r->state, h);
     int32_t settings_bytes = h[CKPT_H_SETTINGS_BYTES], tensors = h[CKPT_H_TENSORS];
     if (settings_bytes < 0 || settings_bytes >= CHECKPOINT_SETTINGS_MAX || tensors != CHECKPOINT_TENSORS ||
-        r->state.model.num_params <= 0 || r->state.model.num_params > ((int64_t)1 << 40) || r->state.step < 0)
-        return checkpoint_reader_fail(r, "corrupt header (settings %d bytes, %d tensors, %lld parameters, step %lld); %s",
-                                      settings_bytes, tensors, (long long)r->state.model.num_params,
-                                      (long long)r->state.step, fix);
+        r->state.model.num_params <= 0 || r->state.model.num_params > ((int64_t)1 << 40))
+        return checkpoint_reader_fail(r, "corrupt header (settings %d bytes, %d tensors, %lld parameters); %s",
+                                      settings_bytes, tensors, (long long)r->state.model.num_params, fix);
+    if (r->state.step < 0 || r->state.step > CHECKPOINT_MAX_STEP)
+        return checkpoint_reader_fail(r, "corrupt header: step %lld, outside [0, %lld] (-steps is an int, so no run "
+                                      "gets further); %s", (long long)r->state.step, (long long)CHECKPOINT_MAX_STEP, fix);
     const CheckpointModel* k = &r->state.model;
     if (k->family == CHECKPOINT_FAMILY_GPT2) {
         for (int i = CKPT_H_KV_HEADS; i < CKPT_H_NORM_EPS + 2; i++)
