@@ -30,7 +30,11 @@
 #include "hf_files.h"  // the directory, JSON and atomic-file helpers
 #include "../model/llama_config.h"
 
-static inline int llama_hf_num_tensors(const LlamaConfig* c) { return 3 + 9 * c->num_layers; }
+// The number of tensors of c in Hugging Face's layout, or -1 when c's layers are outside
+// [0, LLAMA_MAX_LAYERS] (so no table is sized by an unchecked count).
+static inline int llama_hf_num_tensors(const LlamaConfig* c) {
+    return c->num_layers >= 0 && c->num_layers <= LLAMA_MAX_LAYERS ? 3 + 9 * c->num_layers : -1;
+}
 
 // The tensors in file order: embed, then each layer's, then norm and lm_head.
 static inline void llama_hf_tensors(HfTensor* t, const LlamaConfig* c) {
@@ -66,6 +70,10 @@ static inline void llama_hf_tensors(HfTensor* t, const LlamaConfig* c) {
 static inline int llama_hf_write_safetensors(const char* path, const LlamaConfig* c, const float* values, char* err,
                                              size_t errlen) {
     int n = llama_hf_num_tensors(c);
+    if (n < 0) {
+        snprintf(err, errlen, "%s: a model of %d layers, outside [0, %d]", path, c->num_layers, LLAMA_MAX_LAYERS);
+        return -1;
+    }
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
     if (!hf) { snprintf(err, errlen, "%s: out of host memory", path); return -1; }
     llama_hf_tensors(hf, c);
