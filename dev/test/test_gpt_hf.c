@@ -16,7 +16,8 @@
 //     attn.bias buffers and a tied lm_head.weight
 //   - import errors, each naming the tensor or setting: a missing tensor, a wrong shape (an untransposed
 //     weight), a wrong dtype, an unknown tensor, another depth, an untied lm_head, a config.json with
-//     another n_head or activation
+//     another n_head or activation, an n_head of 1e300 or past n_embd (refused on open, before it is
+//     converted), a file without h.0.ln_1.weight (named, not "h.0 ... h.-1")
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,6 +414,34 @@ int main(void) {
     cJSON_ReplaceItemInObject(j, "activation_function", cJSON_CreateString("relu"));
     EXPECT(hf_write_json(out, "config.json", j, err, sizeof(err)) == 0, "%s", err);
     expect_import_error("config.json activation", out, &c, got, n, "activation_function \"relu\"", NULL);
+    // n_head too large for an int (and for the model): refused by gpt_hf_open, before it is converted
+    const char* heads[3] = {"1e300", "17", "\"2\""};
+    const char* heads_said[3] = {"n_head 1e+300, expected an integer in [1, 16] (n_embd)",
+                                 "n_head 17, expected an integer in [1, 16] (n_embd)", "n_head, which is not a number"};
+    for (int k = 0; k < 3; k++) {
+        j = gpt_hf_config_json(&c);
+        cJSON_ReplaceItemInObject(j, "n_head", cJSON_Parse(heads[k]));
+        EXPECT(hf_write_json(out, "config.json", j, err, sizeof(err)) == 0, "%s", err);
+        GptHfReader r;
+        rc = gpt_hf_open(&r, out);
+        EXPECT(rc != 0 && strstr(r.err, heads_said[k]), "config.json n_head %s: %s, expected \"%s\"", heads[k],
+               rc ? r.err : "opened", heads_said[k]);
+        if (rc == 0) gpt_hf_close(&r);
+        else printf("  refused, config.json n_head %s: %s\n", heads[k], r.err);
+    }
+    EXPECT(hf_write_json(out, "config.json", gpt_hf_config_json(&c), err, sizeof(err)) == 0, "%s", err);
+    // no h.0.ln_1.weight: no layer found, and the message names the tensor, not a range h.0 ... h.-1
+    Variant no_layer = {ST_F32, NULL, "h.0.ln_1.weight", NULL, NULL, NULL, 0, 0};
+    snprintf(path, sizeof(path), "%s/variant.safetensors", dir);
+    EXPECT(write_variant(path, &c, v, &no_layer) == 0, "writing the file without h.0.ln_1.weight");
+    {
+        GptHfReader r;
+        rc = gpt_hf_open(&r, path);
+        EXPECT(rc != 0 && strstr(r.err, "no tensor \"h.0.ln_1.weight\": a GPT-2 has at least one layer") &&
+               !strstr(r.err, "h.-1"), "a file without h.0.ln_1.weight: %s", rc ? r.err : "opened");
+        if (rc == 0) gpt_hf_close(&r);
+        else printf("  refused, no layer 0: %s\n", r.err);
+    }
     snprintf(path, sizeof(path), "%s/nothing", dir);
     expect_import_error("no such file", path, &c, got, n, "cannot open", NULL);
 

@@ -41,7 +41,11 @@
 #define GPT_HF_EOT 50256       // <|endoftext|>
 #define GPT_HF_LN_EPS 1e-5     // llmc/layers/layernorm.cuh's LN_EPS: train_gpt.cu checks at compile time that they agree
 
-static inline int gpt_hf_num_tensors(const GptConfig* c) { return 4 + 12 * c->num_layers; }
+// The number of tensors of c in Hugging Face's layout, or -1 when c's layers are outside
+// [0, GPT_MAX_LAYERS] (so no table is sized by an unchecked count).
+static inline int gpt_hf_num_tensors(const GptConfig* c) {
+    return c->num_layers >= 0 && c->num_layers <= GPT_MAX_LAYERS ? 4 + 12 * c->num_layers : -1;
+}
 
 // The gpt_hf_num_tensors(c) tensors in file order: wte, wpe, h.0 ... h.{L-1}, ln_f; their names without
 // the "transformer." prefix.
@@ -94,6 +98,10 @@ static inline void gpt_hf_tensors(HfTensor* t, const GptConfig* c) {
 static inline int gpt_hf_write_safetensors(const char* path, const GptConfig* c, const float* values, char* err,
                                            size_t errlen) {
     int n = gpt_hf_num_tensors(c);
+    if (n < 0) {
+        snprintf(err, errlen, "%s: a model of %d layers, outside [0, %d]", path, c->num_layers, GPT_MAX_LAYERS);
+        return -1;
+    }
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
     if (!hf) { snprintf(err, errlen, "%s: out of host memory", path); return -1; }
     gpt_hf_tensors(hf, c);
