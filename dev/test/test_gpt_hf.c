@@ -18,6 +18,8 @@
 //     weight), a wrong dtype, an unknown tensor, another depth, an untied lm_head, a config.json with
 //     another n_head or activation, an n_head of 1e300 or past n_embd (refused on open, before it is
 //     converted), a file without h.0.ln_1.weight (named, not "h.0 ... h.-1")
+//   - a model whose vocabulary is smaller than 4 C, read back bitwise (the transposes' scratch holds the
+//     largest tensor; ASan checks it)
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,6 +446,22 @@ int main(void) {
     }
     snprintf(path, sizeof(path), "%s/nothing", dir);
     expect_import_error("no such file", path, &c, got, n, "cannot open", NULL);
+
+    // a vocabulary smaller than 4 C (V = 4, C = 4): the transposed c_fc and c_proj (4C x C) are larger
+    // than wte, and the import transposes them through its scratch
+    GptConfig small = {4, 4, 4, 1, 1, 4};  // maxT, V, Vp, L, NH, C
+    size_t small_off[GPT_NUM_TENSORS], sn = num_params(&small, small_off);
+    float* sv = (float*)malloc_check(sn * sizeof(float));
+    float* sgot = (float*)malloc_check(sn * sizeof(float));
+    for (size_t i = 0; i < sn; i++) sv[i] = (float)i + 0.5f;
+    snprintf(path, sizeof(path), "%s/small.safetensors", dir);
+    EXPECT(gpt_hf_write_safetensors(path, &small, sv, err, sizeof(err)) == 0, "writing the V = 4 model: %s", err);
+    rc = import(path, &small, sgot, sn, err, sizeof(err));
+    diff = rc == 0 ? first_difference(sgot, sv, sn) : sn;
+    printf("V = 4, C = 4 (4C x C weights larger than wte): %s\n", rc == 0 && diff == sn ? "read back bitwise" : "WRONG");
+    EXPECT(rc == 0 && diff == sn, "the V = 4, C = 4 model: rc %d (%s), first difference at %zu of %zu", rc, err, diff, sn);
+    free(sgot);
+    free(sv);
 
     free(got);
     free(v);

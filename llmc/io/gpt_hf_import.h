@@ -187,12 +187,18 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
                            r->num_heads, c->channels, c->num_heads);
     int n = gpt_hf_num_tensors(c);  // c's layers are the file's, which gpt_hf_open bounded
     HfTensor* hf = n > 0 ? (HfTensor*)calloc((size_t)n, sizeof(HfTensor)) : NULL;
-    float* scratch = (float*)malloc((size_t)c->vocab_size * c->channels * sizeof(float));  // the largest tensor
-    if (!hf || !scratch) {
-        free(hf); free(scratch);
+    if (!hf) return gpt_hf_fail(r, "out of host memory");
+    gpt_hf_tensors(hf, c);
+    // the scratch holds what goes through it: every transposed tensor (up to 4C x C) and lm_head (V x C)
+    size_t largest = (size_t)c->vocab_size * (size_t)c->channels;
+    for (int k = 0; k < n; k++)
+        if (hf[k].transpose && (size_t)(hf[k].shape[0] * hf[k].shape[1]) > largest)
+            largest = (size_t)(hf[k].shape[0] * hf[k].shape[1]);
+    float* scratch = (float*)malloc(largest * sizeof(float));
+    if (!scratch) {
+        free(hf);
         return gpt_hf_fail(r, "out of host memory");
     }
-    gpt_hf_tensors(hf, c);
     int rc = 0;
     for (int k = 0; k < n && rc == 0; k++) {  // gpt_hf_open checked the names, shapes and dtypes
         const SafetensorsTensor* t = gpt_hf_find(r, hf[k].name);
