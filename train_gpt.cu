@@ -597,13 +597,16 @@ static void init_open_gpt(GptHfReader* r, TrainConfig* c, int argc, char** argv)
     }
 }
 
-// The -init weights into the model: master and bf16 parameters; AdamW's moments zero (a fresh start).
-static void init_load(TrainModel* m, InitFile* f, const TrainConfig* c, const GpuContext* ctx) {
-    float* values = (float*)malloc_check(m->num_params * sizeof(float));
-    int rc = f->llama ? llama_hf_load(&f->lm, &m->llama.config, values) : gpt_hf_load(&f->gpt, &m->gpt.config, values);
+// The -init weights of the model mc, read into host memory before the GPU is touched: every value is
+// checked to be finite as it is read (llmc/io/gpt_hf_import.h, llama_hf_import.h), as a checkpoint's are
+// before -resume loads it. The caller gives them to the model (train_model_set_params: master and bf16
+// parameters; AdamW's moments zero, a fresh start) and frees them.
+static float* init_read(InitFile* f, const TrainModelConfig* mc, const TrainConfig* c) {
+    size_t n = (size_t)train_model_checkpoint_of(mc).num_params;
+    float* values = (float*)malloc_check(n * sizeof(float));
+    int rc = f->llama ? llama_hf_load(&f->lm, &mc->llama, values) : gpt_hf_load(&f->gpt, &mc->gpt, values);
     if (rc != 0) init_fail(c, f->llama ? f->lm.err : f->gpt.err);
-    train_model_set_params(m, values, ctx);
-    free(values);
+    return values;
 }
 
 // The model's fp32 master weights to dir, through the export tool's code (GPT-2: build/export_hf).
@@ -751,6 +754,7 @@ int main(int argc, char** argv) {
             printf("note: %s is a version %d checkpoint, without a checksum: its values were checked, its bytes "
                    "could not be; the checkpoints of this run will have one\n", ckpt_path, ckpt.version);
     }
+    float* init_values = cfg.init[0] ? init_read(&init, &mc, &cfg) : NULL;  // -init: read and checked, before the GPU
 
     GpuContext ctx;
     int device = dist_device(&dist, cfg.device);
@@ -773,8 +777,9 @@ int main(int argc, char** argv) {
         checkpoint_reader_close(&ckpt);
         sample_rng = ckpt.state.rng;
         if (train_steps > 0) dataloader_check(&train, dataloader_restore(&train, &ckpt.state.data));
-    } else if (cfg.init[0]) {
-        init_load(&model, &init, &cfg, &ctx);
+    } else if (cfg.init[0]) {  // (the model's num_params is train_model_checkpoint_of's, as -resume relies on)
+        train_model_set_params(&model, init_values, &ctx);
+        free(init_values);
     } else {
         train_model_init_params(&model, (uint64_t)cfg.seed, &ctx);
     }

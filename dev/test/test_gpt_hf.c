@@ -18,6 +18,7 @@
 //     weight), a wrong dtype, an unknown tensor, another depth, an untied lm_head, a config.json with
 //     another n_head or activation, an n_head of 1e300 or past n_embd (refused on open, before it is
 //     converted), a file without h.0.ln_1.weight (named, not "h.0 ... h.-1")
+//   - a NaN or an inf among the values: refused on load, naming the tensor and the element
 //   - a model whose vocabulary is smaller than 4 C, read back bitwise (the transposes' scratch holds the
 //     largest tensor; ASan checks it)
 #include <stdint.h>
@@ -446,6 +447,22 @@ int main(void) {
     }
     snprintf(path, sizeof(path), "%s/nothing", dir);
     expect_import_error("no such file", path, &c, got, n, "cannot open", NULL);
+
+    // a value that is not finite: refused on load, naming the tensor and the element in the file's layout
+    // (c_fc is stored transposed: our (out 5, in 3) of layer 1 is its row 3, column 5)
+    float* poisoned = (float*)malloc_check(n * sizeof(float));
+    const struct { size_t at; float value; const char* frag; } bad_values[] = {
+        {off[GPT_FCW] + 4 * 16 * 16 + 5 * 16 + 3, NAN,
+         "tensor \"h.1.mlp.c_fc.weight\": element 197 (row 3, column 5) of 1024 is nan: not finite"},
+        {100, -INFINITY, "tensor \"wte.weight\": element 100 (row 6, column 4) of 804112 is -inf: not finite"}};
+    for (int k = 0; k < 2; k++) {
+        memcpy(poisoned, v, n * sizeof(float));
+        poisoned[bad_values[k].at] = bad_values[k].value;
+        snprintf(path, sizeof(path), "%s/nonfinite.safetensors", dir);
+        EXPECT(gpt_hf_write_safetensors(path, &c, poisoned, err, sizeof(err)) == 0, "writing: %s", err);
+        expect_import_error("a value not finite", path, &c, got, n, bad_values[k].frag, NULL);
+    }
+    free(poisoned);
 
     // a vocabulary smaller than 4 C (V = 4, C = 4): the transposed c_fc and c_proj (4C x C) are larger
     // than wte, and the import transposes them through its scratch

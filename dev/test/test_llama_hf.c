@@ -4,7 +4,7 @@
 // config.json's fields. Import: the export read back is our array bitwise (the padded rows zero), from
 // one file and split into 3 with an index (dev/test/hf_split.h); a tied head is embed's copy; each
 // setting of config.json this program cannot compute, a missing, unknown or misshapen tensor and a model
-// of other sizes are refused, naming what; every size of config.json is bounded (num_hidden_layers
+// of other sizes, and a NaN or an inf among the values, are refused, naming what; every size of config.json is bounded (num_hidden_layers
 // 954437177, whose 3 + 9 L tensors wrap an int, and 2,000,000 are refused before any table is sized);
 // llama_qkv_dim is exact near 2^30; the named sizes are found by their layers. transformers
 // loading the export, and its logits against the reference's, is dev/interop/llama_check.py (needs
@@ -302,6 +302,25 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
     write_model(sub, c, values, NULL, NULL, 0, 0, config_with(c, "tie_word_embeddings", "true"));
     expect_import_error(sub, c, out, -1, "\"lm_head.weight\" differs from model.embed_tokens.weight, and config.json "
                         "has tie_word_embeddings true", "a tied head given different");
+
+    // a value that is not finite: refused on load, naming the tensor and the element (as HF stores it)
+    float* poisoned = (float*)malloc_check(n * sizeof(float));
+    size_t sizes[LLAMA_NUM_TENSORS], off[LLAMA_NUM_TENSORS], at = 0;
+    llama_tensor_sizes(sizes, c);
+    for (int i = 0; i < LLAMA_NUM_TENSORS; i++) { off[i] = at; at += sizes[i]; }
+    size_t C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
+    const struct { size_t at; float value; const char* frag; } bad_values[] = {
+        {off[LLAMA_WDOWN] + C * F + 2 * F + 7, INFINITY,
+         "tensor \"model.layers.1.mlp.down_proj.weight\": element 55 (row 2, column 7) of 384 is inf: not finite"},
+        {off[LLAMA_FINAL_NORM] + 3, NAN, "tensor \"model.norm.weight\": element 3 of 16 is nan: not finite"}};
+    for (int k = 0; k < 2; k++) {
+        memcpy(poisoned, values, n * sizeof(float));
+        poisoned[bad_values[k].at] = bad_values[k].value;
+        snprintf(sub, sizeof(sub), "%s/nonfinite%d", dir, k);
+        write_model(sub, c, poisoned, NULL, NULL, 0, 0, llama_hf_config_json(c, 49));
+        expect_import_error(sub, c, out, -1, bad_values[k].frag, "a value not finite");
+    }
+    free(poisoned);
     free(out);
 }
 

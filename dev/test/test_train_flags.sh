@@ -5,8 +5,9 @@
 # run creates nothing on disk; a bad launch environment or a rendezvous that does not complete is refused
 # naming the variable or the wait; the model family's flags (-model, -size, -encoding) are checked
 # against each other, the defaults of the data follow the encoding, and -resume refuses a checkpoint of
-# the other family, or of another -size or -encoding, naming the file. Prints `test_train_flags: N
-# passed, M failed`.
+# the other family, or of another -size or -encoding, naming the file; -init reads and checks every
+# value (a NaN is refused naming the tensor) before the GPU. Prints `test_train_flags: N passed, M
+# failed`.
 set -u
 cd "$(dirname "$0")/../.."
 source dev/test/testing.sh
@@ -262,6 +263,15 @@ expect_error "-init of a Llama model without config.json" "config.json beside it
 # where -val_batches stops it before the GPU
 expect_error "-init of a Llama model sets the encoding" "the val split data/starter/starter_val_" \
     -init "$tmp/l30" -val_batches 100000
+# a NaN among the values (the first of model.embed_tokens.weight, the data section's first 4 bytes):
+# refused before the GPU is touched, naming the tensor and the element, as -resume refuses a checkpoint's
+mkdir -p "$tmp/l30nan"; cp "$tmp/l30/config.json" "$tmp/l30/model.safetensors" "$tmp/l30nan/"
+hlen=$(od -An -tu8 -N8 "$tmp/l30nan/model.safetensors" | tr -d ' ')
+printf '\x00\x00\xc0\x7f' | dd of="$tmp/l30nan/model.safetensors" bs=1 seek=$((8 + hlen)) conv=notrunc status=none
+expect_error "-init of a Llama model with a NaN" \
+    "-init $tmp/l30nan: $tmp/l30nan/model.safetensors: tensor \"model.embed_tokens.weight\": element 0 (row 0, column 0) of 25731584 is nan: not finite" \
+    -init "$tmp/l30nan" -b 4 -t 64
+rm -rf "$tmp/l30nan"
 # the same model split as transformers splits a large one: its file renamed model-00001-of-00001.safetensors,
 # and model.safetensors.index.json mapping every tensor of its header to it
 mkdir -p "$tmp/l30s"; cp "$tmp/l30/config.json" "$tmp/l30s/"

@@ -8,7 +8,8 @@
 // h.{l}.attn.bias and h.{l}.attn.masked_bias that older files carry; an lm_head.weight must equal
 // wte.weight (the head is tied here). Any other difference (a missing tensor, another shape or dtype, an
 // unknown name, a config.json beside the file with another n_head, activation or epsilon) is an error
-// that names it. Errors: 0, or -1 with the message in r->err; nothing exits.
+// that names it; so is a value that is not finite (found by gpt_hf_load as it reads the values).
+// Errors: 0, or -1 with the message in r->err; nothing exits.
 #pragma once
 #include <math.h>
 #include <stdarg.h>
@@ -170,8 +171,8 @@ static inline int gpt_hf_open(GptHfReader* r, const char* path) {
 }
 
 // The file's values into the model c, whose sizes must be the file's: values (num_params) fp32 in our
-// order, the tensors converted to fp32, the matrices transposed back, wte's padded rows zero; an
-// lm_head.weight must equal wte.weight. Closes the file in every case.
+// order, the tensors converted to fp32, the matrices transposed back, wte's padded rows zero; every value
+// must be finite, and an lm_head.weight must equal wte.weight. Closes the file in every case.
 static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values) {
     if (r->num_layers != c->num_layers || r->channels != c->channels)
         return gpt_hf_fail(r, "a model of %d layers and %d channels, this run's has %d layers and %d channels",
@@ -200,12 +201,18 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
         return gpt_hf_fail(r, "out of host memory");
     }
     int rc = 0;
+    char msg[SAFETENSORS_ERR_LEN];
     for (int k = 0; k < n && rc == 0; k++) {  // gpt_hf_open checked the names, shapes and dtypes
         const SafetensorsTensor* t = gpt_hf_find(r, hf[k].name);
         float* dst = values + hf[k].offset;
-        if (hf_weights_read_f32(&r->w, t, hf[k].transpose ? scratch : dst) != 0) {
+        float* read = hf[k].transpose ? scratch : dst;
+        if (hf_weights_read_f32(&r->w, t, read) != 0) {
             snprintf(r->err, sizeof(r->err), "%s", r->w.err);
             rc = -1;
+            break;
+        }
+        if (hf_check_finite(t, read, msg, sizeof(msg)) != 0) {  // every value finite, as a checkpoint's
+            rc = gpt_hf_fail(r, "%s", msg);
             break;
         }
         if (hf[k].transpose) hf_transpose(dst, scratch, hf[k].shape[0], hf[k].shape[1]);  // (in, out) -> (out, in)

@@ -162,6 +162,32 @@ static inline int hf_read_config(const char* weights, cJSON** json, char* path, 
     return 0;
 }
 
+// The index of the first value of v (n values) that is not finite, or n when all are. By the bits, so
+// that -ffast-math (nvcc's --use_fast_math) cannot drop the test.
+static inline size_t hf_first_nonfinite(const float* v, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &v[i], sizeof(b));
+        if ((b & 0x7f800000u) == 0x7f800000u) return i;
+    }
+    return n;
+}
+
+// An import's check of tensor t's values v (in the file's layout, numel of t) as read: -1 when one is NaN
+// or infinite, msg naming the tensor, the element (and its row and column) and the value. A model
+// trained from such weights is NaN from its first step; the checkpoint reader refuses them too.
+static inline int hf_check_finite(const SafetensorsTensor* t, const float* v, char* msg, size_t n) {
+    size_t count = (size_t)safetensors_numel(t), i = hf_first_nonfinite(v, count);
+    if (i == count) return 0;
+    char at[96] = "";
+    if (t->ndim == 2 && t->shape[1] > 0)
+        snprintf(at, sizeof(at), " (row %lld, column %lld)", (long long)(i / (size_t)t->shape[1]),
+                 (long long)(i % (size_t)t->shape[1]));
+    snprintf(msg, n, "tensor \"%s\": element %zu%s of %zu is %g: not finite; the weights are damaged or had "
+             "diverged; start from a good copy", t->name, i, at, count, (double)v[i]);
+    return -1;
+}
+
 // Checks tensor t of an import against want's shape and the dtypes an import reads (F32, BF16 or F16,
 // which safetensors_read_f32 converts exactly). -1 when it differs, msg saying how: the shape "expected"
 // (or what the caller's word for it is), shape_hint, when not empty, in parentheses after it.

@@ -14,7 +14,9 @@
 // left out, or must equal it), then trains on its own: the head here is untied. Tensors may be F32, BF16
 // or F16 (converted exactly to fp32); the rotary_emb.inv_freq buffers older files carry are ignored; any
 // other difference (a missing or unknown tensor, another shape or dtype) is an error that names it, found
-// by llama_hf_open before any value is read.
+// by llama_hf_open before any value is read; a value that is not finite is one too, found by
+// llama_hf_load as it reads the values. Every size of config.json is bounded by llmc/model/llama_config.h's
+// LLAMA_MAX_* before anything is sized by it.
 // Errors: 0, or -1 with the message in r->err; nothing exits.
 #pragma once
 #include <math.h>
@@ -232,7 +234,8 @@ static inline int llama_hf_detect(const char* path) {
 
 // The file's values into the model c (whose sizes, RoPE base and eps must be the file's; the base to a
 // float's precision, as train_gpt's -rope_theta holds it): values (num_params) fp32 in our order, the
-// padded rows of embed and lm_head zero; a tied head is embed_tokens. Closes the file in every case.
+// padded rows of embed and lm_head zero; a tied head is embed_tokens; every value must be finite.
+// Closes the file in every case.
 static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* values) {
     const LlamaConfig* f = &r->config;
     if (f->num_layers != c->num_layers || f->channels != c->channels || f->num_heads != c->num_heads ||
@@ -251,12 +254,15 @@ static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* v
     if (!hf) return llama_hf_fail(r, "out of host memory");
     llama_hf_tensors(hf, c);
     int rc = 0;
+    char msg[SAFETENSORS_ERR_LEN];
     for (int k = 0; k < n && rc == 0; k++) {  // llama_hf_open checked the names, shapes and dtypes
         const SafetensorsTensor* t = hf_weights_find(&r->w, hf[k].name);
         if (!t) continue;  // a tied model's head, left out
         if (hf_weights_read_f32(&r->w, t, values + hf[k].offset) != 0) {
             snprintf(r->err, sizeof(r->err), "%s", r->w.err);
             rc = -1;
+        } else if (hf_check_finite(t, values + hf[k].offset, msg, sizeof(msg)) != 0) {  // as a checkpoint's
+            rc = llama_hf_fail(r, "%s", msg);
         }
     }
     if (rc == 0 && r->tie) {  // the head is the embedding: copied, or (given too) equal to it
