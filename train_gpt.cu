@@ -264,6 +264,7 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
     if (c->ckpt_every < 0) BAD("-ckpt_every", "-ckpt_every %d: must be 0 (only at the end) or more", c->ckpt_every);
     if (c->keep < 0) BAD("-keep", "-keep %d: must be 0 (write none) or more", c->keep);
     if (c->max_bad_steps < 1) BAD("-max_bad_steps", "-max_bad_steps %d: must be 1 or more", c->max_bad_steps);
+    if (c->device < 0) BAD("-device", "-device %d: a CUDA device's index, 0 or more (nvidia-smi lists them)", c->device);
     if (c->gpus < 1 || c->gpus > 64) BAD("-gpus", "-gpus %d: GPUs of this machine, in [1, 64]", c->gpus);
     if (strcmp(c->nccl_init, "tcp") != 0 && (strncmp(c->nccl_init, "file:", 5) != 0 || !c->nccl_init[5]))
         BAD("-nccl_init", "-nccl_init %s: choose tcp or file:PATH (a path every rank can read)", c->nccl_init);

@@ -43,6 +43,10 @@ expect_error "unknown flag" 'unknown flag "-nope"' -nope 1
 expect_error "missing value" "flag -b needs a value" -b
 expect_error "not an integer" 'flag -b expects an integer, got "x"' -b x
 expect_error "not a number" 'flag -lr expects a number' -lr fast
+expect_error "beyond a float's range" "flag -lr: 1e39 is beyond a float's range (at most 3.4e38 in magnitude)" -lr 1e39
+expect_error "infinite" "flag -lr: inf is infinite: give a finite number" -lr inf
+expect_error "beyond an int's range" "flag -b: 99999999999 is beyond an int's range [-2147483647, 2147483647]" -b 99999999999
+expect_error "negative device" "-device -1: a CUDA device's index, 0 or more" -device -1
 expect_error "bad head" "-head foo: choose fused, blocks, chunks or unfused" -head foo
 expect_error "bad recompute" "-recompute 2: choose 0 or 1" -recompute 2
 expect_error "bad profile" "-profile 2: choose 0 or 1" -profile 2
