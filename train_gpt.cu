@@ -378,6 +378,41 @@ static void exit_if_bad(const char* flag, const char* msg, const char* ckpt_path
     exit(EXIT_FAILURE);
 }
 
+// The run's outputs, checked at start-up, before any training it would lose: -out must be a directory
+// this process can create or write in (llmc/io/checkpoint_dir.h), and -export_hf's directory one that
+// an export can be written to (llmc/io/hf_files.h: absent, empty or an earlier export; GPT-2's also
+// needs its tokenizer files), not -out itself. Nothing is created. Exits naming the flag.
+static void check_outputs(const TrainConfig* c, const TokenizerEncoding* enc) {
+    char err[HF_ERR_LEN];
+    if (checkpoint_check_dir(c->out_dir, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: -out %s: %s\n  hint: pass -out a directory you can write to\n", c->out_dir, err);
+        exit(EXIT_FAILURE);
+    }
+    if (!c->export_hf[0]) return;
+    char a[CHECKPOINT_PATH_LEN], b[CHECKPOINT_PATH_LEN];
+    snprintf(a, sizeof(a), "%s", c->export_hf);
+    snprintf(b, sizeof(b), "%s", c->out_dir);
+    for (size_t n = strlen(a); n > 1 && a[n - 1] == '/'; n--) a[n - 1] = '\0';  // the same path with or without
+    for (size_t n = strlen(b); n > 1 && b[n - 1] == '/'; n--) b[n - 1] = '\0';  // trailing slashes
+    int rc = 0;
+    if (strcmp(a, b) == 0) {
+        snprintf(err, sizeof(err), "the directory of -out, which holds the run's log and checkpoints");
+        rc = -1;
+    } else if (is_llama(c)) {
+        rc = hf_export_check(c->export_hf, err, sizeof(err));
+    } else {
+        GptConfig g;
+        memset(&g, 0, sizeof(g));
+        g.vocab_size = enc->vocab_size;
+        rc = gpt_hf_export_check(c->export_hf, &g, c->vocab_path, err, sizeof(err));
+    }
+    if (rc != 0) {
+        fprintf(stderr, "error: -export_hf %s: %s\n  hint: the export is written when the run ends; pass -export_hf "
+                "a new directory (or an earlier export's)\n", c->export_hf, err);
+        exit(EXIT_FAILURE);
+    }
+}
+
 // --- schedule, throughput ------------------------------------------------------------------------
 
 // Linear warmup over `warmup` steps, then cosine or linear decay to lr · final_lr_frac at the last step
@@ -674,6 +709,7 @@ int main(int argc, char** argv) {
     // -gpus N: this process becomes the launcher of N ranks, each this program without the flag
     DistRun dist;
     dist_detect(&dist, cfg.nccl_timeout);
+    if (!dist.launched || dist_rank(&dist) == 0) check_outputs(&cfg, encoding);  // rank 0 writes them
     if (!dist.launched && cfg.gpus > 1)
         return launch_local(cfg.gpus, argc, argv, flag_index(argc, argv, "-gpus"), 30.0);
     if (dist.launched && flag_given(argc, argv, "-gpus") && cfg.gpus != dist_world(&dist)) {

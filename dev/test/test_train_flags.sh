@@ -94,6 +94,33 @@ for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" 
 done
 rm -rf "$tmp/out"
 
+# the run's outputs are checked at start-up, before the data (-train nothere/ is not reached) and the GPU,
+# and before any training they would lose: -out a directory it can write in, -export_hf one an export
+# can replace (absent, empty or an earlier export), GPT-2's tokenizer files readable; nothing is created
+: > "$tmp/afile"
+mkdir -p "$tmp/notes"; echo mine > "$tmp/notes/notes.txt"
+nodata=(-train 'nothere/*.bin')
+expect_error "-out a file" "-out $tmp/afile: $tmp/afile exists and is not a directory" -out "$tmp/afile" "${nodata[@]}"
+expect_error "-out under a file" "-out $tmp/afile/run: $tmp/afile exists and is not a directory" \
+    -out "$tmp/afile/run" "${nodata[@]}"
+expect_error "-export_hf a file" "-export_hf $tmp/afile: $tmp/afile exists and is not a directory" \
+    -export_hf "$tmp/afile" -out "$tmp/out" "${nodata[@]}"
+expect_error "-export_hf under a file (llama)" "-export_hf $tmp/afile/hf: cannot create $tmp/afile/hf: $tmp/afile is not a directory" \
+    -model llama -export_hf "$tmp/afile/hf" -out "$tmp/out" "${nodata[@]}"
+expect_error "-export_hf a directory of other files" \
+    "-export_hf $tmp/notes: $tmp/notes holds notes.txt, which no export writes" -export_hf "$tmp/notes" -out "$tmp/out" "${nodata[@]}"
+expect_error "-export_hf the directory of -out" "-export_hf $tmp/out/: the directory of -out" \
+    -export_hf "$tmp/out/" -out "$tmp/out" "${nodata[@]}"
+expect_error "-export_hf without GPT-2's tokenizer files" "-export_hf $tmp/hf: cannot read $tmp/none.bpe" \
+    -export_hf "$tmp/hf" -vocab "$tmp/none.bpe" -sample_tokens 0 -out "$tmp/out" "${nodata[@]}"
+expect "the refused outputs created $tmp/out, $tmp/hf or files in $tmp/notes" \
+    [ ! -e "$tmp/out" -a ! -e "$tmp/hf" -a "$(ls -A "$tmp/notes")" = notes.txt ]
+expect "the refused outputs left a temporary directory: $(ls -A "$tmp")" hasnt "$(ls -A "$tmp")" ".tmp."
+# checked: the run goes on to the data
+expect_error "-export_hf an earlier export's directory" "no shard file matches the pattern nothere/*.bin" \
+    -export_hf "$tmp/hf" -out "$tmp/out" "${nodata[@]}"
+rm -rf "$tmp/notes" "$tmp/afile"
+
 # uint32 shards (make_shards --encoding cl100k_base/o200k_base; llm.c's Llama-3 layout): ids below
 # GPT-2's 50257 load (both loaders pass, then -val_batches is refused); an id >= 50257 is refused at
 # start-up, naming the file and --encoding gpt2.

@@ -170,7 +170,7 @@ static inline int hf_export_check(const char* dir, char* err, size_t errlen) {
             return -1;
         }
         hf_export_parent(up, sizeof(up), path);
-    } else if (errno != ENOENT) {
+    } else if (errno != ENOENT && errno != ENOTDIR) {
         snprintf(err, errlen, "%.1500s: %s", path, strerror(errno));
         return -1;
     } else {  // absent: its nearest existing ancestor must be a directory
@@ -180,7 +180,7 @@ static inline int hf_export_check(const char* dir, char* err, size_t errlen) {
             hf_export_parent(next, sizeof(next), up);
             snprintf(up, sizeof(up), "%s", next);
             if (stat(up, &st) == 0) break;
-            if (errno != ENOENT || strcmp(up, ".") == 0 || strcmp(up, "/") == 0) {
+            if ((errno != ENOENT && errno != ENOTDIR) || strcmp(up, ".") == 0 || strcmp(up, "/") == 0) {
                 snprintf(err, errlen, "cannot create %.1500s: %.1500s: %s", path, up, strerror(errno));
                 return -1;
             }
