@@ -576,6 +576,20 @@ static void init_fail(const TrainConfig* c, const char* msg) {
     exit(EXIT_FAILURE);
 }
 
+// -init of a train_gpt checkpoint (its magic number first), which is not weights in Hugging Face's
+// layout: said so, with the two things to do with it.
+static void init_not_checkpoint(const TrainConfig* c) {
+    FILE* f = fopen(c->init, "rb");
+    int32_t magic = 0;
+    size_t got = f ? fread(&magic, sizeof(magic), 1, f) : 0;  // 0 for a directory or a missing file
+    if (f) fclose(f);
+    if (got != 1 || magic != CHECKPOINT_MAGIC) return;
+    fprintf(stderr, "error: -init %s: a train_gpt checkpoint, not a model in Hugging Face's layout (safetensors)\n"
+            "  hint: continue its run with -resume %s, or export it with build/export_hf %s DIR and pass -init DIR\n",
+            c->init, c->init, c->init);
+    exit(EXIT_FAILURE);
+}
+
 // -model left out: the -init file's family (a Llama model's tensors are named model.embed_tokens ...).
 static void init_family(TrainConfig* c, int argc, char** argv) {
     if (!flag_given(argc, argv, "-model") && llama_hf_detect(c->init)) c->model = "llama";
@@ -677,6 +691,7 @@ int main(int argc, char** argv) {
     // -init: the file's family, and a Llama model's sizes and encoding, before the flags that depend on them
     InitFile init;
     memset(&init, 0, sizeof(init));
+    if (cfg.init[0]) init_not_checkpoint(&cfg);
     if (cfg.init[0]) init_family(&cfg, argc, argv);
     if (cfg.init[0] && is_llama(&cfg)) {
         init.llama = 1;

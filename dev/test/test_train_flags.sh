@@ -6,7 +6,9 @@
 # naming the variable or the wait; the model family's flags (-model, -size, -encoding) are checked
 # against each other, the defaults of the data follow the encoding, and -resume refuses a checkpoint of
 # the other family, or of another -size or -encoding, naming the file; -init reads and checks every
-# value (a NaN is refused naming the tensor) before the GPU. Prints `test_train_flags: N passed, M
+# value (a NaN is refused naming the tensor) before the GPU, and refuses a train_gpt checkpoint with
+# what to do; -out and -export_hf are checked at start-up (a file, a directory of other files, -out
+# itself, GPT-2's tokenizer files missing), creating nothing. Prints `test_train_flags: N passed, M
 # failed`.
 set -u
 cd "$(dirname "$0")/../.."
@@ -234,6 +236,10 @@ done
 st_tensor ln_f.weight 16; st_tensor ln_f.bias 16
 st_write "$tmp/m.safetensors"
 expect_error "-init, no such file" "-init $tmp/none: safetensors $tmp/none: cannot open" -init "$tmp/none"
+expect_error "-init of a train_gpt checkpoint" \
+    "-init $tmp/gpt2.bin: a train_gpt checkpoint, not a model in Hugging Face's layout (safetensors)" -init "$tmp/gpt2.bin"
+expect_error "-init of a train_gpt checkpoint (hint)" "continue its run with -resume $tmp/gpt2.bin, or export it with build/export_hf" \
+    -init "$tmp/gpt2.bin"
 expect_error "-init of a directory without model.safetensors" \
     "-init $tmp: $tmp: a directory with neither model.safetensors nor model.safetensors.index.json" -init "$tmp"
 expect_error "-init, not a GPT-2 size" "a model of 1 layers and 16 channels, not one of GPT-2's sizes" -init "$tmp/m.safetensors"
