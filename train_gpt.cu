@@ -829,7 +829,7 @@ int main(int argc, char** argv) {
         checkpoint_reader_close(&ckpt);
         sample_rng = ckpt.state.rng;
         if (train_steps > 0) dataloader_check(&train, dataloader_restore(&train, &ckpt.state.data));
-    } else if (cfg.init[0]) {  // (the model's num_params is train_model_checkpoint_of's, as -resume relies on)
+    } else if (cfg.init[0]) {  // init_values: train_model_checkpoint_of's count, the model's (as -resume's)
         train_model_set_params(&model, init_values, &ctx);
         free(init_values);
     } else {

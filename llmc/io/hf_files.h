@@ -291,13 +291,10 @@ static inline int hf_export_commit(HfExportDir* x, char* err, size_t errlen) {
 #ifdef SYS_renameat2
         swapped = syscall(SYS_renameat2, AT_FDCWD, x->tmp, AT_FDCWD, x->dir, 2 /* RENAME_EXCHANGE */) == 0;
 #endif
-        if (swapped) {  // the earlier export now has the temporary name
-            if (hf_remove_dir(x->tmp) != 0) {
-                snprintf(err, errlen, "the export is in %.1500s, but the earlier one, moved to %.1500s, could not be removed: %s",
-                         x->dir, x->tmp, strerror(errno));
-                x->tmp[0] = '\0';
-                return -1;
-            }
+        if (swapped) {  // the earlier export now has the temporary name; the new one is in place
+            if (hf_remove_dir(x->tmp) != 0)
+                fprintf(stderr, "warning: the export is in %s, but the earlier one, moved to %s, could not be "
+                        "removed (%s): remove it by hand\n", x->dir, x->tmp, strerror(errno));
             x->tmp[0] = '\0';
             atomic_sync_dir_of(x->dir);
             return 0;
