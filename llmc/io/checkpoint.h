@@ -8,7 +8,7 @@
 //   int32 header[256]  [0] magic 20251202, [1] version 2,
 //                      [2] layers L, [3] channels C, [4] heads NH, [5] vocab V, [6] padded vocab Vp,
 //                      [7] max sequence length, [8..9] number of parameters P (int64),
-//                      [10..11] optimizer steps completed (int64), [12..13] the sampler's RNG state (uint64),
+//                      [10..11] optimizer steps completed (int64, at most CHECKPOINT_MAX_STEP), [12..13] the sampler's RNG state (uint64),
 //                      [14..25] the train stream's DataLoaderPosition: global batch, total windows, seed,
 //                               B, T, shuffle (6 x int64),
 //                      [26] bytes of the settings text S, [27] tensors that follow (3),
@@ -63,6 +63,10 @@
 #define CHECKPOINT_HEADER_BYTES (CHECKPOINT_HEADER_INTS * (int)sizeof(int32_t))
 #define CHECKPOINT_TENSORS 3          // master, m, v
 #define CHECKPOINT_SETTINGS_MAX 2048  // bytes of the settings text, with its terminating 0
+// The most steps a checkpoint can be at: train_gpt's -steps is an int, so no run gets further. The reader
+// refuses a step outside [0, CHECKPOINT_MAX_STEP] (and the writer will not write one), so a step always
+// fits an int where one is needed (the learning-rate schedule, AdamW's bias correction).
+#define CHECKPOINT_MAX_STEP ((int64_t)2147483647)
 #define CHECKPOINT_ERR_LEN 4608
 #define CHECKPOINT_PATH_LEN 4096
 
@@ -224,6 +228,11 @@ static inline int checkpoint_writer_open(CheckpointWriter* w, const char* path, 
     if (settings_bytes >= sizeof(s->settings)) {
         snprintf(w->err, sizeof(w->err), "checkpoint %s: the settings text is not terminated within %d bytes",
                  path, CHECKPOINT_SETTINGS_MAX);
+        return -1;
+    }
+    if (s->step < 0 || s->step > CHECKPOINT_MAX_STEP) {
+        snprintf(w->err, sizeof(w->err), "checkpoint %s: step %lld is outside [0, %lld], the steps a run can take",
+                 path, (long long)s->step, (long long)CHECKPOINT_MAX_STEP);
         return -1;
     }
     const char* hook = getenv("LLMC_TEST_CKPT_FAIL_AFTER");
