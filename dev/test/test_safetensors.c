@@ -192,6 +192,30 @@ static void test_bad_files(void) {
     expect_refused("truncated data", "\"last\"", "run past the data section");
 }
 
+// Sizes up to 2^53 (the reader's bound) come back exact: a tensor of 0 bytes whose first dimension has
+// 16 digits, and 2^53 itself (cJSON prints a number through 15 significant digits when that reads back
+// within a relative DBL_EPSILON, which these are)
+static void test_large_sizes(void) {
+    int64_t dims[][2] = {{1000000000000001LL, 0}, {9007199254740992LL, 0}, {1234567890123457LL, 0}};
+    for (int i = 0; i < 3; i++) {
+        SafetensorsTensor t;
+        safetensors_tensor(&t, "empty", ST_F32, 2, dims[i]);
+        SafetensorsWriter w;
+        EXPECT(safetensors_writer_open(&w, path, &t, 1, NULL) == 0 && safetensors_writer_close(&w) == 0,
+               "writing shape (%lld, 0): %s", (long long)dims[i][0], w.err);
+        SafetensorsReader r;
+        int rc = safetensors_open(&r, path);
+        EXPECT(rc == 0, "reading shape (%lld, 0) back: %s", (long long)dims[i][0], r.err);
+        if (rc != 0) continue;
+        const SafetensorsTensor* b = safetensors_find(&r, "empty");
+        EXPECT(b && b->ndim == 2 && b->shape[0] == dims[i][0] && b->shape[1] == 0,
+               "shape (%lld, 0) read back as (%lld, %lld)", (long long)dims[i][0], b ? (long long)b->shape[0] : -1LL,
+               b ? (long long)b->shape[1] : -1LL);
+        safetensors_close(&r);
+    }
+    printf("large sizes: shapes with 16-digit dimensions read back exact\n");
+}
+
 int main(void) {
     snprintf(dir, sizeof(dir), "%s/test_safetensors.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
@@ -199,6 +223,7 @@ int main(void) {
     test_round_trip();
     test_f16();
     test_bad_files();
+    test_large_sizes();
     printf("headers handed to cJSON: %d, not 0-terminated: %d\n", json_parses, json_unterminated);
     EXPECT(json_parses > 10 && json_unterminated == 0, "%d of the %d headers handed to cJSON were not 0-terminated",
            json_unterminated, json_parses);

@@ -139,6 +139,14 @@ static inline int safetensors_writer_fail(SafetensorsWriter* w, const char* what
     return -1;
 }
 
+// A non-negative integer as JSON text, exact: cJSON prints numbers through 15 significant digits when
+// those read back within a relative DBL_EPSILON, which a 16-digit size (2^53, say) does, inexactly.
+static inline cJSON* safetensors_json_int(uint64_t v) {
+    char text[24];
+    snprintf(text, sizeof(text), "%llu", (unsigned long long)v);
+    return cJSON_CreateRaw(text);
+}
+
 // Opens <path>.tmp and writes the header for tensors (n), laid out in this order (their begin and end
 // are set here), with the metadata pairs meta = {key, value, key, value, ..., NULL} (NULL: none). The
 // tensors' bytes follow with safetensors_writer_append, in order.
@@ -165,10 +173,10 @@ static inline int safetensors_writer_open(SafetensorsWriter* w, const char* path
         cJSON* e = cJSON_AddObjectToObject(root, t->name);
         cJSON_AddStringToObject(e, "dtype", safetensors_dtype_name(t->dtype));
         cJSON* shape = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+        for (int d = 0; d < t->ndim; d++) cJSON_AddItemToArray(shape, safetensors_json_int((uint64_t)t->shape[d]));
         cJSON* offsets = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)t->begin));
-        cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)t->end));
+        cJSON_AddItemToArray(offsets, safetensors_json_int(t->begin));
+        cJSON_AddItemToArray(offsets, safetensors_json_int(t->end));
     }
     char* json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
