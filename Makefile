@@ -18,7 +18,8 @@
 #                    libpcre2-dev, npm), run first by the targets above: as root with apt-get it installs
 #                    the missing ones, otherwise (or with DEPS_NO_INSTALL=1) it prints the command to run
 #                    and stops (data/install_deps.sh); the trainer and export_hf wait only for libcjson-dev
-#                    and zlib1g-dev (safetensors' JSON, the checkpoints' crc32)
+#                    and zlib1g-dev (safetensors' JSON, the checkpoints' crc32), the fuzzers also for clang
+#                    and its libFuzzer (clang, libclang-rt-dev: `make deps-fuzz`)
 #   make dev         build every kernel playground in dev/cuda/, and dev/interop/'s dump tools, into build/dev/
 #                    (`make build/dev/NAME.ptx`: a playground's PTX, for dev/cuda/ptx_same.py)
 #   make clean       remove build outputs (keeps fetched data; `make clean-data` removes that)
@@ -109,7 +110,7 @@ GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 INTEROP     := build/dev/gpt_dump build/dev/llama_dump build/dev/llama_ref_dump
 
-.PHONY: help deps deps-trainer cjson-local data data-try data-debian data-tiktoken data-starter-o200k data-starter-cl100k export_hf test test-gpu dev clean clean-data test-deps
+.PHONY: help deps deps-trainer deps-fuzz cjson-local data data-try data-debian data-tiktoken data-starter-o200k data-starter-cl100k export_hf test test-gpu dev clean clean-data test-deps
 help:
 	@sed -n '2,/^$$/s/^# \{0,3\}//p' Makefile
 
@@ -122,6 +123,9 @@ deps-trainer:
 	@bash data/install_deps.sh --trainer
 deps: | deps-trainer
 	@bash data/install_deps.sh
+# clang and its libFuzzer and sanitizer runtimes, for the fuzzers alone
+deps-fuzz: | deps
+	@bash data/install_deps.sh --fuzz
 # libcjson1 and libcjson-dev downloaded (not installed) and unpacked into .cjson/, for CJSON_DIR=.cjson
 cjson-local:
 	mkdir -p .cjson && cd .cjson && apt-get download libcjson1 libcjson-dev && for f in *.deb; do dpkg-deb -x $$f .; done
