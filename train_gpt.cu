@@ -105,9 +105,9 @@ static int train_flags(TrainConfig* c, Flag* f) {
         {"-beta2", FLAG_FLOAT, &c->beta2, "0.95", "optimizer", "AdamW beta2"},
         {"-eps", FLAG_FLOAT, &c->eps, "1e-8", "optimizer", "AdamW epsilon"},
         {"-clip", FLAG_FLOAT, &c->clip, "1.0", "optimizer", "clip gradients to this global norm (0: off)"},
-        {"-head", FLAG_STR, &c->head, "fused", "memory", "LM head: fused (no logits stored: the faster of blocks and chunks) | blocks | chunks | unfused"},
+        {"-head", FLAG_STR, &c->head, "fused", "memory", "LM head: fused (no logits stored: the fastest path that fits) | staged | blocks | chunks | unfused"},
         {"-recompute", FLAG_INT, &c->recompute, "0", "memory", "1: recompute GELU outputs in the backward (GPT-2)"},
-        {"-head_scratch", FLAG_INT, &c->head_scratch, "64", "memory", "MiB of scratch of the fused head (more: faster)"},
+        {"-head_scratch", FLAG_INT, &c->head_scratch, "0", "memory", "MiB of scratch of the fused head (0: what its chunks need, at most 1024 and a quarter of the free GPU memory)"},
         {"-val_every", FLAG_INT, &c->val_every, "50", "eval", "validation loss every N steps (0: only at the end)"},
         {"-val_batches", FLAG_INT, &c->val_batches, "20", "eval", "batches per validation (-1: the whole split)"},
         {"-sample_tokens", FLAG_INT, &c->sample_tokens, "64", "sample", "tokens per sample, one at the end (0: none)"},
@@ -243,14 +243,14 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
     if (c->eps <= 0.0f) BAD("-eps", "-eps %g: AdamW's epsilon must be above 0", c->eps);
     if (c->beta1 < 0.0f || c->beta1 >= 1.0f) BAD("-beta1", "-beta1 %g: must be in [0, 1)", c->beta1);
     if (c->beta2 < 0.0f || c->beta2 >= 1.0f) BAD("-beta2", "-beta2 %g: must be in [0, 1)", c->beta2);
-    if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "blocks") != 0 && strcmp(c->head, "chunks") != 0 &&
-        strcmp(c->head, "unfused") != 0)
-        BAD("-head", "-head %s: choose fused, blocks, chunks or unfused", c->head);
+    if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "staged") != 0 && strcmp(c->head, "blocks") != 0 &&
+        strcmp(c->head, "chunks") != 0 && strcmp(c->head, "unfused") != 0)
+        BAD("-head", "-head %s: choose fused, staged, blocks, chunks or unfused", c->head);
     if (c->profile != 0 && c->profile != 1) BAD("-profile", "-profile %d: choose 0 or 1", c->profile);
     if (c->gemm_tune != 0 && c->gemm_tune != 1) BAD("-gemm_tune", "-gemm_tune %d: choose 0 or 1", c->gemm_tune);
-    if (c->head_scratch < 1 || c->head_scratch > 65536)
-        BAD("-head_scratch", "-head_scratch %d: MiB in [1, 65536] (the fused head needs room for 16 rows of logits: "
-            "at least 4 MiB at this vocabulary)", c->head_scratch);
+    if (c->head_scratch < 0 || c->head_scratch > 65536)
+        BAD("-head_scratch", "-head_scratch %d: MiB in [0, 65536] (0: sized by the head; otherwise room for 16 rows of "
+            "logits: at least 4 MiB at this vocabulary)", c->head_scratch);
     if (c->recompute != 0 && c->recompute != 1) BAD("-recompute", "-recompute %d: choose 0 or 1", c->recompute);
     if (c->val_every < 0) BAD("-val_every", "-val_every %d: must be 0 (only at the end) or more", c->val_every);
     if (c->val_batches < -1 || c->val_batches == 0)
@@ -264,6 +264,7 @@ static const char* validate(const TrainConfig* c, char* msg, size_t n) {
     if (c->ckpt_every < 0) BAD("-ckpt_every", "-ckpt_every %d: must be 0 (only at the end) or more", c->ckpt_every);
     if (c->keep < 0) BAD("-keep", "-keep %d: must be 0 (write none) or more", c->keep);
     if (c->max_bad_steps < 1) BAD("-max_bad_steps", "-max_bad_steps %d: must be 1 or more", c->max_bad_steps);
+    if (c->device < 0) BAD("-device", "-device %d: a CUDA device's index, 0 or more (nvidia-smi lists them)", c->device);
     if (c->gpus < 1 || c->gpus > 64) BAD("-gpus", "-gpus %d: GPUs of this machine, in [1, 64]", c->gpus);
     if (strcmp(c->nccl_init, "tcp") != 0 && (strncmp(c->nccl_init, "file:", 5) != 0 || !c->nccl_init[5]))
         BAD("-nccl_init", "-nccl_init %s: choose tcp or file:PATH (a path every rank can read)", c->nccl_init);
@@ -377,12 +378,48 @@ static void exit_if_bad(const char* flag, const char* msg, const char* ckpt_path
     exit(EXIT_FAILURE);
 }
 
+// The run's outputs, checked at start-up, before any training it would lose: -out must be a directory
+// this process can create or write in (llmc/io/checkpoint_dir.h), and -export_hf's directory one that
+// an export can be written to (llmc/io/hf_files.h: absent, empty or an earlier export; GPT-2's also
+// needs its tokenizer files), not -out itself. Nothing is created. Exits naming the flag.
+static void check_outputs(const TrainConfig* c, const TokenizerEncoding* enc) {
+    char err[HF_ERR_LEN];
+    if (checkpoint_check_dir(c->out_dir, err, sizeof(err)) != 0) {
+        fprintf(stderr, "error: -out %s: %s\n  hint: pass -out a directory you can write to\n", c->out_dir, err);
+        exit(EXIT_FAILURE);
+    }
+    if (!c->export_hf[0]) return;
+    char a[CHECKPOINT_PATH_LEN], b[CHECKPOINT_PATH_LEN];
+    snprintf(a, sizeof(a), "%s", c->export_hf);
+    snprintf(b, sizeof(b), "%s", c->out_dir);
+    for (size_t n = strlen(a); n > 1 && a[n - 1] == '/'; n--) a[n - 1] = '\0';  // the same path with or without
+    for (size_t n = strlen(b); n > 1 && b[n - 1] == '/'; n--) b[n - 1] = '\0';  // trailing slashes
+    int rc = 0;
+    if (strcmp(a, b) == 0) {
+        snprintf(err, sizeof(err), "the directory of -out, which holds the run's log and checkpoints");
+        rc = -1;
+    } else if (is_llama(c)) {
+        rc = hf_export_check(c->export_hf, err, sizeof(err));
+    } else {
+        GptConfig g;
+        memset(&g, 0, sizeof(g));
+        g.vocab_size = enc->vocab_size;
+        rc = gpt_hf_export_check(c->export_hf, &g, c->vocab_path, err, sizeof(err));
+    }
+    if (rc != 0) {
+        fprintf(stderr, "error: -export_hf %s: %s\n  hint: the export is written when the run ends; pass -export_hf "
+                "a new directory (or an earlier export's)\n", c->export_hf, err);
+        exit(EXIT_FAILURE);
+    }
+}
+
 // --- schedule, throughput ------------------------------------------------------------------------
 
 // Linear warmup over `warmup` steps, then cosine or linear decay to lr · final_lr_frac at the last step
 // (llmc/optim/lr_schedule.h).
-static float lr_at(const TrainConfig* c, int step) {
-    return lr_schedule(c->lr, c->warmup, c->steps, c->final_lr_frac, strcmp(c->schedule, "linear") == 0, step);
+// A step of the loop is below -steps, an int, so it fits the schedule's int.
+static float lr_at(const TrainConfig* c, int64_t step) {
+    return lr_schedule(c->lr, c->warmup, c->steps, c->final_lr_frac, strcmp(c->schedule, "linear") == 0, (int)step);
 }
 
 // Peak dense bf16 tensor FLOP/s of the device, the denominator of MFU (llmc/core/gpu_peak.h): the datasheet's
@@ -444,7 +481,7 @@ static void catch_stop_signals(void) {
 // Losses and norms have 9 significant digits, so two logs compare bitwise. A fresh run starts the log
 // empty; a resumed run keeps the lines up to its checkpoint's step and drops the later ones (the
 // interrupted run's work after its last checkpoint), so the log reads as one uninterrupted run.
-static FILE* log_open(const char* dir, int resume_step, int argc, char** argv) {
+static FILE* log_open(const char* dir, int64_t resume_step, int argc, char** argv) {
     char path[CHECKPOINT_PATH_LEN + 16], tmp[CHECKPOINT_PATH_LEN + 24];
     snprintf(path, sizeof(path), "%s/log.txt", dir);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -472,7 +509,7 @@ static FILE* log_open(const char* dir, int resume_step, int argc, char** argv) {
 
 // The checkpoint after `step` steps: the file, then the `latest` marker, then older ones pruned. Every
 // rank calls it (the state is gathered from their shards); rank 0 writes.
-static void save_checkpoint(TrainModel* m, const TrainConfig* c, int step, uint64_t sample_rng,
+static void save_checkpoint(TrainModel* m, const TrainConfig* c, int64_t step, uint64_t sample_rng,
                             DataLoaderPosition data, const char* settings, FILE* log_file, const GpuContext* ctx) {
     CheckpointState s;
     memset(&s, 0, sizeof(s));
@@ -488,7 +525,7 @@ static void save_checkpoint(TrainModel* m, const TrainConfig* c, int step, uint6
     checkpoint_check(err, checkpoint_mark_latest(c->out_dir, path, err, sizeof(err)));
     checkpoint_check(err, checkpoint_prune(c->out_dir, c->keep, step, err, sizeof(err)));
     printf("checkpoint %s (%.1f MiB, %.1f s)\n", path, mib(3 * m->num_params * sizeof(float)), dist_now() - t0);
-    fprintf(log_file, "step %d checkpoint %s\n", step, path);
+    fprintf(log_file, "step %lld checkpoint %s\n", (long long)step, path);
 }
 
 // A fault the run cannot go on from (a bad shard, too many bad steps): the state after `step` steps is
@@ -496,10 +533,10 @@ static void save_checkpoint(TrainModel* m, const TrainConfig* c, int step, uint6
 // `what` and `hint`. every_rank: all ranks met the fault together (too many bad steps: they share the
 // flags), so they can gather the state; a fault of one rank (its data) ends a multi-GPU run without a
 // checkpoint: that rank exits, and the control channel stops the others (llmc/dist/dist_control.h).
-static void stop_with_checkpoint(TrainModel* m, const TrainConfig* c, int step, int start_step, uint64_t sample_rng,
+static void stop_with_checkpoint(TrainModel* m, const TrainConfig* c, int64_t step, int64_t start_step, uint64_t sample_rng,
                                  DataLoaderPosition data, const char* settings, FILE* log_file, const char* what,
                                  const char* hint, int every_rank, const GpuContext* ctx) {
-    fprintf(log_file, "step %d stopped fault\n", step);
+    fprintf(log_file, "step %lld stopped fault\n", (long long)step);
     char done[CHECKPOINT_PATH_LEN + 96] = "";
     if (m->comm->world > 1 && !every_rank) {
         snprintf(done, sizeof(done), "no checkpoint written (a fault of this rank alone); the last one stands");
@@ -507,7 +544,7 @@ static void stop_with_checkpoint(TrainModel* m, const TrainConfig* c, int step, 
         save_checkpoint(m, c, step, sample_rng, data, settings, log_file, ctx);
         char path[CHECKPOINT_PATH_LEN];
         checkpoint_path(path, sizeof(path), c->out_dir, step);
-        snprintf(done, sizeof(done), "the state after step %d is saved in %s", step, path);
+        snprintf(done, sizeof(done), "the state after step %lld is saved in %s", (long long)step, path);
     } else {
         snprintf(done, sizeof(done), "no checkpoint written (%s)", c->keep == 0 ? "-keep 0" : "no step done since the start");
     }
@@ -536,6 +573,20 @@ typedef struct {
 
 static void init_fail(const TrainConfig* c, const char* msg) {
     fprintf(stderr, "error: -init %s: %s\n", c->init, msg);
+    exit(EXIT_FAILURE);
+}
+
+// -init of a train_gpt checkpoint (its magic number first), which is not weights in Hugging Face's
+// layout: said so, with the two things to do with it.
+static void init_not_checkpoint(const TrainConfig* c) {
+    FILE* f = fopen(c->init, "rb");
+    int32_t magic = 0;
+    size_t got = f ? fread(&magic, sizeof(magic), 1, f) : 0;  // 0 for a directory or a missing file
+    if (f) fclose(f);
+    if (got != 1 || magic != CHECKPOINT_MAGIC) return;
+    fprintf(stderr, "error: -init %s: a train_gpt checkpoint, not a model in Hugging Face's layout (safetensors)\n"
+            "  hint: continue its run with -resume %s, or export it with build/export_hf %s DIR and pass -init DIR\n",
+            c->init, c->init, c->init);
     exit(EXIT_FAILURE);
 }
 
@@ -596,13 +647,16 @@ static void init_open_gpt(GptHfReader* r, TrainConfig* c, int argc, char** argv)
     }
 }
 
-// The -init weights into the model: master and bf16 parameters; AdamW's moments zero (a fresh start).
-static void init_load(TrainModel* m, InitFile* f, const TrainConfig* c, const GpuContext* ctx) {
-    float* values = (float*)malloc_check(m->num_params * sizeof(float));
-    int rc = f->llama ? llama_hf_load(&f->lm, &m->llama.config, values) : gpt_hf_load(&f->gpt, &m->gpt.config, values);
+// The -init weights of the model mc, read into host memory before the GPU is touched: every value is
+// checked to be finite as it is read (llmc/io/gpt_hf_import.h, llama_hf_import.h), as a checkpoint's are
+// before -resume loads it. The caller gives them to the model (train_model_set_params: master and bf16
+// parameters; AdamW's moments zero, a fresh start) and frees them.
+static float* init_read(InitFile* f, const TrainModelConfig* mc, const TrainConfig* c) {
+    size_t n = (size_t)train_model_checkpoint_of(mc).num_params;
+    float* values = (float*)malloc_check(n * sizeof(float));
+    int rc = f->llama ? llama_hf_load(&f->lm, &mc->llama, values) : gpt_hf_load(&f->gpt, &mc->gpt, values);
     if (rc != 0) init_fail(c, f->llama ? f->lm.err : f->gpt.err);
-    train_model_set_params(m, values, ctx);
-    free(values);
+    return values;
 }
 
 // The model's fp32 master weights to dir, through the export tool's code (GPT-2: build/export_hf).
@@ -637,6 +691,7 @@ int main(int argc, char** argv) {
     // -init: the file's family, and a Llama model's sizes and encoding, before the flags that depend on them
     InitFile init;
     memset(&init, 0, sizeof(init));
+    if (cfg.init[0]) init_not_checkpoint(&cfg);
     if (cfg.init[0]) init_family(&cfg, argc, argv);
     if (cfg.init[0] && is_llama(&cfg)) {
         init.llama = 1;
@@ -656,17 +711,20 @@ int main(int argc, char** argv) {
     // depth can come from its tensors
     if (cfg.init[0] && !init.llama) init_open_gpt(&init.gpt, &cfg, argc, argv);
     exit_if_bad(validate(&cfg, msg, sizeof(msg)), msg, resumed ? ckpt_path : NULL, argc, argv);
-    int start_step = resumed ? (int)ckpt.state.step : 0;
-    int train_steps = cfg.steps == 0 ? 0 : cfg.steps - start_step;  // 0: evaluate and sample only
+    // the checkpoint's step is in [0, CHECKPOINT_MAX_STEP] (its reader checks): kept 64-bit, as it is stored
+    int64_t start_step = resumed ? ckpt.state.step : 0;
+    int64_t train_steps = cfg.steps == 0 ? 0 : cfg.steps - start_step;  // 0: evaluate and sample only
     if (train_steps < 0) {
-        fprintf(stderr, "error: -steps %d: the checkpoint %s is at step %d already\n  hint: pass a larger -steps to "
-                "continue training, or -steps 0 to only evaluate and sample it\n", cfg.steps, ckpt_path, start_step);
+        fprintf(stderr, "error: -steps %d: the checkpoint %s is at step %lld already\n  hint: pass a larger -steps to "
+                "continue training, or -steps 0 to only evaluate and sample it\n", cfg.steps, ckpt_path,
+                (long long)start_step);
         exit(EXIT_FAILURE);
     }
 
     // -gpus N: this process becomes the launcher of N ranks, each this program without the flag
     DistRun dist;
     dist_detect(&dist, cfg.nccl_timeout);
+    if (!dist.launched || dist_rank(&dist) == 0) check_outputs(&cfg, encoding);  // rank 0 writes them
     if (!dist.launched && cfg.gpus > 1)
         return launch_local(cfg.gpus, argc, argv, flag_index(argc, argv, "-gpus"), 30.0);
     if (dist.launched && flag_given(argc, argv, "-gpus") && cfg.gpus != dist_world(&dist)) {
@@ -748,6 +806,7 @@ int main(int argc, char** argv) {
             printf("note: %s is a version %d checkpoint, without a checksum: its values were checked, its bytes "
                    "could not be; the checkpoints of this run will have one\n", ckpt_path, ckpt.version);
     }
+    float* init_values = cfg.init[0] ? init_read(&init, &mc, &cfg) : NULL;  // -init: read and checked, before the GPU
 
     GpuContext ctx;
     int device = dist_device(&dist, cfg.device);
@@ -760,8 +819,9 @@ int main(int argc, char** argv) {
     double peak = gpu_peak_bf16_flops(device, &peak_source);
 
     TrainModel model;
-    FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS
-                  : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS : FLCE_PATH_UNFUSED;
+    FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "staged") ? FLCE_PATH_STAGED
+                  : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS
+                  : FLCE_PATH_UNFUSED;
     train_model_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20, dist_comm(&dist));
     // the sampler's own stream, advanced by every sample and kept in checkpoints
     uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);
@@ -770,8 +830,9 @@ int main(int argc, char** argv) {
         checkpoint_reader_close(&ckpt);
         sample_rng = ckpt.state.rng;
         if (train_steps > 0) dataloader_check(&train, dataloader_restore(&train, &ckpt.state.data));
-    } else if (cfg.init[0]) {
-        init_load(&model, &init, &cfg, &ctx);
+    } else if (cfg.init[0]) {  // init_values: train_model_checkpoint_of's count, the model's (as -resume's)
+        train_model_set_params(&model, init_values, &ctx);
+        free(init_values);
     } else {
         train_model_init_params(&model, (uint64_t)cfg.seed, &ctx);
     }
@@ -813,13 +874,9 @@ int main(int argc, char** argv) {
     table_row("lr schedule", "peak %g, warmup %d, %s to %g x peak", cfg.lr, cfg.warmup, cfg.schedule, cfg.final_lr_frac);
     table_row("AdamW", "beta1 %g, beta2 %g, eps %g, wd %g", cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
     table_row("grad clip", "%g", cfg.clip);
-    if (model.head->cfg.path == FLCE_PATH_BLOCKS)
-        table_row("LM head", "fused, blocks of %d rows x %d vocab columns (-head_scratch %d MiB)", model.head->blk.nb,
-                  model.head->blk.vb, cfg.head_scratch);
-    else if (model.head->cfg.path == FLCE_PATH_CHUNKS)
-        table_row("LM head", "fused, chunks of %d rows (-head_scratch %d MiB)", model.head->chunks.rows, cfg.head_scratch);
-    else
-        table_row("LM head", "unfused (bf16 logits of all %d rows)", cfg.B * cfg.T);
+    char head_line[160];
+    fused_lce_describe(model.head, head_line, sizeof(head_line));
+    table_row("LM head", "%s", head_line);
     table_row("recompute", "%s", cfg.recompute ? "GELU" : "none");
     table_row("validation", "every %d steps, %d batches", cfg.val_every, val_batches);
     table_row("sampling", "%d tokens, every %d steps, temperature %g, top-k %d", cfg.sample_tokens, cfg.sample_every,
@@ -828,7 +885,7 @@ int main(int argc, char** argv) {
     if (cfg.keep == 0) table_row("checkpoints", "none (-keep 0)");
     else if (cfg.ckpt_every > 0) table_row("checkpoints", "every %d steps and at the end, keep %d", cfg.ckpt_every, cfg.keep);
     else table_row("checkpoints", "at the end (and on Ctrl-C), keep %d", cfg.keep);
-    if (resumed) table_row("resumed from", "%s (step %d)", ckpt_path, start_step);
+    if (resumed) table_row("resumed from", "%s (step %lld)", ckpt_path, (long long)start_step);
     if (cfg.init[0])
         table_row("initialised from", "%s (optimizer state fresh)", init.llama ? init.lm.w.path : init.gpt.w.path);
     if (cfg.export_hf[0]) table_row("export at the end", "%s/ (Hugging Face transformers)", cfg.export_hf);
@@ -857,7 +914,8 @@ int main(int argc, char** argv) {
     profile_build(&prof, cfg.profile);
     ctx.prof = &prof;
     double tokens_per_step = (double)total_batch, train_time = 0.0, reduce_ms = 0.0;
-    int timed_steps = 0, stopped = 0, end = start_step + train_steps;
+    int timed_steps = 0, stopped = 0;
+    int64_t end = start_step + train_steps;  // at most -steps: every step of the loop fits an int
     int nan_from, nan_to, bad_run = 0;  // bad_run: steps in a row skipped as non-finite
     test_nan_steps(&nan_from, &nan_to);
     char what[DATALOADER_ERR_LEN + 64], hint[CHECKPOINT_PATH_LEN + 400];
@@ -865,14 +923,14 @@ int main(int argc, char** argv) {
              "./train_gpt -resume latest -out %s (other shards change the data stream, which resuming refuses)",
              cfg.out_dir);
     catch_stop_signals();
-    for (int step = start_step; step < end && !stopped; step++) {
+    for (int64_t step = start_step; step < end && !stopped; step++) {
         double t0 = dist_now();
         if (step > start_step) profile_start(&prof, ctx.stream);  // the first step includes warmup
         train_model_zero_grad(&model, &ctx);
         DataLoaderPosition step_data = dataloader_save(&train);  // where this step's batches start
         for (int k = 0; k < accum; k++) {
             if (dataloader_next_batch(&train) != 0) {  // a bad shard: keep what was done, name the file
-                snprintf(what, sizeof(what), "train data at step %d: %s", step + 1, train.err);
+                snprintf(what, sizeof(what), "train data at step %lld: %s", (long long)step + 1, train.err);
                 stop_with_checkpoint(&model, &cfg, step, start_step, sample_rng, step_data, settings, log_file, what,
                                      hint, 0, &ctx);
             }
@@ -883,7 +941,8 @@ int main(int argc, char** argv) {
         if (step + 1 >= nan_from && step + 1 <= nan_to)
             cuda_check(cudaMemsetAsync(model.grads, 0xff, sizeof(float), ctx.stream));  // 0xffffffff: NaN
         float lr = lr_at(&cfg, step);
-        train_model_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, step + 1, stop_signal != 0, &ctx);
+        train_model_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, (int)(step + 1),
+                           stop_signal != 0, &ctx);
         float loss, norm[4];  // norm: ‖g‖, clip scale, skipped, stop (llmc/optim/global_norm.cuh)
         cuda_check(cudaMemcpyAsync(&loss, model.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
         cuda_check(cudaMemcpyAsync(norm, model.norm, sizeof(norm), cudaMemcpyDeviceToHost, ctx.stream));
@@ -894,17 +953,18 @@ int main(int argc, char** argv) {
         double dt = dist_now() - t0;
         if (step > start_step) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
         double tps = tokens_per_step / dt;
-        printf("step %5d/%d | loss %.4f | norm %6.3f | lr %.2e | %7.1f ms | %8.0f tok/s", step + 1, cfg.steps, loss,
+        printf("step %5lld/%d | loss %.4f | norm %6.3f | lr %.2e | %7.1f ms | %8.0f tok/s", (long long)step + 1, cfg.steps, loss,
                norm[0], lr, dt * 1e3, tps);
         if (peak > 0) printf(" | MFU %5.1f%%", mfu_percent(tps, flops_per_token, peak, world));
         if (norm[2] != 0.0f) printf(" | SKIPPED: not finite, weights and AdamW state unchanged (%d in a row)", bad_run + 1);
         printf("\n");
         if (norm[2] != 0.0f) {
-            fprintf(log_file, "step %d skipped nonfinite loss %.9g norm %.9g lr %.4e\n", step + 1, loss, norm[0], lr);
+            fprintf(log_file, "step %lld skipped nonfinite loss %.9g norm %.9g lr %.4e\n", (long long)step + 1, loss,
+                    norm[0], lr);
             if (++bad_run >= cfg.max_bad_steps) {
-                snprintf(what, sizeof(what), "steps %d to %d had a non-finite loss or gradient norm (-max_bad_steps "
-                         "%d): each was skipped, so the weights are those of step %d", step + 2 - bad_run, step + 1,
-                         cfg.max_bad_steps, step + 1 - bad_run);
+                snprintf(what, sizeof(what), "steps %lld to %lld had a non-finite loss or gradient norm (-max_bad_steps "
+                         "%d): each was skipped, so the weights are those of step %lld", (long long)step + 2 - bad_run,
+                         (long long)step + 1, cfg.max_bad_steps, (long long)step + 1 - bad_run);
                 char advice[CHECKPOINT_PATH_LEN + 200];
                 snprintf(advice, sizeof(advice), "lower -lr (now %g) or raise -warmup (now %d), then continue with "
                          "./train_gpt -resume latest -out %s -lr ...", cfg.lr, cfg.warmup, cfg.out_dir);
@@ -913,7 +973,7 @@ int main(int argc, char** argv) {
             }
         } else {
             bad_run = 0;
-            fprintf(log_file, "step %d train_loss %.9g norm %.9g lr %.4e ms %.1f tok_s %.0f\n", step + 1, loss, norm[0],
+            fprintf(log_file, "step %lld train_loss %.9g norm %.9g lr %.4e ms %.1f tok_s %.0f\n", (long long)step + 1, loss, norm[0],
                     lr, dt * 1e3, tps);
         }
         if (step == start_step) {
@@ -926,32 +986,32 @@ int main(int argc, char** argv) {
         if (last || (cfg.val_every > 0 && (step + 1) % cfg.val_every == 0)) {
             float vl;
             if (evaluate_loss(&model, &val, val_batches, &vl, &ctx) != 0) {
-                snprintf(what, sizeof(what), "val data after step %d: %s", step + 1, val.err);
+                snprintf(what, sizeof(what), "val data after step %lld: %s", (long long)step + 1, val.err);
                 stop_with_checkpoint(&model, &cfg, step + 1, start_step, sample_rng, dataloader_save(&train), settings,
                                      log_file, what, hint, 0, &ctx);
             }
-            printf("val loss %.4f (step %d)\n", vl, step + 1);
-            fprintf(log_file, "step %d val_loss %.9g\n", step + 1, vl);
+            printf("val loss %.4f (step %lld)\n", vl, (long long)step + 1);
+            fprintf(log_file, "step %lld val_loss %.9g\n", (long long)step + 1, vl);
         }
         if (rank == 0 && !last && cfg.sample_tokens > 0 && cfg.sample_every > 0 && (step + 1) % cfg.sample_every == 0)
-            evaluate_sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, step + 1,
-                            &stop_signal, &ctx);
+            evaluate_sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng,
+                            (int)(step + 1), &stop_signal, &ctx);
         stopped = norm[3] != 0.0f;  // a signal reached some rank before this step's update: all stop here
         if (cfg.keep > 0 && (last || stopped || (cfg.ckpt_every > 0 && (step + 1) % cfg.ckpt_every == 0)))
             save_checkpoint(&model, &cfg, step + 1, sample_rng, dataloader_save(&train), settings, log_file, &ctx);
         if (stopped) {
             const char* by = stop_signal == SIGINT ? "Ctrl-C" : stop_signal ? "SIGTERM" : "a signal to another rank";
-            printf("stopped by %s after step %d%s%s\n", by, step + 1,
+            printf("stopped by %s after step %lld%s%s\n", by, (long long)step + 1,
                    cfg.keep > 0 ? "; continue with: ./train_gpt -resume latest -out " : " (no checkpoint: -keep 0)",
                    cfg.keep > 0 ? cfg.out_dir : "");
-            fprintf(log_file, "step %d stopped %s\n", step + 1, stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+            fprintf(log_file, "step %lld stopped %s\n", (long long)step + 1, stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
         }
     }
     if (timed_steps > 0) {
         double tps = tokens_per_step * timed_steps / train_time;
         printf("average step %.1f ms, %.0f tok/s", 1e3 * train_time / timed_steps, tps);
         if (peak > 0) printf(", MFU %.1f%%", mfu_percent(tps, flops_per_token, peak, world));
-        printf(" (steps %d..%d)\n", start_step + 2, end);
+        printf(" (steps %lld..%lld)\n", (long long)start_step + 2, (long long)end);
     }
     profile_print(&prof, stdout);
     if (cfg.profile && world > 1 && timed_steps > 0)
@@ -962,12 +1022,12 @@ int main(int argc, char** argv) {
         float vl;
         dataloader_check(&val, evaluate_loss(&model, &val, val_batches, &vl, &ctx));
         if (cfg.init[0]) printf("val loss %.4f (the weights of -init %s; %.9g)\n", vl, cfg.init, vl);
-        else printf("val loss %.4f (checkpoint at step %d)\n", vl, start_step);
+        else printf("val loss %.4f (checkpoint at step %lld)\n", vl, (long long)start_step);
     }
     if (cfg.export_hf[0]) export_hf(&model, cfg.export_hf, cfg.vocab_path, encoding->eot_id, &ctx);
     if (cfg.sample_tokens > 0) {
         if (!stopped && rank == 0)
-            evaluate_sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, end, &stop_signal,
+            evaluate_sample(&model, &tok, cfg.sample_tokens, cfg.temperature, cfg.top_k, &sample_rng, (int)end, &stop_signal,
                             &ctx);
         tokenizer_free(&tok);
     }

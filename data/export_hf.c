@@ -19,7 +19,8 @@ static void usage(FILE* f) {
             "  CKPT      a train_gpt checkpoint: a ckpt_<step>.bin file, a run's -out directory (its latest\n"
             "            checkpoint), or `latest` (of out/)\n"
             "  OUT_DIR   created if missing; gets model.safetensors (fp32) and config.json; for GPT-2 also\n"
-            "            vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json\n"
+            "            vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json. An earlier\n"
+            "            export there is replaced whole; a directory holding other files is refused\n"
             "options:\n"
             "  -vocab PATH   GPT-2 vocab.bpe, with encoder.json beside it (default data/gpt2/vocab.bpe;\n"
             "                `make data` fetches them); a Llama-style export has no tokenizer files\n");
@@ -32,14 +33,26 @@ int main(int argc, char** argv) {
     for (int a = 1; a < argc; a++) {
         if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) { usage(stdout); return 0; }
         if (strcmp(argv[a], "-vocab") == 0 && a + 1 < argc) { vocab = argv[++a]; continue; }
-        if (argv[a][0] == '-' || n == 2) {
-            fprintf(stderr, "error: unexpected argument \"%s\"\n", argv[a]);
+        int bad = 1;
+        if (strcmp(argv[a], "-vocab") == 0)
+            fprintf(stderr, "error: -vocab needs a value: the path of GPT-2's vocab.bpe, with encoder.json beside it\n");
+        else if (argv[a][0] == '-')
+            fprintf(stderr, "error: unknown option \"%s\" (the only option is -vocab PATH)\n", argv[a]);
+        else if (n == 2)
+            fprintf(stderr, "error: a third argument \"%s\": export_hf takes CKPT and OUT_DIR\n", argv[a]);
+        else
+            bad = 0;
+        if (bad) {
             usage(stderr);
             return EXIT_FAILURE;
         }
         args[n++] = argv[a];
     }
-    if (n != 2) { usage(stderr); return EXIT_FAILURE; }
+    if (n != 2) {
+        fprintf(stderr, "error: %s: export_hf takes CKPT and OUT_DIR\n", n == 0 ? "no arguments" : "no OUT_DIR");
+        usage(stderr);
+        return EXIT_FAILURE;
+    }
     char ckpt[CHECKPOINT_PATH_LEN], err[HF_ERR_LEN];
     if (checkpoint_resolve(ckpt, sizeof(ckpt), args[0], "out", err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);

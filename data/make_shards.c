@@ -14,12 +14,14 @@
 // --shard-tokens tokens: DIR/NAME_val_000000.bin, ..., DIR/NAME_train_000000.bin, ...; a document may
 // span two shards (llm.c does the same; the loader reads windows, not documents).
 //
-// Failure: an unreadable file or invalid UTF-8 stops the run with a message naming the file (and
-// the byte offset), exit status 1. Shards are written through ShardWriter's temporary files, and an
-// exit handler (plus SIGINT/SIGTERM) removes the temporary file of every shard still open, so no
-// partial shard is ever left under a final name. Shards already completed in the failed run stay.
-// After a successful run, higher-numbered shards of the same NAME left by an earlier, larger run are
-// removed, so that a glob over DIR/NAME_train_*.bin sees exactly this run's shards.
+// All or nothing: every shard is written and completed under its temporary name
+// (DIR/NAME_SPLIT_NNNNNN.bin.tmp, ShardWriter), and only when every document has been read are the
+// higher-numbered shards of the same NAME left by an earlier, larger run removed and this run's
+// shards renamed into place, so that a glob over DIR/NAME_train_*.bin sees exactly one run's shards.
+// Failure: an unreadable file, invalid UTF-8 or a failed write stops the run with a message naming
+// the file (and the byte offset), exit status 1; an exit handler (plus SIGINT/SIGTERM) then removes
+// every temporary file of the run, completed or not, so the shards of an earlier run stay as they
+// were. The disk holds the earlier run's shards and this run's until the end.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -53,9 +55,11 @@ typedef struct {
 // One output stream (train or val) and the shard it is writing.
 typedef struct {
     const char* split;      // "train" or "val"
+    char base[4096];        // DIR/NAME_SPLIT_: a shard's path is base, its index (6 digits or more), .bin
     ShardWriter w;
     int open;               // w holds an open temporary file
-    int n_shards;           // shards completed; also the index of the next one
+    int n_shards;           // shards completed (under their temporary names); also the index of the next one
+    int n_published;        // shards renamed into place at the end of a successful run
     int64_t tokens, docs;   // totals written to this split
 } Split;
 
@@ -83,14 +87,36 @@ static void usage(FILE* f) {
             "                      take the place of the option in the document order)\n");
 }
 
-// Removes the temporary file of every shard still open. Runs at exit (so also after the exit()
-// of a failed check in check.h) and on SIGINT/SIGTERM; a normal run has closed them all.
+// The path of shard `index` of split s, with `suffix` (".bin" or ".bin.tmp"), into out (cap bytes):
+// without stdio, so that the signal handler can use it. 0, or -1 when it does not fit.
+static int split_path(const Split* s, int index, const char* suffix, char* out, size_t cap) {
+    char digits[16];
+    int nd = 0;
+    for (unsigned v = (unsigned)index; v > 0 || nd < 6; v /= 10) digits[nd++] = (char)('0' + v % 10);
+    size_t nb = strlen(s->base), ns = strlen(suffix);
+    if (nb + (size_t)nd + ns + 1 > cap) return -1;
+    memcpy(out, s->base, nb);
+    for (int k = 0; k < nd; k++) out[nb + (size_t)k] = digits[nd - 1 - k];
+    memcpy(out + nb + nd, suffix, ns + 1);
+    return 0;
+}
+
+// Removes every temporary file of this run: the open shard's and the completed ones' not yet renamed
+// into place. Runs at exit (so also after the exit() of a failed check in check.h, or of a failed
+// shard write) and on SIGINT/SIGTERM (unlink is async-signal-safe); a successful run has renamed them
+// all.
 static void splits_remove_temporaries(void) {
-    for (int s = 0; s < 2; s++)
-        if (splits[s].open) {
-            unlink(splits[s].w.tmp_path);
-            splits[s].open = 0;
+    for (int s = 0; s < 2; s++) {
+        Split* sp = &splits[s];
+        if (sp->open) {
+            unlink(sp->w.tmp_path);
+            sp->open = 0;
         }
+        char tmp[4200];
+        for (int i = sp->n_published; i < sp->n_shards; i++)
+            if (split_path(sp, i, ".bin.tmp", tmp, sizeof(tmp)) == 0) unlink(tmp);
+        sp->n_shards = sp->n_published;
+    }
 }
 
 static void on_signal(int sig) {
@@ -175,9 +201,10 @@ static void config_parse(Config* c, int argc, char** argv) {
     }
 }
 
-static void shard_path(char* out, size_t cap, const Config* c, const char* split, int index) {
-    if (snprintf(out, cap, "%s/%s_%s_%06d.bin", c->out_dir, c->name, split, index) >= (int)cap) {
-        fprintf(stderr, "error: --out %s: path too long\n", c->out_dir);
+static void shard_path(char* out, size_t cap, const Split* s, int index, const char* suffix) {
+    if (split_path(s, index, suffix, out, cap) != 0) {
+        fprintf(stderr, "error: the shard paths %s... are too long\n  hint: choose a shorter --out or --name\n",
+                s->base);
         exit(EXIT_FAILURE);
     }
 }
@@ -188,7 +215,7 @@ static void split_append(Split* s, const Config* c, const uint16_t* u16, const u
     while (n > 0) {
         if (!s->open) {
             char path[4096];
-            shard_path(path, sizeof(path), c, s->split, s->n_shards);
+            shard_path(path, sizeof(path), s, s->n_shards, ".bin");
             if (u16) shard_writer_open(&s->w, path);
             else shard_writer_open_u32(&s->w, path);
             s->open = 1;
@@ -200,24 +227,44 @@ static void split_append(Split* s, const Config* c, const uint16_t* u16, const u
         s->tokens += (int64_t)k;
         n -= k;
         if (s->w.ntok == c->shard_tokens) {  // full: complete it now, so no shard is ever empty
-            shard_writer_close(&s->w);
+            shard_writer_finish(&s->w);
             s->open = 0;
             s->n_shards++;
         }
     }
 }
 
-static void split_finish(Split* s, const Config* c) {
+// Completes the split's open shard (under its temporary name).
+static void split_finish(Split* s) {
     if (s->open) {
-        shard_writer_close(&s->w);
+        shard_writer_finish(&s->w);
         s->open = 0;
         s->n_shards++;
     }
-    for (int i = s->n_shards;; i++) {  // shards of an earlier, larger run would join this run's
-        char path[4096];
-        shard_path(path, sizeof(path), c, s->split, i);
+}
+
+// Removes the shards of an earlier, larger run beyond this run's count, which would join this run's.
+static void split_remove_stale(Split* s) {
+    for (int i = s->n_shards;; i++) {
+        char path[4200];
+        shard_path(path, sizeof(path), s, i, ".bin");
         if (unlink(path) != 0) break;
         fprintf(stderr, "make_shards: removed %s, left by an earlier run\n", path);
+    }
+}
+
+// Renames the split's completed shards into place.
+static void split_publish(Split* s) {
+    for (int i = s->n_published; i < s->n_shards; i++) {
+        char tmp[4200], path[4200];
+        shard_path(tmp, sizeof(tmp), s, i, ".bin.tmp");
+        shard_path(path, sizeof(path), s, i, ".bin");
+        if (rename(tmp, path) != 0) {
+            fprintf(stderr, "error: renaming %s into place as %s failed: %s\n  hint: check that the directory is "
+                    "writable; the shards of this NAME may now mix two runs: run again\n", tmp, path, strerror(errno));
+            exit(EXIT_FAILURE);
+        }
+        s->n_published = i + 1;
     }
 }
 
@@ -236,12 +283,24 @@ static void progress(size_t done, size_t total, double bytes, double t0, int fin
 int main(int argc, char** argv) {
     Config c;
     config_parse(&c, argc, argv);
+    struct stat st;
     if (mkdir(c.out_dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "error: --out %s: cannot create the directory: %s\n", c.out_dir, strerror(errno));
         return EXIT_FAILURE;
     }
+    if (stat(c.out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "error: --out %s: exists and is not a directory\n  hint: give a directory for the shards "
+                "(it is created if missing), or move the file away\n", c.out_dir);
+        return EXIT_FAILURE;
+    }
     splits[0].split = "train";
     splits[1].split = "val";
+    for (int k = 0; k < 2; k++)
+        if (snprintf(splits[k].base, sizeof(splits[k].base), "%s/%s_%s_", c.out_dir, c.name, splits[k].split) >=
+            (int)sizeof(splits[k].base)) {
+            fprintf(stderr, "error: --out %s --name %s: the shard paths are too long\n", c.out_dir, c.name);
+            return EXIT_FAILURE;
+        }
     atexit(splits_remove_temporaries);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -280,8 +339,12 @@ int main(int argc, char** argv) {
         double now = now_s();
         if (now - last >= (isatty(2) ? 0.5 : 10.0)) { progress(i + 1, c.n_files, bytes, t0, 0); last = now; }
     }
-    split_finish(&splits[0], &c);
-    split_finish(&splits[1], &c);
+    // every document is in: only now do this run's shards replace the earlier run's
+    for (int k = 0; k < 2; k++) split_finish(&splits[k]);
+    for (int k = 0; k < 2; k++) split_remove_stale(&splits[k]);
+    for (int k = 0; k < 2; k++) split_publish(&splits[k]);
+    if (atomic_sync_dir_of(splits[0].base) != 0)
+        fprintf(stderr, "warning: fsync of the directory %s failed: %s\n", c.out_dir, strerror(errno));
     progress(c.n_files, c.n_files, bytes, t0, 1);
     for (int k = 0; k < 2; k++) {
         Split* s = &splits[k];

@@ -6,8 +6,11 @@
 //   build/tokenize [OPTIONS] bench FILE         encoding speed on this thread, and the regex alone
 //   build/tokenize check-json [PATH]            cross-check GPT-2's encoder.json against vocab.bpe
 // Encoding follows tiktoken's encode_ordinary: "<|endoftext|>" in the text is ordinary text.
-// Invalid UTF-8 input is an error that names the file and the byte offset.
+// Invalid UTF-8 input is an error that names the file and the byte offset; so is an id that decode
+// cannot take (anything but 1 to 10 decimal digits of an id in the vocabulary). An output that cannot
+// be written whole (a full disk, /dev/full) is an error: exit status 1, never a cut output with 0.
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +24,8 @@ static void usage(FILE* f) {
     fprintf(f,
             "usage: build/tokenize COMMAND [ARG] [--encoding NAME] [--vocab PATH]   (options go anywhere)\n"
             "  encode FILE|-        print the token ids of the file's bytes, one per line\n"
-            "  decode [FILE|-]      read token ids (separated by whitespace, commas or brackets; default\n"
-            "                       stdin) and write their bytes to stdout\n"
+            "  decode [FILE|-]      read decimal token ids (separated by whitespace, commas or brackets;\n"
+            "                       default stdin) and write their bytes to stdout\n"
             "  bench FILE           encode FILE on one thread, print MB/s and tokens, and the regex-only speed\n"
             "  check-json [PATH]    check that encoder.json (default data/gpt2/encoder.json) matches vocab.bpe\n"
             "                       (gpt2 only)\n"
@@ -32,6 +35,14 @@ static void usage(FILE* f) {
             "                       data/tiktoken/cl100k_base.json, data/tiktoken/o200k_base.json (`make\n"
             "                       data-tiktoken` fetches them)\n"
             "Special tokens are not parsed: \"<|endoftext|>\" in the text is encoded as ordinary text.\n");
+}
+
+// The output (stdout) could not be written: the disk is full, or it is /dev/full.
+// An incomplete output must not look like a complete one, so this is an error, exit status 1.
+static void output_failed(int err) {
+    fprintf(stderr, "error: writing the output to stdout failed: %s\n  hint: the output is incomplete; make room "
+            "on the disk or write it elsewhere\n", strerror(err));
+    exit(EXIT_FAILURE);
 }
 
 static unsigned char* read_or_die(const char* path, size_t* len) {
@@ -63,7 +74,8 @@ static int cmd_encode(const Tokenizer* t, const char* path) {
     encoder_init(&e, t);
     TokenBuf ids = {0};
     encode_or_die(&e, path, text, len, &ids);
-    for (size_t i = 0; i < ids.len; i++) printf("%d\n", ids.ids[i]);
+    for (size_t i = 0; i < ids.len; i++)
+        if (printf("%d\n", ids.ids[i]) < 0) output_failed(errno);
     token_buf_free(&ids);
     encoder_free(&e);
     free(text);
@@ -75,19 +87,20 @@ static int cmd_decode(const Tokenizer* t, const char* path) {
     unsigned char* text = read_or_die(path, &len);
     for (size_t i = 0; i < len;) {
         if (strchr(" \t\r\n,[]", text[i]) && text[i]) { i++; continue; }
-        char* end;
-        long id = strtol((const char*)text + i, &end, 10);
+        // an id is 1 to 10 decimal digits, nothing else (no sign, no other base), up to a separator
+        size_t word = strcspn((const char*)text + i, " \t\r\n,[]");
+        int digits = word >= 1 && word <= 10;
+        for (size_t k = 0; digits && k < word; k++) digits = text[i + k] >= '0' && text[i + k] <= '9';
+        long id = digits ? strtol((const char*)text + i, NULL, 10) : -1;
         size_t n;
-        const unsigned char* s = end == (char*)text + i || id < 0 || id >= t->vocab_size ? NULL
-                               : tokenizer_decode(t, (int)id, &n);
+        const unsigned char* s = id < 0 || id >= t->vocab_size ? NULL : tokenizer_decode(t, (int)id, &n);
         if (!s) {
-            int word = (int)strcspn((const char*)text + i, " \t\r\n,[]");
-            fprintf(stderr, "error: %s: byte %zu: \"%.*s\" is not a token id of %s (ids below %d, some unused)\n",
-                    path, i, word < 20 ? word : 20, (const char*)text + i, t->name, t->vocab_size);
+            fprintf(stderr, "error: %s: byte %zu: \"%.*s\" is not a token id of %s (decimal ids below %d, some "
+                    "unused)\n", path, i, word < 20 ? (int)word : 20, (const char*)text + i, t->name, t->vocab_size);
             exit(EXIT_FAILURE);
         }
-        fwrite_check(s, 1, n, stdout);
-        i = (size_t)(end - (char*)text);
+        if (fwrite(s, 1, n, stdout) != n) output_failed(errno);
+        i += word;
     }
     free(text);
     return 0;
@@ -197,5 +210,9 @@ int main(int argc, char** argv) {
            : strcmp(cmd, "bench") == 0  ? cmd_bench(&t, arg)
                                         : cmd_check_json(&t, arg ? arg : "data/gpt2/encoder.json");
     tokenizer_free(&t);
+    // what is still buffered goes out now: a failure here (or an earlier one) is the output's
+    if (fflush(stdout) != 0) output_failed(errno);
+    if (ferror(stdout)) output_failed(EIO);
+    if (fclose(stdout) != 0) output_failed(errno);
     return rc;
 }

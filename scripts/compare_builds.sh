@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# compare_builds.sh: builds of ./train_gpt measured side by side on one GPU, as doc/results.md's
-# comparisons are: the same flags for each, ROUNDS rounds of one run of each build in the order given,
-# so that a drift of the GPU's clocks or temperature falls on all of them. A measurement, not a test:
-# it prints markdown to paste into doc/results.md (the GPU, the date, a row per build and the exact
-# commands). Logs stay in out/compare_builds/ (COMPARE_DIR=... for another folder). BINARY and
+# compare_builds.sh: builds of ./train_gpt measured side by side on one GPU, as doc/results.md's and
+# doc/log.md's comparisons are: the same flags for each, ROUNDS rounds of one run of each build in the
+# order given, so that a drift of the GPU's clocks or temperature falls on all of them. A measurement,
+# not a test: it prints markdown to paste into doc/log.md, and into doc/results.md where it replaces a
+# current figure (the GPU, the date, a row per build and the exact commands). Logs stay in out/compare_builds/ (COMPARE_DIR=... for another folder). BINARY and
 # COMPARE_DIR are taken from the directory it is called in; the runs run in the repo's root, so paths in
 # the trainer's flags are from there. The GPU named is the first that nvidia-smi lists.
 #   bash scripts/compare_builds.sh [-rounds N] [-from S] LABEL=BINARY... [-- TRAINER FLAGS]

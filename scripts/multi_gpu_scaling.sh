@@ -4,7 +4,7 @@
 # date, a table per part and the exact commands).
 #   bash scripts/multi_gpu_scaling.sh d12   GPT-2 d12 (124M), B 64 per GPU, T 1024, fused head (the
 #       default), 6 steps at 1, 2, 4 and 8 GPUs (those the machine has): tokens/s as the range of the
-#       per-step figure over steps 4-6 (as doc/results.md's trainer table), the efficiency
+#       per-step figure over steps 4-6, the efficiency
 #       tokens/s(N) / (N x tokens/s(1)) of the means over steps 4-6 (the target: 95% or more at 8 GPUs),
 #       the memory in use after step 1; then the largest count again with -profile 1: the GPU time per
 #       step by kind, whose "grad reduce: exposed" line is the communication the backward waits for

@@ -4,14 +4,15 @@
 # they are: point DATA at them). Checkpoints every 1000 steps; Ctrl-C and `-resume latest` continue.
 #
 # Napkin math (tokens ≈ 20 x parameters; 524,288 tokens per step; time at the MFU that d12 reaches on
-# one H200, ~41% of the datasheet's 989 TFLOP/s: 516-519k tok/s for d12 on 2026-12-04, commit 958c32d,
-# `./train_gpt -depth 12 -b 64 -t 1024`;
-# the other sizes' times are extrapolations at the same MFU, not measurements):
-#   depth  params  tokens  steps   B (T=1024) x accumulation   FLOPs (6·N·tokens)  one H200
-#   d12    124M    2.5B     4,750  64 x 8                      1.9e18              ~1.4 h
+# one H100, ~43% of the datasheet's 989 TFLOP/s (the H200's too): 528k tok/s for d12, doc/results.md
+# (commit e86ab82, 2026-12-06, `./train_gpt -depth 12 -b 64 -t 1024 -steps 8 -val_every 0
+# -sample_tokens 0 -keep 0`); the other sizes' times are extrapolations at the same MFU, not
+# measurements):
+#   depth  params  tokens  steps   B (T=1024) x accumulation   FLOPs (6·N·tokens)  one H100 or H200
+#   d12    124M    2.5B     4,750  64 x 8                      1.9e18              ~1.3 h
 #   d24    350M    7.0B    13,350  32 x 16                     1.5e19              ~10 h
-#   d36    774M    15.5B   29,550  16 x 32                     7.2e19              ~2.3 days
-#   d48    1.56B   31B     59,200  8 x 64                      2.9e20              ~8.7 days
+#   d36    774M    15.5B   29,550  16 x 32                     7.2e19              ~2.1 days
+#   d48    1.56B   31B     59,200  8 x 64                      2.9e20              ~8.3 days
 # The starter corpus (3.5M tokens) is far too small for these: it is for d6 and for trying things.
 set -euo pipefail
 cd "$(dirname "$0")/.."

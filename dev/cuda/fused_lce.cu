@@ -7,10 +7,11 @@
 //   build/dev/fused_lce --check-only    correctness only      (--bench-only: timing only)
 //   build/dev/fused_lce --small         only the N=1024 shapes
 //   build/dev/fused_lce 2 --scratch 1024   variant 2 with a 1 GiB logits budget (speed against memory)
+//   build/dev/fused_lce 7 --scratch 64     variant 7 (staged; default budget 512 MiB) within 64 MiB
 //   build/dev/fused_lce 5 --vocab-block 2048   variant 5 with vocab blocks of at most 2048 columns
 //   build/dev/fused_lce 5 --shape 2 --profile  only the third shape, with the time of each phase
 //
-// Variants (fused_lce_variants.cuh): 1 unfused, 2 chunks, 5 blocks are the paths of llmc/head/fused_lce.cuh;
+// Variants (fused_lce_variants.cuh): 1 unfused, 2 chunks, 5 blocks, 7 staged are the paths of llmc/head/fused_lce.cuh;
 // 3 and 4 (the fully fused mma.sync backward, fused_lce_sm80_backward.cuh) and 6 (the blocks with our
 // own dx and dW GEMM, wgmma_gemm.cuh) are experiments that live here, reached through the head's hooks.
 // The fwd column of variants 3 and 4 is the fused forward alone (what the chunked head also uses for
@@ -34,13 +35,15 @@ static const Shape BENCH_SHAPES[] = {
     {8192, 4096, 128256, 128256}, {16384, 4096, 128256, 128256},
 };
 
-static size_t g_scratch = FLCE_DEFAULT_SCRATCH;  // --scratch MiB: the chunked variants' logits budget
+static size_t g_scratch = 0;                       // --scratch MiB: the scratch budget (0: the variant's default)
+#define STAGED_SCRATCH ((size_t)512 << 20)         // variant 7's default budget
 static int g_vocab_block = 0;                      // --vocab-block: variants 5 and 6's widest vocab block (0: default)
 static int g_profile = 0;                          // --profile: where the fwd+bwd time goes (variants 2, 5, 6)
 
 static void build_variant(FusedLce* h, FlceVariantState* st, const FlceVariant* v, int max_n, int C, int V, int Vp,
                           FlceOptions opt) {
-    flce_variant_build(h, st, v, max_n, C, V, Vp, opt, g_scratch, g_vocab_block);
+    size_t scratch = g_scratch ? g_scratch : v->path == FLCE_PATH_STAGED ? STAGED_SCRATCH : FLCE_DEFAULT_SCRATCH;
+    flce_variant_build(h, st, v, max_n, C, V, Vp, opt, scratch, g_vocab_block);
 }
 
 // --- inputs ------------------------------------------------------------------------------------
@@ -67,17 +70,26 @@ static int check_variant(const FlceVariant* v, const GpuContext* ctx) {
     FlceOptions plain = flce_options_default();
     FlceOptions all = plain;
     all.z_loss = 1e-4f; all.softcap = 15.0f; all.label_smoothing = 0.1f;
+    FlceOptions capped = all, smoothed = all;
+    capped.label_smoothing = 0.0f;
+    smoothed.softcap = 0.0f;
     const FlceCase cases[] = {
         {300, 256, 5000, 5120, plain, 0, "N=300 C=256 V=5000 Vp=5120"},
         {1, 128, 1000, 1024, plain, 0, "N=1 C=128 V=1000"},
         {64, 64, 777, 784, plain, 1, "all rows ignored, V=777"},
         {200, 192, 3001, 3008, plain, 5, "every 5th row ignored, V=3001"},
         {257, 256, 4093, 4096, all, 7, "z-loss + softcap + smoothing, V=4093"},
+        {257, 256, 4093, 4096, capped, 7, "z-loss + softcap, V=4093"},
+        {257, 256, 4093, 4096, smoothed, 7, "z-loss + smoothing, V=4093"},
     };
     int ok = 1;
     printf("variant %d (%s): checks against the fp64 reference\n", v->id, v->name);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const FlceCase* cs = &cases[i];
+        if (v->path == FLCE_PATH_STAGED && cs->opt.softcap > 0.0f && cs->opt.label_smoothing > 0.0f) {
+            printf("%s: not a staged case (soft-capping with label smoothing runs on the blocks)\n", cs->what);
+            continue;
+        }
         FlceInputs in = flce_inputs_make(cs, 1234 + i);
         FlceDevice d = flce_device_make(cs, &in);
         FusedLce h;
@@ -145,6 +157,7 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
         if (blocks) printf("  (blocks of %d rows x %d columns)", h.blk.nb, h.blk.vb);
         if (h.sm90 && (blocks || h.fused_forward)) printf(blocks ? "  (forward and gradient: wgmma)" : "  (forward: wgmma)");
         if (blocks && h.blk.gemms) printf("  (dx, dW: wgmma_gemm)");
+        if (h.cfg.path == FLCE_PATH_STAGED) printf("  (chunks of %d rows)", h.staged.rows);
         printf("\n");
         if (g_profile) {
             static Profile prof;  // big (an event per mark): not on the stack

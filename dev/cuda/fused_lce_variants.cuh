@@ -84,13 +84,14 @@ static const FlceVariant FLCE_VARIANTS[] = {
     {4, "fused mma.sync, deterministic", FLCE_PATH_CHUNKS, 0, 4},
     {5, "2-D blocks (--vocab-block)", FLCE_PATH_BLOCKS, 0, 0},
     {6, "2-D blocks, own dx/dW GEMMs", FLCE_PATH_BLOCKS, 0, 6},
+    {7, "staged bf16 exponentials (--scratch)", FLCE_PATH_STAGED, 0, 0},
 };
 #define FLCE_NUM_VARIANTS ((int)(sizeof(FLCE_VARIANTS) / sizeof(FLCE_VARIANTS[0])))
 
 static inline const FlceVariant* flce_variant(int id) {
     for (int i = 0; i < FLCE_NUM_VARIANTS; i++)
         if (FLCE_VARIANTS[i].id == id) return &FLCE_VARIANTS[i];
-    check_fail("flce_variant: no such variant", "variants are 1..6");
+    check_fail("flce_variant: no such variant", "variants are 1..7");
     return NULL;
 }
 

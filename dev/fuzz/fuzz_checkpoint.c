@@ -149,7 +149,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     memset(&g, 0, sizeof(g));
     memset(&l, 0, sizeof(l));
     size_t total = 0;
-    int sane = hf_checkpoint_config(&want, &g, &l, &total);
+    char why[512];
+    int sane = hf_checkpoint_config(&want, &g, &l, &total, why, sizeof(why));
     want.num_params = (int64_t)total;
     if (!sane) { checkpoint_reader_close(&r); return 0; }  // sizes that make no model: export_hf refuses them
     if (checkpoint_check_model(&r, &want) != 0) { FUZZ_NAMES(r.err, ckpt_path); return 0; }

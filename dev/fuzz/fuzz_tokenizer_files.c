@@ -4,7 +4,8 @@
 // built on every table that loads.
 // The input is parts (fuzz.h): settings, then the file(s). Settings byte 0, mod 3: 0 vocab.bpe, then
 // (optional) the encoder.json checked against it; 1 an encoder.json checked against GPT-2's real
-// vocab.bpe (data/gpt2/vocab.bpe, read once); 2 a tiktoken encoder file.
+// vocab.bpe (data/gpt2/vocab.bpe, read once); 2 a tiktoken encoder file, loaded as cl100k_base (byte 0
+// / 3 even) or o200k_base (odd), as `--encoding` names it.
 // Properties: a refusal names the file; in a table that loads every id decodes to its bytes and the
 // lookup finds each rank's bytes again; the encoder of a table that loads is built, encodes a sample
 // text without error, and decoding gives the text back.
@@ -95,7 +96,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (tokenizer_check_encoder_json(&gpt2, encoder_path, err, sizeof(err)) != 0) FUZZ_NAMES(err, encoder_path);
     } else {
         fuzz_write(tiktoken_path, p.at[1], p.len[1]);
-        if (tokenizer_load_tiktoken(&t, "fuzz", tiktoken_path, err, sizeof(err)) != 0) {
+        const char* name = (p.at[0][0] / 3) % 2 ? "o200k_base" : "cl100k_base";
+        if (tokenizer_load_tiktoken(&t, name, tiktoken_path, err, sizeof(err)) != 0) {
             FUZZ_NAMES(err, tiktoken_path);
             return 0;
         }

@@ -261,8 +261,9 @@ static void base64(const unsigned char* s, size_t n, char* o) {
     *o = '\0';
 }
 
-// name: the seed; pattern: its pat_str. 256 ranks of single bytes, a few merges, two special tokens.
-static void write_tiktoken(const char* name, const char* pattern) {
+// name: the seed; pattern: its pat_str; mode: fuzz_tokenizer_files.c's settings byte (2: loaded as
+// cl100k_base, 5: as o200k_base). 256 ranks of single bytes, a few merges, two special tokens.
+static void write_tiktoken(const char* name, const char* pattern, int mode) {
     char path[1200], b64[64];
     static char ranks[8192];
     size_t len = (size_t)snprintf(ranks, sizeof(ranks), "! 0");
@@ -288,7 +289,7 @@ static void write_tiktoken(const char* name, const char* pattern) {
     cJSON_Delete(j);
     snprintf(path, sizeof(path), "%s/tokenizer_files/%s", out, name);
     FILE* f = fopen_check(path, "wb");
-    fputc(2, f);  // fuzz_tokenizer_files.c's mode: a tiktoken file
+    fputc(mode, f);
     fputs(SEP, f);
     fputs(text, f);
     fclose_check(f);
@@ -329,14 +330,14 @@ int main(int argc, char** argv) {
 
     write_models();
     write_every_dtype();
-    write_tiktoken("small_gpt2_pattern", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+");
+    write_tiktoken("small_gpt2_pattern", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", 2);
     const char* encodings[] = {"cl100k_base", "o200k_base"};
     for (int i = 0; i < 2; i++) {
         char path[1200], name[64];
         snprintf(path, sizeof(path), "data/tiktoken/%s.json", encodings[i]);
         snprintf(name, sizeof(name), "small_%s_pattern", encodings[i]);
         char* pattern = pattern_of(path);
-        write_tiktoken(name, pattern);
+        write_tiktoken(name, pattern, 2 + 3 * i);
         free(pattern);
     }
     return 0;

@@ -152,7 +152,20 @@ static int flce_check_mode(FusedLce* h, int mode, const FlceCase* cs, const Flce
         printf("  norm-wise relative error: dx %.2e, dW %.2e (bounds %.1e, %.1e; torch eager: ~2.4e-3, ~1.5e-3)%s\n",
                ex, ew, tol->dx_norm, tol->dW_norm, nok ? "" : "  FAILED");
         ok &= nok;
-        if (h->cfg.path != FLCE_PATH_UNFUSED) {  // the sharp check: the same bf16 rounding of the gradient as the kernel
+        if (h->cfg.path == FLCE_PATH_STAGED) {  // the sharp check: the staged path's own roundings
+            double* dWs = flce_ref_staged_dw(in->x, in->W, in->t, ref.lse, N, C, V, Vp, cs->opt, 1.0,
+                                             mode == FLCE_MODE_BACKWARD ? in->dloss_rows : NULL, in->dW0,
+                                             FLCE_STAGED_GAP);
+            if (dWs) {
+                double eg = flce_ref_err_stats(o.dW, dWs, in->dW0, (size_t)V * C).l2_rel;
+                printf("  dW vs reference with the staged roundings: %.2e (bound %.0e)%s\n", eg, FLCE_TOL_DW_G,
+                       eg <= FLCE_TOL_DW_G ? "" : "  FAILED");
+                ok &= eg <= FLCE_TOL_DW_G;
+                free(dWs);
+            } else {
+                printf("  (rows past the restage gap: no sharp check)\n");
+            }
+        } else if (h->cfg.path != FLCE_PATH_UNFUSED) {  // the sharp check: the same bf16 rounding of the gradient as the kernel
             FlceRefResult rg = flce_ref_forward_backward_g(in->x, in->W, in->t, N, C, V, Vp, cs->opt, 1.0,
                                                            mode == FLCE_MODE_BACKWARD ? in->dloss_rows : NULL, in->dW0, 1);
             double eg = flce_ref_err_stats(o.dW, rg.dW, in->dW0, (size_t)V * C).l2_rel;

@@ -151,6 +151,57 @@ static FlceRefResult flce_ref_forward_backward(const float* x, const float* W, c
     return flce_ref_forward_backward_g(x, W, targets, N, C, V, Vp, opt, dloss, dloss_rows, dW0, 0);
 }
 
+// dW of the staged path (llmc/head/fused_lce_staged.cuh) with its exact roundings, for a sharp check of
+// everything else: dW0 + Σ_r E_r ⊗ x'_r − (ε/V)·Σ_r scale_r·x_r on rows j < V, where R_r = x_r · mean_{j<V}
+// W_j (soft-capped), E_rj = bf16(exp(s_rj − R_r)·c_j), α_r = scale_r·k_r·exp(R_r − lse_r), x'_r = bf16(α_r·x_r)
+// and E_rt = bf16((exp(s_rt − R_r) − (1−ε)·exp(lse_r − R_r)/k_r)·c_t). lse from a reference run (fp64).
+// Rows whose lse − R exceeds the restage gap are not modelled (the kernel stages them again): NULL then.
+static double* flce_ref_staged_dw(const float* x, const float* W, const int* targets, const double* lse,
+                                  int N, int C, int V, int Vp, FlceOptions opt, double dloss,
+                                  const double* dloss_rows, const float* dW0, double gap) {
+    double eps = opt.label_smoothing, cap = opt.softcap, zl = opt.z_loss;
+    int n_valid = 0;
+    for (int i = 0; i < N; i++) n_valid += flce_ref_row_counts(targets[i], V, opt);
+    double* dW = (double*)malloc_check((size_t)Vp * C * sizeof(double));
+    for (size_t i = 0; i < (size_t)Vp * C; i++) dW[i] = dW0 ? (double)dW0[i] : 0.0;
+    double* wmean = (double*)calloc(C, sizeof(double));
+    double* u = (double*)calloc(C, sizeof(double));
+    double* e = (double*)malloc_check((size_t)V * sizeof(double));
+    float* xs = (float*)malloc_check((size_t)C * sizeof(float));
+    for (int j = 0; j < V; j++)
+        for (int k = 0; k < C; k++) wmean[k] += W[(size_t)j * C + k];
+    for (int k = 0; k < C; k++) wmean[k] /= V;
+    for (int i = 0; i < N; i++) {
+        const float* xi = x + (size_t)i * C;
+        int t = targets[i], counts = flce_ref_row_counts(t, V, opt);
+        double scale = !counts ? 0.0 : dloss_rows ? dloss_rows[i] : dloss / n_valid;
+        double R = 0.0;
+        for (int k = 0; k < C; k++) R += xi[k] * wmean[k];
+        if (cap > 0.0) R = cap * tanh(R / cap);
+        if (lse[i] - R > gap) { free(dW); dW = NULL; break; }
+        if (scale == 0.0) continue;
+        double k_r = 1.0 + 2.0 * zl * lse[i], alpha = scale * k_r * exp(R - lse[i]);
+        for (int k = 0; k < C; k++) { xs[k] = bf16_round((float)(alpha * xi[k])); u[k] += scale * xi[k]; }
+        for (int j = 0; j < V; j++) {
+            const float* wj = W + (size_t)j * C;
+            double z = 0.0;
+            for (int k = 0; k < C; k++) z += (double)xi[k] * (double)wj[k];
+            double sv = cap > 0.0 ? cap * tanh(z / cap) : z, c = 1.0;
+            if (cap > 0.0) { double th = sv / cap; c = 1.0 - th * th; }
+            double ev = exp(sv - R);
+            if (j == t) ev -= (1.0 - eps) * exp(lse[i] - R) / k_r;
+            e[j] = bf16_round((float)(ev * c));
+        }
+        for (int j = 0; j < V; j++)
+            for (int k = 0; k < C; k++) dW[(size_t)j * C + k] += e[j] * xs[k];
+    }
+    if (dW && eps > 0.0)
+        for (int j = 0; j < V; j++)
+            for (int k = 0; k < C; k++) dW[(size_t)j * C + k] -= eps / V * u[k];
+    free(wmean); free(u); free(e); free(xs);
+    return dW;
+}
+
 static void flce_ref_result_free(FlceRefResult* r) {
     free(r->loss_rows); free(r->lse); free(r->dx); free(r->dW);
     r->loss_rows = r->lse = r->dx = r->dW = NULL;

@@ -8,7 +8,8 @@
 // an error naming the file.
 // Integrity: the checksum catches a flipped byte anywhere (header, settings, tensors); a NaN, an inf or a
 // negative second moment written with a valid checksum is refused; a version 1 file (no checksum) is
-// still read; every refusal names the file.
+// still read; every refusal names the file. The step: one at the most a run takes reads back; 2^31, 2^32 + 10
+// and a negative one, with a valid checksum, are refused naming the step, and the writer refuses 2^31.
 // Model families: a Llama-style header (family, NKV, F, RoPE theta, RMSNorm eps) round-trips; a GPT-2
 // header leaves those slots 0; each family refuses the other's checkpoint naming the file and the family;
 // another NKV, F, theta or eps is refused; an unknown family, stray Llama-style slots in a GPT-2 header
@@ -270,6 +271,52 @@ static void test_integrity(const char* good, int64_t step) {
     expect_rejected("version 1 with a NaN", p, "not finite");
 }
 
+// --- the step: bounded on read -------------------------------------------------------------------
+
+// A copy of src with the 64-bit header slot `at` set to v and the checksum made right again: a file
+// whose only fault is that value.
+static void restamp_copy(const char* dst, const char* src, int at, uint64_t v) {
+    int64_t size = file_size(src);
+    unsigned char* buf = (unsigned char*)malloc_check((size_t)size);
+    FILE* f = fopen_check(src, "rb");
+    fread_check(buf, 1, (size_t)size, f);
+    fclose(f);
+    int32_t h[CHECKPOINT_HEADER_INTS];
+    memcpy(h, buf, sizeof(h));
+    checkpoint_put64(h, at, v);
+    h[CKPT_H_CRC] = 0;
+    memcpy(buf, h, sizeof(h));
+    uint32_t crc = (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), buf, (size_t)size);
+    memcpy(buf + 4 * CKPT_H_CRC, &crc, 4);
+    f = fopen_check(dst, "wb");
+    fwrite_check(buf, 1, (size_t)size, f);
+    fclose_check(f);
+    free(buf);
+}
+
+static void test_steps(const char* good) {
+    printf("the step:\n");
+    char p[512];
+    snprintf(p, sizeof(p), "%s/step_max.bin", tmp_dir);
+    EXPECT(write_fake(p, CHECKPOINT_MAX_STEP) == 0 && read_matches(p, CHECKPOINT_MAX_STEP),
+           "a checkpoint at step %lld (the most a run takes) does not read back", (long long)CHECKPOINT_MAX_STEP);
+    printf("  step %lld: written and read back\n", (long long)CHECKPOINT_MAX_STEP);
+    const uint64_t bad[3] = {(uint64_t)1 << 31, ((uint64_t)1 << 32) + 10, (uint64_t)-1};
+    const char* said[3] = {"step 2147483648", "step 4294967306", "step -1"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(p, sizeof(p), "%s/step%d.bin", tmp_dir, k);
+        restamp_copy(p, good, CKPT_H_STEP, bad[k]);
+        expect_rejected(said[k], p, said[k]);
+    }
+    CheckpointState s = fake_state(0);  // the writer refuses what the reader would
+    s.step = CHECKPOINT_MAX_STEP + 1;
+    CheckpointWriter w;
+    snprintf(p, sizeof(p), "%s/step_write.bin", tmp_dir);
+    int rc = checkpoint_writer_open(&w, p, &s);
+    if (rc == 0) checkpoint_writer_abort(&w);
+    EXPECT(rc != 0 && strstr(w.err, "step 2147483648") && !exists(p), "writing step 2^31: %s", rc ? w.err : "accepted");
+}
+
 // --- model families ------------------------------------------------------------------------------
 
 static void read_header(int32_t h[CHECKPOINT_HEADER_INTS], const char* path) {
@@ -501,6 +548,12 @@ static void test_trainer(void) {
     snprintf(p, sizeof(p), "%s/trainer_llama_depth.bin", tmp_dir);
     EXPECT(write_state_poisoned(p, &ls, -1, 0.0f) == 0, "writing %s", p);
     expect_trainer_refuses("Llama-style with -depth", p, "", "which a Llama-style model does not have");
+    // a step past an int's range: 2^32 + 10 read as an int would be step 10
+    char good[512];
+    snprintf(good, sizeof(good), "%s/trainer_params.bin", tmp_dir);
+    snprintf(p, sizeof(p), "%s/trainer_step.bin", tmp_dir);
+    restamp_copy(p, good, CKPT_H_STEP, ((uint64_t)1 << 32) + 10);
+    expect_trainer_refuses("step 2^32 + 10", p, "", "step 4294967306");
     EXPECT(!exists(out_dir), "the refused runs created %s", out_dir);
 }
 
@@ -598,6 +651,7 @@ int main(void) {
 
     test_corrupt(path);
     test_integrity(path, 35);
+    test_steps(path);
     test_families();
     test_write_faults();
     test_trainer();

@@ -5,7 +5,8 @@
 // Checks: shard round trip; rows are windows with targets = inputs shifted by one; the sequential (val)
 // stream and reset; shuffling is seeded, reproducible, changes with seed and epoch, keeps a shard's
 // windows together; with 1, 2 and 3 ranks every window is taken exactly once per epoch; save/restore
-// continues with the identical batches (also into another world size); each bad shard gives an error
+// continues with the identical batches (also into another world size), and a position outside the
+// stream (negative, or so large that index * B overflows) is refused naming it; each bad shard gives an error
 // naming the file. The uint32 layout: the same ids in uint32 shards give the same batches; an id above
 // 65535 survives; an id >= vocab is refused with its byte offset (1024 + 4 * index); a pattern mixing
 // the layouts is refused naming a shard of each; each layout's magic with the other's version is refused.
@@ -15,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include "../../llmc/data/dataloader.h"
 #include "testing.h"
 
@@ -194,6 +197,21 @@ static void test_shard_round_trip(void) {
     char tmp[520];
     snprintf(tmp, sizeof(tmp), "%s.tmp", p);
     EXPECT(access(p, F_OK) == 0 && access(tmp, F_OK) != 0, "the writer left its .tmp file");
+    // a symlink planted at the temporary name is replaced, not written through
+    char victim[520];
+    path_in(victim, sizeof(victim), "round", "victim.txt");
+    FILE* f = fopen_check(victim, "wb");
+    fwrite_check("precious", 1, 8, f);
+    fclose_check(f);
+    path_in(p, sizeof(p), "round", "linked.bin");
+    snprintf(tmp, sizeof(tmp), "%s.tmp", p);
+    if (symlink(victim, tmp) != 0) { perror(tmp); exit(EXIT_FAILURE); }
+    write_shard(p, t, 5);
+    struct stat st;
+    EXPECT(stat(victim, &st) == 0 && st.st_size == 8, "the shard writer wrote through a symlink at %s (%s is now %lld "
+           "bytes)", tmp, victim, (long long)st.st_size);
+    EXPECT(lstat(p, &st) == 0 && S_ISREG(st.st_mode) && shard_check_header(p, &width, err, sizeof(err)) == 5,
+           "with a symlink at its temporary name, %s is not a regular 5-token shard: %s", p, err);
 }
 
 static void test_windows_and_val_stream(void) {
@@ -282,6 +300,45 @@ static void test_ranks(int world) {
            "world size %d: the ranks' batches interleaved differ from the single-process order", world);
 }
 
+// A checkpoint's global batch index is data: one so large that index * B (or index + rank) overflows
+// must be refused, naming the index, before any window is looked up; a large one that fits restores
+// to a batch of whole windows.
+static void test_restore_bounds(const DataLoaderPosition* good) {
+    static const int64_t bad[] = {-1, INT64_MIN, (int64_t)1 << 62, INT64_MAX, INT64_MAX / B_ + 1,
+                                  DATALOADER_MAX_WINDOWS / B_ - 1};
+    for (int rank = 0; rank < 2; rank++) {
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+            DataLoader dl;
+            init_or_fail(&dl, config("good", 1, 7, rank, 2));
+            DataLoaderPosition pos = *good;
+            pos.global_batch = bad[k];
+            char index[32];
+            snprintf(index, sizeof(index), "%lld", (long long)bad[k]);
+            int rc = dataloader_restore(&dl, &pos);
+            EXPECT(rc != 0 && strstr(dl.err, "global batch") && strstr(dl.err, index) && strstr(dl.err, dl.pattern),
+                   "rank %d of 2: restore of global batch %s: rc %d, expected a refusal naming it: %s", rank, index, rc,
+                   dl.err);
+            if (rank == 0 && k == 2) printf("  global batch 2^62 -> %s\n", dl.err);
+            dataloader_free(&dl);
+        }
+    }
+    // the largest index accepted: every row is still a whole window
+    DataLoader dl;
+    init_or_fail(&dl, config("good", 1, 7, 1, 2));
+    DataLoaderPosition pos = *good;
+    pos.global_batch = DATALOADER_MAX_WINDOWS / B_ - 2;
+    int ids[B_];
+    EXPECT(dataloader_restore(&dl, &pos) == 0 && dataloader_next_batch(&dl) == 0,
+           "restore of global batch %lld (the largest for rank 1 of 2): %s", (long long)pos.global_batch, dl.err);
+    batch_ids(&dl, ids);
+    EXPECT(ids[0] >= 0 && ids[1] >= 0 && ids[2] >= 0, "after restoring global batch %lld the rows are windows %d %d %d",
+           (long long)pos.global_batch, ids[0], ids[1], ids[2]);
+    // the stream ends there: the next batch is refused, not computed with an overflowing index
+    EXPECT(dataloader_next_batch(&dl) != 0 && strstr(dl.err, "global batch"),
+           "the batch after the last one the stream holds was not refused: %s", dl.err);
+    dataloader_free(&dl);
+}
+
 static void test_save_restore(void) {
     DataLoader a, b;
     int want[6 * B_], got[6 * B_];
@@ -317,6 +374,7 @@ static void test_save_restore(void) {
            "restore with another seed was not refused: %s", b.err);
     dataloader_free(&b);
     dataloader_free(&a);
+    test_restore_bounds(&pos);
 }
 
 // Expects init on sub/*.bin (or, when `late`, a later next_batch) to fail with a message naming bad.bin
@@ -399,6 +457,85 @@ static void test_bad_shards(void) {
     c = config("good", 0, 0, 3, 2);
     EXPECT(dataloader_init(&dl, &c) != 0 && strstr(dl.err, "rank 3"), "rank 3 of 2 was accepted: %s", dl.err);
     dataloader_free(&dl);
+}
+
+// A shard replaced after init (checked then) is read again when the stream reaches it: the header is
+// checked again, so a uint16 shard swapped for a uint32 one of the same size, or for one of another
+// count, or cut short, is refused naming the file, instead of read with the layout init saw.
+static void test_shard_replaced(void) {
+    static const char* const subs[] = {"swap32", "swap_count", "swap_cut"};
+    for (int k = 0; k < 3; k++) {
+        char p[512], tmp[512];
+        bad_case(subs[k], 40, -1, 0, 0, 0);  // a_good.bin and bad.bin, 40 uint16 ids each
+        path_in(p, sizeof(p), subs[k], "bad.bin");
+        path_in(tmp, sizeof(tmp), subs[k], "new.tmp");
+        DataLoader dl;
+        DataLoaderConfig c = config(subs[k], 0, 0, 0, 1);
+        int rc = dataloader_init(&dl, &c);  // loads a_good.bin; bad.bin's header is checked
+        EXPECT(rc == 0, "%s: init: %s", subs[k], dl.err);
+        if (rc != 0) continue;
+        if (k == 0) write_counting_shard_u32(tmp, 1, 20);  // 1024 + 4 * 20 = 1024 + 2 * 40 bytes
+        if (k == 1) write_counting_shard(tmp, 1, 44);
+        if (k == 2) {
+            write_counting_shard(tmp, 1, 40);
+            if (truncate(tmp, SHARD_HEADER_BYTES + 2 * 30) != 0) { perror(tmp); exit(EXIT_FAILURE); }
+        }
+        if (rename(tmp, p) != 0) { perror(p); exit(EXIT_FAILURE); }
+        for (int b = 0; b < 100 && rc == 0; b++) rc = dataloader_next_batch(&dl);
+        EXPECT(rc != 0 && strstr(dl.err, p) && strstr(dl.err, "changed"),
+               "%s: a shard replaced during the run: rc %d, expected an error naming %s: %s", subs[k], rc, p, dl.err);
+        if (rc != 0) printf("  %s -> %s\n", subs[k], dl.err);
+        dataloader_free(&dl);
+    }
+}
+
+// A header's count backed by no data: a sparse file whose size matches a header of 2^24 tokens but
+// that holds 8 KB. Refused at init naming the file, before a buffer is sized by the count.
+static void test_sparse_shard(void) {
+    char p[512];
+    bad_case("sparse", 4096, -1, 0, 0, 0);
+    path_in(p, sizeof(p), "sparse", "bad.bin");
+    patch_header(p, 2, 1 << 24);
+    if (truncate(p, SHARD_HEADER_BYTES + 2 * ((int64_t)1 << 24)) != 0) { perror(p); exit(EXIT_FAILURE); }
+    expect_bad_saying("sparse", "a sparse shard", 0, "sparse");
+}
+
+// A shard whose buffer cannot be allocated: the message names the shard and its size, not the
+// batch or the model. In a child whose address space is capped just above its current size (not
+// under ASan, whose shadow memory needs the address space).
+static void test_shard_too_big_for_memory(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    printf("  a shard too big for memory: skipped under ASan\n");
+#else
+    char p[512], want[600];
+    make_subdir("big");
+    path_in(p, sizeof(p), "big", "bad.bin");
+    write_counting_shard(p, 1, 1 << 21);  // 4 MB of uint16 ids: an 8 MB buffer
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        long pages = 0;
+        FILE* f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(4);
+        fclose(f);
+        struct rlimit r;
+        getrlimit(RLIMIT_AS, &r);
+        r.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (2 << 20);
+        if (setrlimit(RLIMIT_AS, &r) != 0) _exit(4);
+        DataLoader dl;
+        DataLoaderConfig c = config("big", 0, 0, 0, 1);
+        int rc = dataloader_init(&dl, &c);
+        printf("  a shard too big for memory -> %s\n", dl.err);
+        fflush(stdout);
+        snprintf(want, sizeof(want), "%s holds 2097152 tokens", p);
+        _exit(rc == 0 ? 2 : strstr(dl.err, want) && strstr(dl.err, "--shard-tokens") ? 0 : 3);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a shard too big for memory: the child exited with %d "
+           "(0: refused naming the shard; 1: exited elsewhere; 2: loaded; 3: another message; 4: no limit set)",
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+#endif
 }
 
 // --- the uint32 layout ---------------------------------------------------------------------------
@@ -506,6 +643,9 @@ int main(void) {
     for (int world = 1; world <= 3; world++) test_ranks(world);
     test_save_restore();
     test_bad_shards();
+    test_shard_replaced();
+    test_sparse_shard();
+    test_shard_too_big_for_memory();
     test_u32_same_batches();
     test_u32_bad_shards();
     remove_tree(tmp_dir);

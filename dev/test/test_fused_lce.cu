@@ -4,7 +4,9 @@
 // blocks, several row and vocab blocks, and their default widths; unfused; auto's choice), the Hopper
 // kernels and what runs without them, and the playground's experiments through the head's hooks (the
 // fused backward, atomic and deterministic, several dx chunks; on Hopper our own dx/dW GEMMs), bitwise
-// determinism, bad targets flagged, and bad configurations refused with an error exit.
+// determinism, bad targets flagged, and bad configurations refused with an error exit. The staged path
+// (Hopper) in each of its cases: one chunk, several, loss only, per-row upstream gradients, rows whose
+// softmax is too peaked for their reference (staged again), determinism and auto's choice.
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../llmc/head/fused_lce.cuh"
@@ -39,9 +41,12 @@ static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, 
     FusedLce h;
     FlceVariantState st;
     if (variant) flce_variant_build(&h, &st, flce_variant(variant), cs->N, cs->C, cs->V, cs->Vp, cs->opt, budget,
-                                    variant >= 5 ? 1024 : 0);
+                                    variant == 5 || variant == 6 ? 1024 : 0);
     else build(&h, cs, logits_fp32 ? FLCE_PATH_CHUNKS : FLCE_PATH_UNFUSED, budget, 0, 0);
-    if (variant >= 5) {
+    if (variant == 7) {
+        printf("  (staged, chunks of %d rows)\n", h.staged.rows);
+        EXPECT(h.cfg.path == FLCE_PATH_STAGED, "%s: variant 7 built path %s", cs->what, flce_path_name(h.cfg.path));
+    } else if (variant >= 5) {
         printf("  (blocks of %d rows x %d vocab columns, pass 1 %s%s)\n", h.blk.nb, h.blk.vb,
                h.blk.wgmma ? "by the wgmma forward, pass 2 by the wgmma gradient" : "in the blocks",
                h.blk.gemms ? ", dx and dW by wgmma_gemm" : "");
@@ -57,6 +62,18 @@ static void check(const FlceCase* cs, int logits_fp32, size_t budget, int mode, 
     fused_lce_free(&h);
     flce_device_free(&d);
     flce_inputs_free(&in);
+}
+
+// Whether the staged path runs here and for this case (an sm_90a build on Hopper, C % 64 == 0, not
+// soft-capping with label smoothing)
+static int staged_runs(const FlceCase* cs) {
+    return flce_wgmma_available() && cs->C % 64 == 0 && !(cs->opt.softcap > 0.0f && cs->opt.label_smoothing > 0.0f);
+}
+
+// A budget whose staged chunks hold `rows` rows of the case (as flce_staged_rows counts them)
+static size_t staged_budget(const FlceCase* cs, int rows) {
+    return (size_t)rows * flce_staged_row_bytes(cs->C, cs->Vp) + (size_t)cs->N * 4 + (size_t)cs->C * 4 * (FLCE_WMEAN_SPLITS + 1)
+           + 256;
 }
 
 // The row kernel without its shared-memory staging (what vocabularies wider than shared memory use,
@@ -111,6 +128,10 @@ static void check_determinism(int variant, const GpuContext* ctx) {
     if (variant) flce_variant_build(&h, &st, flce_variant(variant), cs.N, cs.C, cs.V, cs.Vp, cs.opt, budget,
                                     variant >= 5 ? 1024 : 0);
     else build(&h, &cs, FLCE_PATH_CHUNKS, budget, 0, 0);
+    if (variant == 7) {  // 64-row chunks instead: several per call
+        fused_lce_free(&h);
+        flce_variant_build(&h, &st, flce_variant(7), cs.N, cs.C, cs.V, cs.Vp, cs.opt, staged_budget(&cs, 64), 0);
+    }
     FlceOutputs run[2];
     for (int r = 0; r < 2; r++) {
         flce_device_reset(&d, &cs, &in);
@@ -121,7 +142,7 @@ static void check_determinism(int variant, const GpuContext* ctx) {
     EXPECT(memcmp(run[0].dx, run[1].dx, (size_t)cs.N * cs.C * sizeof(float)) == 0, "determinism: dx differs between runs");
     EXPECT(memcmp(run[0].dW, run[1].dW, (size_t)cs.Vp * cs.C * sizeof(float)) == 0, "determinism: dW differs between runs");
     printf("determinism (%s): two runs of %d rows: loss, dx, dW bitwise %s\n",
-           variant == 6 ? "blocks, own GEMMs, variant 6" : variant == 5 ? "blocks, variant 5"
+           variant == 7 ? "staged, variant 7" : variant == 6 ? "blocks, own GEMMs, variant 6" : variant == 5 ? "blocks, variant 5"
            : variant ? "fused backward, variant 4" : "chunked", cs.N,
            test_failed ? "DIFFERENT" : "identical");
     for (int r = 0; r < 2; r++) flce_outputs_free(&run[r]);
@@ -130,26 +151,41 @@ static void check_determinism(int variant, const GpuContext* ctx) {
     flce_inputs_free(&in);
 }
 
-// Path auto: the blocks while a chunk would hold fewer than FLCE_CHUNK_ROWS_MIN rows and not all of them,
-// the chunks otherwise (the trainer's -head fused).
+// Path auto (the trainer's -head fused): staged where it runs and a chunk holds at least
+// FLCE_STAGED_ROWS_MIN rows or all of them; else the blocks while a chunk of fp32 logits would hold fewer
+// than FLCE_CHUNK_ROWS_MIN rows and not all of them; else the chunks.
 static void check_choice(void) {
-    struct { int max_n; size_t mib; int blocks; } cases[] = {
-        {4096, 64, 1},   // 320-row chunks at V = 50304
-        {4096, 512, 0},  // 2656-row chunks
-        {200, 64, 0},    // one chunk holds all the rows: no second logits GEMM needed
+    int sm90 = flce_wgmma_available();
+    struct { int max_n; size_t mib; unsigned fallbacks; FlcePath expect; } cases[] = {
+        {4096, 64, 0, FLCE_PATH_BLOCKS},                           // 660-row staged chunks, 320 rows of fp32
+        {4096, 512, 0, sm90 ? FLCE_PATH_STAGED : FLCE_PATH_CHUNKS},  // all rows staged; 2656-row fp32 chunks
+        {8192, 256, 0, sm90 ? FLCE_PATH_STAGED : FLCE_PATH_CHUNKS},  // 2624-row staged chunks
+        {200, 64, 0, sm90 ? FLCE_PATH_STAGED : FLCE_PATH_CHUNKS},    // one chunk holds all the rows
+        {4096, 512, FLCE_NO_SM90, FLCE_PATH_CHUNKS},                // no Hopper kernels
+        {65536, 0, 0, sm90 ? FLCE_PATH_STAGED : FLCE_PATH_CHUNKS},  // sized by the build: 1 GiB, 7 chunks
+        {16384, 0, 0, sm90 ? FLCE_PATH_STAGED : FLCE_PATH_CHUNKS},  // a quarter of the logits: 5 chunks
     };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 7; i++) {
         FusedLce h;
         FlceConfig cfg = flce_config(cases[i].max_n, 64, 50257, 50304);
         cfg.scratch = cases[i].mib << 20;
+        cfg.fallbacks = cases[i].fallbacks;
         fused_lce_build(&h, &cfg);
-        int blocks = h.cfg.path == FLCE_PATH_BLOCKS;
-        EXPECT(blocks == cases[i].blocks, "auto head for max_n %d and %zu MiB: %s, expected %s", cases[i].max_n,
-               cases[i].mib, flce_path_name(h.cfg.path), cases[i].blocks ? "blocks" : "chunks");
-        EXPECT(h.scratch_bytes <= cases[i].mib << 20, "auto head: scratch %zu bytes over the %zu MiB budget",
-               h.scratch_bytes, cases[i].mib);
+        EXPECT(h.cfg.path == cases[i].expect, "auto head for max_n %d and %zu MiB (fallbacks %u): %s, expected %s",
+               cases[i].max_n, cases[i].mib, cases[i].fallbacks, flce_path_name(h.cfg.path),
+               flce_path_name(cases[i].expect));
+        size_t cap = cases[i].mib ? cases[i].mib << 20 : h.cfg.path == FLCE_PATH_STAGED ? FLCE_STAGED_AUTO_CAP
+                   : FLCE_DEFAULT_SCRATCH;
+        EXPECT(h.scratch_bytes <= cap, "auto head: scratch %zu bytes over the %zu-byte budget", h.scratch_bytes, cap);
+        if (!cases[i].mib && h.cfg.path == FLCE_PATH_STAGED) {  // at most a quarter of the unfused logits' bytes
+            size_t quarter = (size_t)cases[i].max_n * 50304 * 2 / 4;
+            EXPECT(h.scratch_bytes + 2 * (size_t)cases[i].max_n * 4 <= quarter && h.staged.rows >= cases[i].max_n / 8,
+                   "auto head sized by the build: %d-row chunks in %zu bytes (a quarter of the logits: %zu)",
+                   h.staged.rows, h.scratch_bytes, quarter);
+        }
         printf("auto head, max_n %d, %zu MiB: %s", cases[i].max_n, cases[i].mib, flce_path_name(h.cfg.path));
-        if (blocks) printf(" (blocks of %d x %d)\n", h.blk.nb, h.blk.vb);
+        if (h.cfg.path == FLCE_PATH_BLOCKS) printf(" (blocks of %d x %d)\n", h.blk.nb, h.blk.vb);
+        else if (h.cfg.path == FLCE_PATH_STAGED) printf(" (%d-row staged chunks)\n", h.staged.rows);
         else printf(" (%d-row chunks)\n", h.chunks.rows);
         fused_lce_free(&h);
     }
@@ -199,19 +235,26 @@ static void check_growing_logits(const GpuContext* ctx) {
         EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, &cs, &in, &d, ctx), "%s: training differs", cs.what);
         EXPECT(flce_check_mode(&h, FLCE_MODE_FORWARD, &cs, &in, &d, ctx), "%s: loss only differs", cs.what);
         fused_lce_free(&h);
+        if (staged_runs(&cs)) {  // lse far above the rows' mean logit: the chunks are staged again
+            build(&h, &cs, FLCE_PATH_STAGED, staged_budget(&cs, 128), 0, 0);
+            printf("  (staged, chunks of %d rows)\n", h.staged.rows);
+            EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, &cs, &in, &d, ctx), "%s: staged training differs", cs.what);
+            EXPECT(flce_check_mode(&h, FLCE_MODE_BACKWARD, &cs, &in, &d, ctx), "%s: staged backward differs", cs.what);
+            fused_lce_free(&h);
+        }
         flce_device_free(&d);
         flce_inputs_free(&in);
     }
 }
 
 // A target >= V (not ignore_index) is flagged with its row, and that row counts as ignored.
-static void check_bad_target(const GpuContext* ctx) {
+static void check_bad_target(FlcePath path, const GpuContext* ctx) {
     FlceCase cs = {50, 64, 500, 512, flce_options_default(), 0, "bad target"};
     FlceInputs in = flce_inputs_make(&cs, 9);
     in.t[17] = 500;  // == V
     FlceDevice d = flce_device_make(&cs, &in);
     FusedLce h;
-    build(&h, &cs, FLCE_PATH_CHUNKS, 0, 0, 0);
+    build(&h, &cs, path, 0, 0, 0);
     flce_device_reset(&d, &cs, &in);
     fused_lce_forward_backward(&h, d.dx, d.dW, 1.0f, d.x, d.W, d.t, cs.N, ctx);
     int row = fused_lce_bad_target_row(&h, ctx);
@@ -221,7 +264,7 @@ static void check_bad_target(const GpuContext* ctx) {
     int zero = 1;
     for (int c = 0; c < cs.C; c++) zero &= o.dx[17 * cs.C + c] == 0.0f;
     EXPECT(zero, "bad target: its row has a non-zero dx");
-    printf("bad target: row %d flagged, loss 0, no gradient\n", row);
+    printf("bad target (%s): row %d flagged, loss 0, no gradient\n", flce_path_name(path), row);
     flce_outputs_free(&o);
     fused_lce_free(&h);
     flce_device_free(&d);
@@ -239,8 +282,9 @@ static void expect_exit(const char* what, int which) {
         if (which == 1) c.V = 200;                     // V > Vp
         if (which == 2) c.max_n = 0;                   // no rows
         if (which == 3) c.opt.label_smoothing = 1.0f;
-        if (which == 4) c.path = (FlcePath)7;          // no such path
+        if (which == 4) c.path = (FlcePath)9;          // no such path
         if (which == 5) { c.path = FLCE_PATH_CHUNKS; c.scratch = 15 * 128 * 4; }  // fewer than 16 rows of logits
+        if (which == 7) { c.path = FLCE_PATH_STAGED; c.opt.softcap = 10.0f; c.opt.label_smoothing = 0.1f; }
         if (which == 6) { FlceHooks k = {}; k.block_gemms = flce_variant_own_gemms; c.hooks = &k; c.path = FLCE_PATH_CHUNKS; fused_lce_build(&h, &c); }
         fused_lce_build(&h, &c);
         _exit(0);
@@ -256,9 +300,10 @@ int main(void) {
     expect_exit("V = 200 > Vp = 128", 1);
     expect_exit("max_n = 0", 2);
     expect_exit("label_smoothing = 1", 3);
-    expect_exit("path 7", 4);
+    expect_exit("path 9", 4);
     expect_exit("chunks in a budget of 15 rows", 5);
     expect_exit("a block GEMM hook on path chunks", 6);
+    expect_exit("path staged with soft-capping and label smoothing", 7);
 
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
@@ -299,6 +344,15 @@ int main(void) {
             check(cs, 1, tiny, FLCE_MODE_BACKWARD, 3, &ctx);
             check(cs, 1, tiny, FLCE_MODE_BACKWARD, 4, &ctx);
         }
+        if (staged_runs(cs)) {
+            // the staged path: one chunk, then 64-row chunks (several per call)
+            check(cs, 1, staged_budget(cs, 512), FLCE_MODE_TRAIN, 7, &ctx);
+            check(cs, 1, staged_budget(cs, 64), FLCE_MODE_TRAIN, 7, &ctx);
+            check(cs, 1, staged_budget(cs, 64), FLCE_MODE_FORWARD, 7, &ctx);
+            check(cs, 1, staged_budget(cs, 64), FLCE_MODE_BACKWARD, 7, &ctx);
+        } else {
+            printf("%s: no staged checks (%s)\n", cs->what, flce_wgmma_available() ? "not a staged case" : "no Hopper kernels");
+        }
     }
     for (int i = 0; i < ncases; i++)
         if (cases[i].C % 64 == 0) check_without_wgmma(&cases[i], &ctx);
@@ -308,7 +362,9 @@ int main(void) {
     check_determinism(4, &ctx);
     check_determinism(5, &ctx);
     check_determinism(6, &ctx);
-    check_bad_target(&ctx);
+    if (flce_wgmma_available()) check_determinism(7, &ctx);
+    check_bad_target(FLCE_PATH_CHUNKS, &ctx);
+    if (flce_wgmma_available()) check_bad_target(FLCE_PATH_STAGED, &ctx);
     check_choice();
     check_default_width(&ctx);
     check_growing_logits(&ctx);

@@ -16,7 +16,14 @@
 //     attn.bias buffers and a tied lm_head.weight
 //   - import errors, each naming the tensor or setting: a missing tensor, a wrong shape (an untransposed
 //     weight), a wrong dtype, an unknown tensor, another depth, an untied lm_head, a config.json with
-//     another n_head or activation
+//     another n_head or activation, an n_head of 1e300 or past n_embd (refused on open, before it is
+//     converted), a file without h.0.ln_1.weight (named, not "h.0 ... h.-1")
+//   - a NaN or an inf among the values: refused on load, naming the tensor and the element
+//   - the export's directory: a Llama-style export over GPT-2's (and the reverse, and through a link)
+//     leaves only its own files; a directory holding another file is refused untouched; an export that
+//     fails partway, or at its start (no tokenizer files, a file in the path), leaves nothing behind
+//   - a model whose vocabulary is smaller than 4 C, read back bitwise (the transposes' scratch holds the
+//     largest tensor; ASan checks it)
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,6 +316,104 @@ static void expect_import_error(const char* what, const char* path, const GptCon
     if (ok) printf("  refused, %s: %s\n", what, err);
 }
 
+// --- the export's directory ----------------------------------------------------------------------------
+
+// The names in directory path, sorted, space-separated, into out ("" when empty; "(absent)" when it
+// does not exist).
+static void dir_listing(char* out, size_t n, const char* path) {
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "test -d '%s' && ls -A '%s' | sort | tr '\\n' ' ' || printf '(absent)'", path, path);
+    FILE* p = popen(cmd, "r");
+    size_t got = p ? fread(out, 1, n - 1, p) : 0;
+    out[got] = '\0';
+    if (p) pclose(p);
+    if (got > 0 && out[got - 1] == ' ') out[got - 1] = '\0';
+}
+
+static void write_text_file(const char* dir, const char* name, const char* text) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE* f = fopen_check(path, "wb");
+    fputs(text, f);
+    fclose_check(f);
+}
+
+// An export replaces an earlier one in its directory whole (none of the other family's files stay), is
+// refused where the directory holds anything else, and a failed one leaves nothing: neither the
+// directory, nor the parents it made, nor its temporary directory.
+static void test_export_dir(const GptConfig* c, const float* v) {
+    printf("the export's directory:\n");
+    char root[300], d[400], got[2048], err[HF_ERR_LEN];
+    snprintf(root, sizeof(root), "%s/exports", dir);
+    EXPECT(hf_make_dir(root, err, sizeof(err)) == 0, "%s", err);
+    LlamaConfig l;
+    memset(&l, 0, sizeof(l));
+    l.vocab_size = 50; l.padded_vocab_size = 64; l.max_seq_len = 16; l.num_layers = 1; l.channels = 16;
+    l.num_heads = 4; l.num_kv_heads = 2; l.ffn_hidden = 24; l.rope_theta = 10000.0; l.norm_eps = 1e-6;
+    float* lv = (float*)calloc(llama_num_params(&l), sizeof(float));
+    // GPT-2's export, then a Llama-style one in the same directory, then GPT-2's again
+    snprintf(d, sizeof(d), "%s/both", root);
+    EXPECT(gpt_hf_export(d, c, v, VOCAB_BPE, err, sizeof(err)) == 0, "GPT-2 export: %s", err);
+    dir_listing(got, sizeof(got), d);
+    EXPECT(!strcmp(got, "config.json merges.txt model.safetensors special_tokens_map.json tokenizer_config.json vocab.json"),
+           "GPT-2's export holds: %s", got);
+    EXPECT(llama_hf_export(d, &l, lv, 49, err, sizeof(err)) == 0, "Llama-style export over GPT-2's: %s", err);
+    dir_listing(got, sizeof(got), d);
+    printf("  a Llama-style export over GPT-2's leaves: %s\n", got);
+    EXPECT(!strcmp(got, "config.json model.safetensors"), "a Llama-style export over GPT-2's leaves: %s", got);
+    EXPECT(gpt_hf_export(d, c, v, VOCAB_BPE, err, sizeof(err)) == 0, "GPT-2 export over a Llama-style one: %s", err);
+    dir_listing(got, sizeof(got), d);
+    EXPECT(strstr(got, "vocab.json") != NULL, "GPT-2's export over a Llama-style one: %s", got);
+    dir_listing(got, sizeof(got), root);
+    EXPECT(!strcmp(got, "both"), "the exports left beside their directory: %s", got);
+    // through a link to an earlier export: the directory it names is replaced, the link stays
+    char link[450];
+    snprintf(link, sizeof(link), "%s/link", root);
+    EXPECT(symlink("both", link) == 0, "symlink %s", link);
+    EXPECT(llama_hf_export(link, &l, lv, 49, err, sizeof(err)) == 0, "export through a link: %s", err);
+    dir_listing(got, sizeof(got), d);
+    struct stat st;
+    EXPECT(!strcmp(got, "config.json model.safetensors") && lstat(link, &st) == 0 && S_ISLNK(st.st_mode),
+           "an export through a link to an earlier one: %s holds %s", d, got);
+    unlink(link);
+    // a directory holding something an export does not write: refused, untouched
+    snprintf(d, sizeof(d), "%s/notes", root);
+    EXPECT(hf_make_dir(d, err, sizeof(err)) == 0, "%s", err);
+    write_text_file(d, "notes.txt", "mine\n");
+    int rc = llama_hf_export(d, &l, lv, 49, err, sizeof(err));
+    dir_listing(got, sizeof(got), d);
+    printf("  refused, a directory holding notes.txt: %s\n", err);
+    EXPECT(rc != 0 && strstr(err, "holds notes.txt, which no export writes") && !strcmp(got, "notes.txt"),
+           "an export into a directory holding notes.txt: rc %d (%s), it holds %s", rc, err, got);
+    // an export that fails partway (vocab.bpe a directory: encoder.json is copied, then merges.txt fails):
+    // nothing left, nor the two parents it made
+    char vocab_dir[450], bpe[500], enc[500];
+    snprintf(vocab_dir, sizeof(vocab_dir), "%s/vocab", root);
+    snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", vocab_dir);
+    snprintf(enc, sizeof(enc), "%s/encoder.json", vocab_dir);
+    EXPECT(hf_make_dir(bpe, err, sizeof(err)) == 0 && hf_copy_file(ENCODER_JSON, enc, "", err, sizeof(err)) == 0, "%s", err);
+    snprintf(d, sizeof(d), "%s/new/a/b", root);
+    rc = gpt_hf_export(d, c, v, bpe, err, sizeof(err));
+    printf("  a failed export (%s): %s\n", err, rc ? "refused" : "ACCEPTED");
+    snprintf(d, sizeof(d), "%s/new", root);
+    dir_listing(got, sizeof(got), d);
+    EXPECT(rc != 0 && !strcmp(got, "(absent)"), "a failed export left %s: %s", d, got);
+    // a missing tokenizer file, and a directory that cannot be made: refused before anything is written
+    snprintf(d, sizeof(d), "%s/new/c", root);
+    rc = gpt_hf_export(d, c, v, "no/such/vocab.bpe", err, sizeof(err));
+    snprintf(d, sizeof(d), "%s/new", root);
+    dir_listing(got, sizeof(got), d);
+    EXPECT(rc != 0 && strstr(err, "cannot read no/such/vocab.bpe") && !strcmp(got, "(absent)"),
+           "an export without its tokenizer files: rc %d (%s), %s: %s", rc, err, d, got);
+    char file_dir[450];
+    snprintf(file_dir, sizeof(file_dir), "%s/notes/notes.txt/hf", root);
+    rc = llama_hf_export(file_dir, &l, lv, 49, err, sizeof(err));
+    EXPECT(rc != 0 && strstr(err, "notes.txt"), "an export under a file: rc %d (%s)", rc, err);
+    dir_listing(got, sizeof(got), root);
+    EXPECT(!strcmp(got, "both notes vocab"), "the failed exports left in %s: %s", root, got);
+    free(lv);
+}
+
 // The first element where a and b differ bitwise, or n when none does.
 static size_t first_difference(const float* a, const float* b, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -413,8 +518,70 @@ int main(void) {
     cJSON_ReplaceItemInObject(j, "activation_function", cJSON_CreateString("relu"));
     EXPECT(hf_write_json(out, "config.json", j, err, sizeof(err)) == 0, "%s", err);
     expect_import_error("config.json activation", out, &c, got, n, "activation_function \"relu\"", NULL);
+    // n_head too large for an int (and for the model): refused by gpt_hf_open, before it is converted
+    const char* heads[3] = {"1e300", "17", "\"2\""};
+    const char* heads_said[3] = {"n_head 1e+300, expected an integer in [1, 16] (n_embd)",
+                                 "n_head 17, expected an integer in [1, 16] (n_embd)", "n_head, which is not a number"};
+    for (int k = 0; k < 3; k++) {
+        j = gpt_hf_config_json(&c);
+        cJSON_ReplaceItemInObject(j, "n_head", cJSON_Parse(heads[k]));
+        EXPECT(hf_write_json(out, "config.json", j, err, sizeof(err)) == 0, "%s", err);
+        GptHfReader r;
+        rc = gpt_hf_open(&r, out);
+        EXPECT(rc != 0 && strstr(r.err, heads_said[k]), "config.json n_head %s: %s, expected \"%s\"", heads[k],
+               rc ? r.err : "opened", heads_said[k]);
+        if (rc == 0) gpt_hf_close(&r);
+        else printf("  refused, config.json n_head %s: %s\n", heads[k], r.err);
+    }
+    EXPECT(hf_write_json(out, "config.json", gpt_hf_config_json(&c), err, sizeof(err)) == 0, "%s", err);
+    // no h.0.ln_1.weight: no layer found, and the message names the tensor, not a range h.0 ... h.-1
+    Variant no_layer = {ST_F32, NULL, "h.0.ln_1.weight", NULL, NULL, NULL, 0, 0};
+    snprintf(path, sizeof(path), "%s/variant.safetensors", dir);
+    EXPECT(write_variant(path, &c, v, &no_layer) == 0, "writing the file without h.0.ln_1.weight");
+    {
+        GptHfReader r;
+        rc = gpt_hf_open(&r, path);
+        EXPECT(rc != 0 && strstr(r.err, "no tensor \"h.0.ln_1.weight\": a GPT-2 has at least one layer") &&
+               !strstr(r.err, "h.-1"), "a file without h.0.ln_1.weight: %s", rc ? r.err : "opened");
+        if (rc == 0) gpt_hf_close(&r);
+        else printf("  refused, no layer 0: %s\n", r.err);
+    }
     snprintf(path, sizeof(path), "%s/nothing", dir);
     expect_import_error("no such file", path, &c, got, n, "cannot open", NULL);
+
+    // a value that is not finite: refused on load, naming the tensor and the element in the file's layout
+    // (c_fc is stored transposed: our (out 5, in 3) of layer 1 is its row 3, column 5)
+    float* poisoned = (float*)malloc_check(n * sizeof(float));
+    const struct { size_t at; float value; const char* frag; } bad_values[] = {
+        {off[GPT_FCW] + 4 * 16 * 16 + 5 * 16 + 3, NAN,
+         "tensor \"h.1.mlp.c_fc.weight\": element 197 (row 3, column 5) of 1024 is nan: not finite"},
+        {100, -INFINITY, "tensor \"wte.weight\": element 100 (row 6, column 4) of 804112 is -inf: not finite"}};
+    for (int k = 0; k < 2; k++) {
+        memcpy(poisoned, v, n * sizeof(float));
+        poisoned[bad_values[k].at] = bad_values[k].value;
+        snprintf(path, sizeof(path), "%s/nonfinite.safetensors", dir);
+        EXPECT(gpt_hf_write_safetensors(path, &c, poisoned, err, sizeof(err)) == 0, "writing: %s", err);
+        expect_import_error("a value not finite", path, &c, got, n, bad_values[k].frag, NULL);
+    }
+    free(poisoned);
+
+    // a vocabulary smaller than 4 C (V = 4, C = 4): the transposed c_fc and c_proj (4C x C) are larger
+    // than wte, and the import transposes them through its scratch
+    GptConfig small = {4, 4, 4, 1, 1, 4};  // maxT, V, Vp, L, NH, C
+    size_t small_off[GPT_NUM_TENSORS], sn = num_params(&small, small_off);
+    float* sv = (float*)malloc_check(sn * sizeof(float));
+    float* sgot = (float*)malloc_check(sn * sizeof(float));
+    for (size_t i = 0; i < sn; i++) sv[i] = (float)i + 0.5f;
+    snprintf(path, sizeof(path), "%s/small.safetensors", dir);
+    EXPECT(gpt_hf_write_safetensors(path, &small, sv, err, sizeof(err)) == 0, "writing the V = 4 model: %s", err);
+    rc = import(path, &small, sgot, sn, err, sizeof(err));
+    diff = rc == 0 ? first_difference(sgot, sv, sn) : sn;
+    printf("V = 4, C = 4 (4C x C weights larger than wte): %s\n", rc == 0 && diff == sn ? "read back bitwise" : "WRONG");
+    EXPECT(rc == 0 && diff == sn, "the V = 4, C = 4 model: rc %d (%s), first difference at %zu of %zu", rc, err, diff, sn);
+    free(sgot);
+    free(sv);
+
+    test_export_dir(&c, v);
 
     free(got);
     free(v);

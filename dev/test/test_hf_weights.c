@@ -7,12 +7,14 @@
 // (or the file at fault), every file closed after: no files in the directory, over 64 MiB, not JSON, no
 // weight_map, an empty one, a value that is not a string, a path for a file name, a missing file, a file
 // that is not safetensors, a tensor placed in a file that lacks it, a tensor no entry names, one in two
-// files, one named twice.
+// files, one named twice. Every index reaches cJSON as a 0-terminated buffer (dev/test/json_terminated.h).
+#define _GNU_SOURCE  // RTLD_NEXT, for json_terminated.h
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "../../llmc/io/hf_weights.h"
+#include "json_terminated.h"
 #include "testing.h"
 
 static char root[256];
@@ -199,6 +201,9 @@ int main(void) {
     if (!mkdtemp(root)) { perror("mkdtemp"); return 1; }
     test_good();
     test_bad();
+    printf("indexes and headers handed to cJSON: %d, not 0-terminated: %d\n", json_parses, json_unterminated);
+    EXPECT(json_parses > 10 && json_unterminated == 0, "%d of the %d buffers handed to cJSON were not 0-terminated",
+           json_unterminated, json_parses);
     test_remove_dir(root);
     return test_summary("test_hf_weights");
 }

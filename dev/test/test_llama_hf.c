@@ -4,7 +4,9 @@
 // config.json's fields. Import: the export read back is our array bitwise (the padded rows zero), from
 // one file and split into 3 with an index (dev/test/hf_split.h); a tied head is embed's copy; each
 // setting of config.json this program cannot compute, a missing, unknown or misshapen tensor and a model
-// of other sizes are refused, naming what; the named sizes are found by their layers. transformers
+// of other sizes, and a NaN or an inf among the values, are refused, naming what; every size of config.json is bounded (num_hidden_layers
+// 954437177, whose 3 + 9 L tensors wrap an int, and 2,000,000 are refused before any table is sized);
+// llama_qkv_dim is exact near 2^30; the named sizes are found by their layers. transformers
 // loading the export, and its logits against the reference's, is dev/interop/llama_check.py (needs
 // PyTorch).
 #include <math.h>
@@ -202,8 +204,19 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
         {"head_dim", "8", "head_dim is not 4: this program's heads are hidden_size / num_attention_heads"},
         {"num_attention_heads", NULL, "num_attention_heads is missing"},
         {"num_key_value_heads", "3", "the heads must divide hidden_size and the key/value heads the heads"},
-        {"rms_norm_eps", "\"small\"", "rms_norm_eps is not a number of 0 or more"},
-        {"rope_theta", "0.5", "rope_theta is not a number of 1 or more"},
+        {"rms_norm_eps", "\"small\"", "rms_norm_eps is not a number in [0, 1)"},
+        {"rope_theta", "0.5", "rope_theta is not a number in [1, 1e+12]"},
+        {"rope_theta", "1e300", "rope_theta is not a number in [1, 1e+12]"},
+        // every size bounded by what a real model has, before anything is sized by it: 3 + 9 L tensors
+        // wrap an int at this L, and 2,000,000 layers would fill a table of gigabytes
+        {"num_hidden_layers", "954437177", "num_hidden_layers 954437177: expected an integer in [1, 1024]"},
+        {"num_hidden_layers", "2000000", "num_hidden_layers 2000000: expected an integer in [1, 1024]"},
+        {"num_hidden_layers", "0", "num_hidden_layers 0: expected an integer in [1, 1024]"},
+        {"num_attention_heads", "1e300", "num_attention_heads 1e+300: expected an integer in [1, 1024]"},
+        {"hidden_size", "1073741824", "hidden_size 1073741824: expected an integer in [1, 65536]"},
+        {"intermediate_size", "2.5", "intermediate_size 2.5: expected an integer in [1, 262144]"},
+        {"vocab_size", "1e9", "vocab_size 1000000000: expected an integer in [1, 4194304]"},
+        {"num_key_value_heads", "\"2\"", "num_key_value_heads is not a number"},
         {"vocab_size", "51", "tensor \"model.embed_tokens.weight\": shape (50, 16)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -289,6 +302,25 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
     write_model(sub, c, values, NULL, NULL, 0, 0, config_with(c, "tie_word_embeddings", "true"));
     expect_import_error(sub, c, out, -1, "\"lm_head.weight\" differs from model.embed_tokens.weight, and config.json "
                         "has tie_word_embeddings true", "a tied head given different");
+
+    // a value that is not finite: refused on load, naming the tensor and the element (as HF stores it)
+    float* poisoned = (float*)malloc_check(n * sizeof(float));
+    size_t sizes[LLAMA_NUM_TENSORS], off[LLAMA_NUM_TENSORS], at = 0;
+    llama_tensor_sizes(sizes, c);
+    for (int i = 0; i < LLAMA_NUM_TENSORS; i++) { off[i] = at; at += sizes[i]; }
+    size_t C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
+    const struct { size_t at; float value; const char* frag; } bad_values[] = {
+        {off[LLAMA_WDOWN] + C * F + 2 * F + 7, INFINITY,
+         "tensor \"model.layers.1.mlp.down_proj.weight\": element 55 (row 2, column 7) of 384 is inf: not finite"},
+        {off[LLAMA_FINAL_NORM] + 3, NAN, "tensor \"model.norm.weight\": element 3 of 16 is nan: not finite"}};
+    for (int k = 0; k < 2; k++) {
+        memcpy(poisoned, values, n * sizeof(float));
+        poisoned[bad_values[k].at] = bad_values[k].value;
+        snprintf(sub, sizeof(sub), "%s/nonfinite%d", dir, k);
+        write_model(sub, c, poisoned, NULL, NULL, 0, 0, llama_hf_config_json(c, 49));
+        expect_import_error(sub, c, out, -1, bad_values[k].frag, "a value not finite");
+    }
+    free(poisoned);
     free(out);
 }
 
@@ -346,6 +378,18 @@ static void test_checkpoint_export(const char* dir) {
     EXPECT(cJSON_IsNumber(eos) && eos->valuedouble == 50256, "the export's config.json: eos_token_id 50256");
     cJSON_Delete(j);
     free(master); free(mv); free(out);
+}
+
+// llama_qkv_dim of sizes near 2^30 (what config.json could say before its sizes were bounded): exact in
+// 64 bits, where (NH + 2 NKV) * hs overflowed an int.
+static void test_qkv_dim(void) {
+    LlamaConfig c;
+    memset(&c, 0, sizeof(c));
+    c.channels = 1 << 30; c.num_heads = 1 << 29; c.num_kv_heads = 1 << 29;
+    EXPECT(llama_qkv_dim(&c) == (int64_t)3 << 30, "llama_qkv_dim of C 2^30, NH = NKV = 2^29: %lld, expected %lld",
+           (long long)llama_qkv_dim(&c), (long long)3 << 30);
+    c.channels = 2048; c.num_heads = 16; c.num_kv_heads = 4;  // llama-1b's
+    EXPECT(llama_qkv_dim(&c) == 3072, "llama_qkv_dim of llama-1b: %lld", (long long)llama_qkv_dim(&c));
 }
 
 // llama_size_name: each named size found by its layers, whatever the vocabulary; another width none.
@@ -421,6 +465,7 @@ int main(void) {
     test_import(dir, &c, values);
     test_checkpoint_export(dir);
     test_size_names();
+    test_qkv_dim();
     free(values);
     test_remove_dir(dir);
     return test_summary("test_llama_hf");

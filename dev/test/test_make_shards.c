@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../llmc/data/shard.h"
@@ -275,6 +276,58 @@ static void test_tokenize_cli(void) {
     }
 }
 
+// Runs a shell command line; returns its exit status (128 when it did not exit), its stderr in err.
+static int shell(const char* cmdline, char* err, size_t cap) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "%s 2> %s", cmdline, path_in_dir("stderr.txt"));
+    int status = system(cmd);
+    FILE* f = fopen(path_in_dir("stderr.txt"), "rb");
+    size_t n = f ? fread(err, 1, cap - 1, f) : 0;
+    if (f) fclose(f);
+    err[n] = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+// build/tokenize's output that cannot be written (/dev/full: every write fails with ENOSPC) is an
+// error, exit status 1, for each command and for outputs smaller and larger than stdio's buffer;
+// decode takes only plain decimal ids (no sign).
+static void test_tokenize_output(void) {
+    char cmd[4200], err[8192];
+    char big[100000];  // 100 KB of text: its ids are far more than one stdio buffer
+    for (size_t i = 0; i < sizeof(big); i++) big[i] = "the cat sat on a mat "[i % 21];
+    write_text(path_in_dir("big.txt"), big, sizeof(big));
+    write_text(path_in_dir("ids.txt"), "31373 995\n", 10);
+    static const char* const cases[][3] = {  // the command, its file in the scratch directory, what it is
+        {"encode", "hw.txt", "encode, small"}, {"encode", "big.txt", "encode, large"}, {"decode", "ids.txt", "decode"},
+        {"--encoding o200k_base encode", "big.txt", "encode o200k_base"}, {"bench", "hw.txt", "bench"},
+        {"check-json", "", "check-json"}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char args[1200];
+        snprintf(args, sizeof(args), "%s %s", cases[c][0], cases[c][1][0] ? path_in_dir(cases[c][1]) : "");
+        snprintf(cmd, sizeof(cmd), "build/tokenize %s > /dev/full", args);
+        int rc = shell(cmd, err, sizeof(err));
+        EXPECT(rc == 1 && strstr(err, "No space left on device") && strstr(err, "output"),
+               "%s: tokenize %s > /dev/full: exit %d, expected 1 and a message about the output: %s", cases[c][2], args,
+               rc, err);
+        if (c == 1) printf("tokenize encode > /dev/full: %s", err);
+    }
+    static const char* const bad_ids[] = {"-0", "+5", "31373 -0 995", "0x10", "5abc", "99999999999999999999"};
+    for (size_t c = 0; c < sizeof(bad_ids) / sizeof(bad_ids[0]); c++) {
+        snprintf(cmd, sizeof(cmd), "echo '%s' | build/tokenize decode > /dev/null", bad_ids[c]);
+        int rc = shell(cmd, err, sizeof(err));
+        EXPECT(rc == 1 && strstr(err, "is not a token id"), "decode \"%s\": exit %d, expected a refusal: %s", bad_ids[c],
+               rc, err);
+    }
+    snprintf(cmd, sizeof(cmd), "echo '[31373, 995]' | build/tokenize decode > %s", path_in_dir("hw_out.txt"));
+    int rc = shell(cmd, err, sizeof(err));
+    FILE* f = fopen_check(path_in_dir("hw_out.txt"), "rb");
+    char out[64] = "";
+    size_t n = fread(out, 1, sizeof(out) - 1, f);
+    fclose(f);
+    out[n] = 0;
+    EXPECT(rc == 0 && strcmp(out, "hello world") == 0, "decode [31373, 995]: exit %d, \"%s\": %s", rc, out, err);
+}
+
 static void test_errors(void) {
     char args[4096], err[8192];
     write_text(path_in_dir("bad.txt"), "ok so \xff far", 11);
@@ -327,6 +380,105 @@ static void test_errors(void) {
            "--allow-empty-split 1: exit %d, stderr: %s", rc, err);
 }
 
+// A run that fails partway (a bad document after several shards were completed) leaves the previous
+// run's shards of that name exactly as they were: never its first shards replaced by new ones beside
+// its stale later ones, which a glob would take together. Also on SIGTERM.
+static void test_failed_rerun(Encoder* e) {
+    char args[4096], err[8192];
+    int o = snprintf(args, sizeof(args), "--vocab %s --out %s/rerun --name r --val-every 3 --shard-tokens 5", VOCAB, dir);
+    for (int i = 0; i < N_DOCS; i++) o += snprintf(args + o, sizeof(args) - (size_t)o, " %s/doc%d.txt", dir, i);
+    int rc = run(args, err, sizeof(err));
+    EXPECT(rc == 0, "make_shards exit %d: %s", rc, err);
+    int order[N_DOCS];
+    for (int i = 0; i < N_DOCS; i++) order[i] = i;
+    TokenBuf got = {0}, want_train = {0}, want_val = {0};
+    char name[64];
+    snprintf(name, sizeof(name), "rerun/r");
+    int n_train = read_split(name, "train", 5, &got), n_val = read_split(name, "val", 5, &got);
+    expected_split(e, order, N_DOCS, 3, 0, &want_train);
+    expected_split(e, order, N_DOCS, 3, 1, &want_val);
+    EXPECT(n_train >= 4 && n_val >= 3, "the first run wrote %d train and %d val shards, expected several", n_train, n_val);
+    // the same name again: docs 4 and 1 fill more than two 5-token train shards, then bad.txt fails
+    write_text(path_in_dir("bad.txt"), "ok so \xff far", 11);
+    snprintf(args, sizeof(args), "--vocab %s --out %s/rerun --name r --val-every 0 --shard-tokens 5 %s/doc4.txt "
+             "%s/doc1.txt %s/bad.txt", VOCAB, dir, dir, dir, dir);
+    rc = run(args, err, sizeof(err));
+    EXPECT(rc == 1 && strstr(err, "bad.txt"), "the failing rerun: exit %d: %s", rc, err);
+    int again_train = read_split(name, "train", 5, &got);
+    expect_same(&got, &want_train, "train after a failed rerun");
+    int again_val = read_split(name, "val", 5, &got);
+    expect_same(&got, &want_val, "val after a failed rerun");
+    EXPECT(again_train == n_train && again_val == n_val, "after a failed rerun: %d train, %d val shards, expected the "
+           "first run's %d and %d", again_train, again_val, n_train, n_val);
+    EXPECT(count_files(path_in_dir("rerun/*.tmp")) == 0, "the failed rerun left %d temporary files",
+           count_files(path_in_dir("rerun/*.tmp")));
+    // killed by SIGTERM partway (reading a FIFO that never ends): the same
+    if (mkfifo(path_in_dir("fifo"), 0600) != 0) { perror("mkfifo"); exit(EXIT_FAILURE); }
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "(sleep 1; kill -TERM $(cat %s)) & exec 3<>%s; %s --vocab %s --out %s/rerun --name r "
+             "--val-every 0 --shard-tokens 5 %s/doc4.txt %s/doc1.txt %s & echo $! > %s; wait $!",
+             path_in_dir("pid"), path_in_dir("fifo"), MAKE_SHARDS, VOCAB, dir, dir, dir, path_in_dir("fifo"),
+             path_in_dir("pid"));
+    int status = system(cmd);
+    EXPECT(status != 0, "make_shards reading a FIFO was not stopped by SIGTERM: status %d", status);
+    again_train = read_split(name, "train", 5, &got);
+    expect_same(&got, &want_train, "train after a rerun killed by SIGTERM");
+    EXPECT(again_train == n_train && count_files(path_in_dir("rerun/*.tmp")) == 0,
+           "after a rerun killed by SIGTERM: %d train shards (expected %d), %d temporary files", again_train, n_train,
+           count_files(path_in_dir("rerun/*.tmp")));
+    token_buf_free(&got);
+    token_buf_free(&want_train);
+    token_buf_free(&want_val);
+}
+
+// Messages that name the thing at fault: --out naming a file, a directory given as a document (to
+// make_shards and to tokenize), and a shard write that fails (a file size limit stands in for a full
+// disk: `ulimit -f`, with SIGXFSZ ignored so that the write returns EFBIG).
+static void test_messages(void) {
+    char args[4096], err[8192];
+    write_text(path_in_dir("a_file"), "not a directory", 15);
+    snprintf(args, sizeof(args), "--vocab %s --out %s --name o %s/doc0.txt %s/doc1.txt", VOCAB, path_in_dir("a_file"),
+             dir, dir);
+    int rc = run(args, err, sizeof(err));
+    EXPECT(rc == 1 && strstr(err, "--out") && strstr(err, path_in_dir("a_file")) && strstr(err, "not a directory") &&
+           !strstr(err, ".tmp") && !strstr(err, "make data"),
+           "--out naming a file: exit %d, expected a message about --out, not the .tmp file or `make data`: %s", rc, err);
+    printf("--out naming a file: %s", err);
+    if (mkdir(path_in_dir("a_dir"), 0700) != 0) { perror("mkdir"); exit(EXIT_FAILURE); }
+    snprintf(args, sizeof(args), "--vocab %s --out %s/d --name d %s/doc1.txt %s", VOCAB, dir, dir, path_in_dir("a_dir"));
+    rc = run(args, err, sizeof(err));
+    EXPECT(rc == 1 && strstr(err, path_in_dir("a_dir")) && strstr(err, "a directory") && !strstr(err, "read error"),
+           "a directory as a document: exit %d, expected a message naming it as a directory: %s", rc, err);
+    printf("a directory as a document: %s", err);
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "build/tokenize encode %s > /dev/null 2> %s", path_in_dir("a_dir"), path_in_dir("tk.txt"));
+    int status = system(cmd);
+    FILE* f = fopen_check(path_in_dir("tk.txt"), "rb");
+    size_t n = fread(err, 1, sizeof(err) - 1, f);
+    fclose(f);
+    err[n] = 0;
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(err, path_in_dir("a_dir")) &&
+           strstr(err, "a directory") && !strstr(err, "read error"),
+           "tokenize encode DIR: status %d, expected a message naming it as a directory: %s", status, err);
+    // a write that fails: 30 KB of text is ~15 KB of shard, past an 8 KB file size limit
+    char big[30000];
+    for (size_t i = 0; i < sizeof(big); i++) big[i] = "the cat sat on a mat "[i % 21];
+    write_text(path_in_dir("big.txt"), big, sizeof(big));
+    snprintf(cmd, sizeof(cmd), "bash -c \"trap '' XFSZ; ulimit -f 8; exec %s --vocab %s --out %s/full --name f "
+             "--val-every 0 %s/big.txt\" 2> %s", MAKE_SHARDS, VOCAB, dir, dir, path_in_dir("full.txt"));
+    status = system(cmd);
+    f = fopen_check(path_in_dir("full.txt"), "rb");
+    n = fread(err, 1, sizeof(err) - 1, f);
+    fclose(f);
+    err[n] = 0;
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(err, path_in_dir("full/f_train_000000.bin")) &&
+           strstr(err, "File too large") && strstr(err, "disk"),
+           "a shard write that fails: status %d, expected a message naming the shard and the error: %s", status, err);
+    printf("a shard write that fails: %s", err);
+    EXPECT(count_files(path_in_dir("full/*")) == 0, "a failed write left %d files in %s/full",
+           count_files(path_in_dir("full/*")), dir);
+}
+
 int main(void) {
     if (access(MAKE_SHARDS, X_OK) != 0) {
         EXPECT(0, "%s is missing: run `make %s` (make test builds it)", MAKE_SHARDS, MAKE_SHARDS);
@@ -346,7 +498,10 @@ int main(void) {
     test_u32_shards("cl100k_base");
     test_u32_shards("o200k_base");
     test_tokenize_cli();
+    test_tokenize_output();
     test_errors();
+    test_failed_rerun(&e);
+    test_messages();
     encoder_free(&e);
     tokenizer_free(&t);
     test_remove_dir(dir);

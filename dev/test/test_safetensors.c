@@ -6,13 +6,18 @@
 // length field, header length 0 / beyond the file / over the limit, not JSON, JSON not an object, an entry
 // not an object, an unknown dtype, no data_offsets, a shape that is not integers, shape and size not
 // matching, offsets out of bounds, a truncated data section, overlapping offsets, a hole, bytes after the
-// last tensor, a duplicate name, and a dtype that read_f32 does not convert.
+// last tensor, a duplicate name, and a dtype that read_f32 does not convert. Every header reaches cJSON
+// as a 0-terminated buffer (cJSON up to 1.7.17 reads one byte past an unterminated one): the test's own
+// cJSON_ParseWithLength (dev/test/json_terminated.h), which the reader calls in place of the library's,
+// looks at that byte.
+#define _GNU_SOURCE  // RTLD_NEXT, for json_terminated.h
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "../../llmc/io/safetensors.h"
+#include "json_terminated.h"
 #include "testing.h"
 
 static char dir[256], path[512];
@@ -163,6 +168,12 @@ static void test_bad_files(void) {
     expect_refused("duplicate name", "\"a\"", "named twice");
     write_json("{\"__metadata__\": {\"format\": 1}}", 0);
     expect_refused("metadata not strings", "format", "not a string");
+    // the 19-byte file that made cJSON 1.7.17 read past its buffer: a header that stops after a comma;
+    // then a 24-byte header, whose byte after malloc's 24 is the next heap chunk's size, never 0
+    write_json("{\"e\":\"F32\",", 0);
+    expect_refused("header ending after a comma", "not valid JSON", NULL);
+    write_json("{\"e\": {\"dtype\": \"F32\",  ", 0);  // 24 bytes
+    expect_refused("a 24-byte unfinished header", "not valid JSON", NULL);
 
     // a good file cut short: its last tensor runs past the end
     float v[8] = {0};
@@ -188,6 +199,9 @@ int main(void) {
     test_round_trip();
     test_f16();
     test_bad_files();
+    printf("headers handed to cJSON: %d, not 0-terminated: %d\n", json_parses, json_unterminated);
+    EXPECT(json_parses > 10 && json_unterminated == 0, "%d of the %d headers handed to cJSON were not 0-terminated",
+           json_unterminated, json_parses);
     remove(path);
     rmdir(dir);
     return test_summary("test_safetensors");

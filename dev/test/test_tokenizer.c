@@ -561,6 +561,21 @@ static void test_tiktoken_vocab(const Tokenizer* t, const char* path) {
     memcpy(first, " I!== Ig== ", 11);
     write_file(tmp_path("b64.json"), json, len);
     EXPECT(tiktoken_load_fails(t->name, tmp_path("b64.json"), "base64"), "%s: a token that is not base64", t->name);
+    memcpy(first, " IQ== Ig== ", 11);
+    // the real ranks with another pre-tokenizer pattern: one that compiles but splits numbers into
+    // runs of 4 digits, and one that does not compile (an unknown Unicode property)
+    char* digits = strstr((char*)json, "\\p{N}{1,3}");
+    EXPECT(digits != NULL, "%s: no \\p{N}{1,3} in the pattern of %s", t->name, path);
+    if (digits) {
+        memcpy(digits, "\\p{N}{1,4}", 11);
+        write_file(tmp_path("pat4.json"), json, len);
+        EXPECT(tiktoken_load_fails(t->name, tmp_path("pat4.json"), "\"pat_str\""),
+               "%s: a pattern that splits digits differently", t->name);
+        memcpy(digits, "\\p{Q}{1,3}", 11);
+        write_file(tmp_path("patq.json"), json, len);
+        EXPECT(tiktoken_load_fails(t->name, tmp_path("patq.json"), "\"pat_str\""),
+               "%s: a pattern that does not compile", t->name);
+    }
     free(json);
 }
 

@@ -5,8 +5,11 @@
 # run creates nothing on disk; a bad launch environment or a rendezvous that does not complete is refused
 # naming the variable or the wait; the model family's flags (-model, -size, -encoding) are checked
 # against each other, the defaults of the data follow the encoding, and -resume refuses a checkpoint of
-# the other family, or of another -size or -encoding, naming the file. Prints `test_train_flags: N
-# passed, M failed`.
+# the other family, or of another -size or -encoding, naming the file; -init reads and checks every
+# value (a NaN is refused naming the tensor) before the GPU, and refuses a train_gpt checkpoint with
+# what to do; -out and -export_hf are checked at start-up (a file, a directory of other files, -out
+# itself, GPT-2's tokenizer files missing), creating nothing. Prints `test_train_flags: N passed, M
+# failed`.
 set -u
 cd "$(dirname "$0")/../.."
 source dev/test/testing.sh
@@ -42,11 +45,15 @@ expect_error "unknown flag" 'unknown flag "-nope"' -nope 1
 expect_error "missing value" "flag -b needs a value" -b
 expect_error "not an integer" 'flag -b expects an integer, got "x"' -b x
 expect_error "not a number" 'flag -lr expects a number' -lr fast
-expect_error "bad head" "-head foo: choose fused, blocks, chunks or unfused" -head foo
+expect_error "beyond a float's range" "flag -lr: 1e39 is beyond a float's range (at most 3.4e38 in magnitude)" -lr 1e39
+expect_error "infinite" "flag -lr: inf is infinite: give a finite number" -lr inf
+expect_error "beyond an int's range" "flag -b: 99999999999 is beyond an int's range [-2147483647, 2147483647]" -b 99999999999
+expect_error "negative device" "-device -1: a CUDA device's index, 0 or more" -device -1
+expect_error "bad head" "-head foo: choose fused, staged, blocks, chunks or unfused" -head foo
 expect_error "bad recompute" "-recompute 2: choose 0 or 1" -recompute 2
 expect_error "bad profile" "-profile 2: choose 0 or 1" -profile 2
 expect_error "bad gemm_tune" "-gemm_tune 2: choose 0 or 1" -gemm_tune 2
-expect_error "bad head scratch" "-head_scratch 0" -head_scratch 0
+expect_error "bad head scratch" "-head_scratch -1" -head_scratch -1
 expect_error "bad schedule" "-schedule step: choose cosine or linear" -schedule step
 expect_error "steps 0 without resume" "-steps 0" -steps 0
 expect_error "no train shards" "no shard file matches the pattern nothere/*.bin" -train 'nothere/*.bin'
@@ -88,6 +95,33 @@ for args in "-train nothere/*.bin" "-val_batches 100000" "-beta1 2" "-b 4 -b 8" 
     expect "$args: $tmp/out was created by a refused run" [ ! -e "$tmp/out" ]
 done
 rm -rf "$tmp/out"
+
+# the run's outputs are checked at start-up, before the data (-train nothere/ is not reached) and the GPU,
+# and before any training they would lose: -out a directory it can write in, -export_hf one an export
+# can replace (absent, empty or an earlier export), GPT-2's tokenizer files readable; nothing is created
+: > "$tmp/afile"
+mkdir -p "$tmp/notes"; echo mine > "$tmp/notes/notes.txt"
+nodata=(-train 'nothere/*.bin')
+expect_error "-out a file" "-out $tmp/afile: $tmp/afile exists and is not a directory" -out "$tmp/afile" "${nodata[@]}"
+expect_error "-out under a file" "-out $tmp/afile/run: $tmp/afile exists and is not a directory" \
+    -out "$tmp/afile/run" "${nodata[@]}"
+expect_error "-export_hf a file" "-export_hf $tmp/afile: $tmp/afile exists and is not a directory" \
+    -export_hf "$tmp/afile" -out "$tmp/out" "${nodata[@]}"
+expect_error "-export_hf under a file (llama)" "-export_hf $tmp/afile/hf: cannot create $tmp/afile/hf: $tmp/afile is not a directory" \
+    -model llama -export_hf "$tmp/afile/hf" -out "$tmp/out" "${nodata[@]}"
+expect_error "-export_hf a directory of other files" \
+    "-export_hf $tmp/notes: $tmp/notes holds notes.txt, which no export writes" -export_hf "$tmp/notes" -out "$tmp/out" "${nodata[@]}"
+expect_error "-export_hf the directory of -out" "-export_hf $tmp/out/: the directory of -out" \
+    -export_hf "$tmp/out/" -out "$tmp/out" "${nodata[@]}"
+expect_error "-export_hf without GPT-2's tokenizer files" "-export_hf $tmp/hf: cannot read $tmp/none.bpe" \
+    -export_hf "$tmp/hf" -vocab "$tmp/none.bpe" -sample_tokens 0 -out "$tmp/out" "${nodata[@]}"
+expect "the refused outputs created $tmp/out, $tmp/hf or files in $tmp/notes" \
+    [ ! -e "$tmp/out" -a ! -e "$tmp/hf" -a "$(ls -A "$tmp/notes")" = notes.txt ]
+expect "the refused outputs left a temporary directory: $(ls -A "$tmp")" hasnt "$(ls -A "$tmp")" ".tmp."
+# checked: the run goes on to the data
+expect_error "-export_hf an earlier export's directory" "no shard file matches the pattern nothere/*.bin" \
+    -export_hf "$tmp/hf" -out "$tmp/out" "${nodata[@]}"
+rm -rf "$tmp/notes" "$tmp/afile"
 
 # uint32 shards (make_shards --encoding cl100k_base/o200k_base; llm.c's Llama-3 layout): ids below
 # GPT-2's 50257 load (both loaders pass, then -val_batches is refused); an id >= 50257 is refused at
@@ -202,6 +236,10 @@ done
 st_tensor ln_f.weight 16; st_tensor ln_f.bias 16
 st_write "$tmp/m.safetensors"
 expect_error "-init, no such file" "-init $tmp/none: safetensors $tmp/none: cannot open" -init "$tmp/none"
+expect_error "-init of a train_gpt checkpoint" \
+    "-init $tmp/gpt2.bin: a train_gpt checkpoint, not a model in Hugging Face's layout (safetensors)" -init "$tmp/gpt2.bin"
+expect_error "-init of a train_gpt checkpoint (hint)" "continue its run with -resume $tmp/gpt2.bin, or export it with build/export_hf" \
+    -init "$tmp/gpt2.bin"
 expect_error "-init of a directory without model.safetensors" \
     "-init $tmp: $tmp: a directory with neither model.safetensors nor model.safetensors.index.json" -init "$tmp"
 expect_error "-init, not a GPT-2 size" "a model of 1 layers and 16 channels, not one of GPT-2's sizes" -init "$tmp/m.safetensors"
@@ -262,6 +300,15 @@ expect_error "-init of a Llama model without config.json" "config.json beside it
 # where -val_batches stops it before the GPU
 expect_error "-init of a Llama model sets the encoding" "the val split data/starter/starter_val_" \
     -init "$tmp/l30" -val_batches 100000
+# a NaN among the values (the first of model.embed_tokens.weight, the data section's first 4 bytes):
+# refused before the GPU is touched, naming the tensor and the element, as -resume refuses a checkpoint's
+mkdir -p "$tmp/l30nan"; cp "$tmp/l30/config.json" "$tmp/l30/model.safetensors" "$tmp/l30nan/"
+hlen=$(od -An -tu8 -N8 "$tmp/l30nan/model.safetensors" | tr -d ' ')
+printf '\x00\x00\xc0\x7f' | dd of="$tmp/l30nan/model.safetensors" bs=1 seek=$((8 + hlen)) conv=notrunc status=none
+expect_error "-init of a Llama model with a NaN" \
+    "-init $tmp/l30nan: $tmp/l30nan/model.safetensors: tensor \"model.embed_tokens.weight\": element 0 (row 0, column 0) of 25731584 is nan: not finite" \
+    -init "$tmp/l30nan" -b 4 -t 64
+rm -rf "$tmp/l30nan"
 # the same model split as transformers splits a large one: its file renamed model-00001-of-00001.safetensors,
 # and model.safetensors.index.json mapping every tensor of its header to it
 mkdir -p "$tmp/l30s"; cp "$tmp/l30/config.json" "$tmp/l30s/"

@@ -21,8 +21,9 @@
 // llmc/ptx/sm90_wgmma.cuh's layout contract says. A key or query tile past the end of a sequence reads the
 // next sequence's rows (past the tensor's end: zeros); keys past T are later than every query < T, so the
 // causal mask removes them, and rows past T are not stored (and get lse = +inf, D = 0 in the backward).
-// Not yet: the two consumers taking turns, TMA stores of the outputs (dev/cuda/README.md has the
-// measurements). Backward kernels persistent as the forward were no faster (doc/results.md, Attention).
+// Not done: the two consumers taking turns, TMA stores of the outputs (dev/cuda/README.md). The backward
+// kernels are not persistent: their items differ up to 32-fold in cost at T = 4096, and a fixed share of
+// items per block leaves SMs idle that a plain grid's hardware scheduler keeps busy (doc/log.md).
 #pragma once
 #include "../ptx/sm90_wgmma.cuh"
 #include "flash_attention.cuh"  // the tiles' helpers (fa_pack, fa_store_rows) and the checks

@@ -7,7 +7,7 @@
 //            (m64n64k16), dS = P ∘ (dP − D), dQ += dS·K (K read MN-major); a tile's dS is computed
 //            while the tensor cores run the previous tile's dQ += dS·K, as in the forward
 //   dkdv:    block per (b·NKV + j, 128 keys); query and dO tiles of BQ rows of the group's query heads, in
-//            variant 3's order: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q (dO, Q read MN-major);
+//            the mma.sync kernel's order: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q (dO, Q MN-major);
 //            a tile's Pᵀ and dSᵀ are computed while the tensor cores run the previous tile's dV and dK
 // Both recompute P from the forward's lse; nothing (B, NH, T, T) exists.
 // With bias_partial (GPT-2's qkv bias gradient; not with RoPE), each block also sums the columns of the
@@ -139,8 +139,10 @@ __device__ __forceinline__ void fa90_colsum_rows(float* red, float* out, const f
 // --- kernels ---------------------------------------------------------------------------------
 
 // tq: qkv in 128-row boxes, tk: qkv in 64-row boxes, to: dout in 128-row boxes. BIAS: the column sums
-// into bias_partial (a template parameter, so that kernels without them are built as before they came;
-// with it, the test of bias_partial stays, so that those kernels are built as when they were measured)
+// into bias_partial, a template parameter so that kernels without them carry none of their code (at
+// hs = 128 the kernels sit at 168 registers a thread). The BIAS kernels also test bias_partial, though
+// their launcher never passes NULL: the test is part of the PTX whose speed doc/results.md gives, and
+// ptxas schedules these kernels differently without it, so drop it only with a new timing
 template <int HS, bool ROPE, bool BIAS>
 __global__ void __launch_bounds__(FA90_THREADS, 1)
 fa90_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
@@ -365,7 +367,7 @@ fa90_dkdv_kernel(const __grid_constant__ CUtensorMap tk, const __grid_constant__
     if constexpr (HS == 64) {
         fa90_overlap_loop(stages, Cfg::STAGE, full, empty, nsteps, issue_s, issue_dkdv, compute, pack);
     } else {  // the steps by reference: from this ptxas builds an hs = 128 kernel 17-23% faster than from
-              // copies, where at hs = 64 copies are 2-3% faster (doc/results.md, Attention)
+              // copies, where at hs = 64 copies are 2-3% faster (doc/log.md, the attention backward)
         fa90_overlap_loop<decltype(issue_s)&, decltype(issue_dkdv)&, decltype(compute)&, decltype(pack)&>(
             stages, Cfg::STAGE, full, empty, nsteps, issue_s, issue_dkdv, compute, pack);
     }

@@ -1,9 +1,13 @@
 // atomic_file.h: files that appear whole or not at all. A file is written under <path>.tmp, flushed
 // and fsynced, renamed over <path>, and then its directory is fsynced, so that the rename survives a
 // power cut. A write that fails, or a process killed partway, leaves the previous <path> as it was
-// (and at most a stale .tmp, which the next write replaces). Every file the program writes goes through
-// here: checkpoints and `latest` (checkpoint.h, checkpoint_dir.h), safetensors (safetensors.h) and the
-// Hugging Face exports' JSON and tokenizer files (hf_files.h). Host-only, plain C.
+// (and at most a stale .tmp, which the next write replaces). The temporary file is always a new one:
+// whatever is found under <path>.tmp (a stale temporary, a symlink or hard link planted there) is
+// unlinked, never followed or truncated, and the file is created with O_CREAT|O_EXCL|O_NOFOLLOW.
+// Every file the program writes goes through here: checkpoints and `latest` (checkpoint.h,
+// checkpoint_dir.h), safetensors (safetensors.h), the Hugging Face exports' JSON and tokenizer files
+// (hf_files.h); token shards (shard.h) open their temporary files with atomic_open_tmp. Host-only,
+// plain C.
 #pragma once
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +36,30 @@ static inline int atomic_sync_dir_of(const char* path) {
     return rc;
 }
 
+// Creates the file `tmp` afresh and opens it for writing. An entry already there is unlinked first (a
+// link is removed, not followed: the file it names keeps its bytes), then the file is created with
+// O_CREAT|O_EXCL|O_NOFOLLOW, so the bytes written go only into a file this call made. NULL with errno
+// (EISDIR for a directory there, EEXIST when something reappears there each time).
+static inline FILE* atomic_open_tmp(const char* tmp) {
+    for (int tries = 0; tries < 3; tries++) {
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            FILE* f = fdopen(fd, "wb");
+            if (!f) {
+                int saved = errno;
+                close(fd);
+                unlink(tmp);
+                errno = saved;
+            }
+            return f;
+        }
+        if (errno != EEXIST) return NULL;
+        if (unlink(tmp) != 0 && errno != ENOENT) return NULL;
+    }
+    errno = EEXIST;
+    return NULL;
+}
+
 // Opens <path>.tmp for writing. -1 with errno (ENAMETOOLONG when the path does not fit; a->f NULL).
 static inline int atomic_file_open(AtomicFile* a, const char* path) {
     a->f = NULL;
@@ -41,7 +69,7 @@ static inline int atomic_file_open(AtomicFile* a, const char* path) {
     }
     snprintf(a->path, sizeof(a->path), "%s", path);
     snprintf(a->tmp, sizeof(a->tmp), "%s.tmp", path);
-    a->f = fopen(a->tmp, "wb");
+    a->f = atomic_open_tmp(a->tmp);
     return a->f ? 0 : -1;
 }
 

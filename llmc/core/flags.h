@@ -1,9 +1,11 @@
 // flags.h: host-only. A program's command-line flags as one table (name, type, destination, default,
 // group, help): defaults set, `-name value` pairs parsed with every error named (an unknown flag, a
-// missing value, a flag given twice, a value that is not a number), values formatted back exactly (a
+// missing value, a flag given twice, a value that is not a number or is beyond its type's range), values
+// formatted back exactly (a
 // checkpoint records its run's settings as text) and looked up by name. The program owns the table, its
 // usage text and the checks of the values (train_gpt.cu).
 #pragma once
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,16 +27,28 @@ typedef struct {
 static int flag_set(const Flag* f, const char* text, const char* origin) {
     char* end = NULL;
     if (f->type == FLAG_INT) {
+        errno = 0;
         long v = strtol(text, &end, 10);
-        if (end == text || *end != '\0' || v < -2147483647L || v > 2147483647L) {
+        if (end == text || *end != '\0') {
             fprintf(stderr, "error: flag %s expects an integer, got \"%s\"%s\n", f->name, text, origin);
+            return -1;
+        }
+        if (errno == ERANGE || v < -2147483647L || v > 2147483647L) {
+            fprintf(stderr, "error: flag %s: %s is beyond an int's range [-2147483647, 2147483647]%s\n", f->name, text,
+                    origin);
             return -1;
         }
         *(int*)f->value = (int)v;
     } else if (f->type == FLAG_FLOAT) {
         float v = strtof(text, &end);
-        if (end == text || *end != '\0' || !isfinite(v)) {
+        if (end == text || *end != '\0') {
             fprintf(stderr, "error: flag %s expects a number, got \"%s\"%s\n", f->name, text, origin);
+            return -1;
+        }
+        if (!isfinite(v)) {  // "inf", "nan", or a number too large for a float (strtof gives inf)
+            fprintf(stderr, "error: flag %s: %s is %s%s\n", f->name, text,
+                    isnan(v) ? "not a number (NaN)" : fabsf(v) == INFINITY && strpbrk(text, "iI")
+                    ? "infinite: give a finite number" : "beyond a float's range (at most 3.4e38 in magnitude)", origin);
             return -1;
         }
         *(float*)f->value = v;

@@ -15,7 +15,8 @@
 // Invariants: a batch is a pure function of (shards, B, T, shuffle, seed, global batch index), so
 // the saved position (a few integers) restores exactly the next batch of the uninterrupted run, for
 // any world size; memory is allocated once at init (one shard of tokens, one window order, the batch);
-// a shard is read when the stream first needs it, and each token id is checked against the vocabulary.
+// a shard is read when the stream first needs it, its header checked again then (a shard replaced
+// during the run is refused), and each token id is checked against the vocabulary.
 //
 // Layouts. Shards hold uint16 ids (GPT-2 layout) or uint32 ids (llm.c's Llama-3 layout); see shard.h.
 // All shards of one pattern must have the same layout (init refuses a mix, naming a shard of each).
@@ -42,6 +43,10 @@
 #include "shard.h"
 
 #define DATALOADER_ERR_LEN 4608  // a 4096-byte path and the words around it
+// The stream's length: windows [0, DATALOADER_MAX_WINDOWS), so global batches [0, MAX / B). Every
+// window index the loader computes (global batch * B + row) stays below it, so none overflows; a run
+// of a million steps of a million sequences is 2^40 windows, far inside it.
+#define DATALOADER_MAX_WINDOWS ((int64_t)1 << 62)
 
 typedef struct {
     const char* pattern;  // glob(3) pattern of shard files; copied at init
@@ -247,13 +252,25 @@ static inline int dataloader_init(DataLoader* dl, const DataLoaderConfig* cfg) {
     dl->cfg.pattern = dl->pattern;
     if (dataloader_check_config(dl) != 0 || dataloader_find_shards(dl) != 0) { dataloader_free(dl); return -1; }
     int64_t max_tokens = 0, max_windows = 0;
+    int largest = 0;
     for (int i = 0; i < dl->n_shards; i++) {
-        if (dl->shard_tokens[i] > max_tokens) max_tokens = dl->shard_tokens[i];
+        if (dl->shard_tokens[i] > max_tokens) { max_tokens = dl->shard_tokens[i]; largest = i; }
         if (dl->shard_windows[i] > max_windows) max_windows = dl->shard_windows[i];
     }
     size_t bt = (size_t)dl->cfg.B * dl->cfg.T;
-    dl->tokens = (uint32_t*)malloc_check((size_t)max_tokens * sizeof(uint32_t));
-    dl->window_order = (int32_t*)malloc_check((size_t)max_windows * sizeof(int32_t));
+    // sized by the largest shard's count (< 2^31, backed by data: shard_check_header): when it does not
+    // fit, the shard's size is the cause, not the batch or the model
+    size_t shard_bytes = (size_t)max_tokens * sizeof(uint32_t) + (size_t)max_windows * sizeof(int32_t);
+    dl->tokens = (uint32_t*)malloc((size_t)max_tokens * sizeof(uint32_t));
+    dl->window_order = (int32_t*)malloc((size_t)max_windows * sizeof(int32_t) + 1);
+    if (!dl->tokens || !dl->window_order) {
+        snprintf(dl->err, sizeof(dl->err), "%s holds %lld tokens: the loader keeps one shard in memory as 4-byte "
+                 "ids, %.1f MiB for the largest shard of %s, and that much host memory could not be allocated; free "
+                 "host memory, or cut the data into smaller shards (build/make_shards --shard-tokens N)",
+                 dl->glob.gl_pathv[largest], (long long)max_tokens, (double)shard_bytes / (1 << 20), dl->cfg.pattern);
+        dataloader_free(dl);
+        return -1;
+    }
     dl->shard_order = (int32_t*)malloc_check((size_t)dl->n_shards * sizeof(int32_t));
     dl->order_start = (int64_t*)malloc_check((size_t)(dl->n_shards + 1) * sizeof(int64_t));
     dl->inputs = (int32_t*)malloc_check(bt * sizeof(int32_t));
@@ -266,10 +283,22 @@ static inline int dataloader_init(DataLoader* dl, const DataLoaderConfig* cfg) {
     return 0;
 }
 
+// The last global batch of the stream: (last + 1) * B <= DATALOADER_MAX_WINDOWS.
+static inline int64_t dataloader_last_batch(const DataLoader* dl) {
+    return DATALOADER_MAX_WINDOWS / dl->cfg.B - 1;
+}
+
 // Fills dl->inputs and dl->targets with this rank's next batch. Returns 0, or -1 when a shard the
-// stream reached is unreadable or holds a token id >= vocab_size (the message names it).
+// stream reached is unreadable or holds a token id >= vocab_size (the message names it), or when the
+// stream has no batch left (after DATALOADER_MAX_WINDOWS windows).
 static inline int dataloader_next_batch(DataLoader* dl) {
     int B = dl->cfg.B, T = dl->cfg.T;
+    if (dl->next_global > dataloader_last_batch(dl)) {
+        snprintf(dl->err, sizeof(dl->err), "the data stream of %s ends at global batch %lld (2^62 windows of B=%d); "
+                 "global batch %lld is past it", dl->cfg.pattern, (long long)dataloader_last_batch(dl), B,
+                 (long long)dl->next_global);
+        return -1;
+    }
     int64_t s0 = dl->next_global * B;
     for (int b = 0; b < B; b++) {
         const uint32_t* window;
@@ -311,7 +340,9 @@ static inline DataLoaderPosition dataloader_save(const DataLoader* dl) {
 }
 
 // Continues the stream of `pos` (saved by any rank, with any world size). Refuses a position saved
-// for another stream, since its batches would not be the ones the interrupted run would have seen.
+// for another stream, since its batches would not be the ones the interrupted run would have seen,
+// and a global batch outside the stream (negative, or one where some rank would have no batch left):
+// the checkpoint's position is data, checked before it indexes anything.
 static inline int dataloader_restore(DataLoader* dl, const DataLoaderPosition* pos) {
     const char* what = NULL;
     long long saved = 0, now = 0;
@@ -327,8 +358,15 @@ static inline int dataloader_restore(DataLoader* dl, const DataLoaderPosition* p
                  "resume with the same shards, batch size, sequence length and seed", dl->pattern, what, saved, now);
         return -1;
     }
-    if (pos->global_batch < 0)
-        return dataloader_fail(dl, "cannot resume the data stream: negative batch index (corrupt checkpoint?)");
+    // every rank must have a batch left: global_batch + world_size - 1 <= last, without overflow
+    int64_t max_batch = dataloader_last_batch(dl) - (dl->cfg.world_size - 1);
+    if (pos->global_batch < 0 || pos->global_batch > max_batch) {
+        snprintf(dl->err, sizeof(dl->err), "cannot resume the data stream of %s: the checkpoint's data position, "
+                 "global batch %lld, is outside [0, %lld] (the stream's 2^62 windows at B=%d over %d rank(s)): the "
+                 "checkpoint is corrupt or was not written by this program; resume from another checkpoint",
+                 dl->pattern, (long long)pos->global_batch, (long long)max_batch, dl->cfg.B, dl->cfg.world_size);
+        return -1;
+    }
     if (dataloader_prefetch(dl, pos->global_batch + dl->cfg.rank) != 0) return -1;
     dl->next_global = pos->global_batch + dl->cfg.rank;
     return 0;

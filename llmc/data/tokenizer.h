@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "../core/check.h"
 
 #define TOKENIZER_GPT2_MERGES 50000
@@ -92,11 +93,18 @@ static inline void tokenizer_lookup_insert(Tokenizer* t, int id) {
 }
 
 // Reads a whole file ("-" is stdin) into a malloc'd buffer (NUL-terminated, not counted in *len).
-// Returns NULL with a message naming the file in `err` when it cannot be opened or read.
+// Returns NULL with a message naming the file in `err` when it cannot be opened or read (a directory
+// is named as one).
 static inline unsigned char* tokenizer_read_file(const char* path, size_t* len, char* err, size_t errlen) {
     int is_stdin = strcmp(path, "-") == 0;
     FILE* f = is_stdin ? stdin : fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: a directory, not a text file; give the files in it (for example DIR/*.txt)", path);
+        if (!is_stdin) fclose(f);
+        return NULL;
+    }
     size_t cap = 1 << 16, n = 0;
     unsigned char* buf = (unsigned char*)malloc_check(cap);
     for (;;) {
@@ -105,9 +113,13 @@ static inline unsigned char* tokenizer_read_file(const char* path, size_t* len, 
         n += got;
         if (got == 0) break;
     }
-    int failed = ferror(f);
+    int failed = ferror(f), saved = errno;
     if (!is_stdin) fclose(f);
-    if (failed) { snprintf(err, errlen, "%s: read error", path); free(buf); return NULL; }
+    if (failed) {
+        snprintf(err, errlen, "%s: read error: %s", path, strerror(saved));
+        free(buf);
+        return NULL;
+    }
     buf[n] = 0;
     *len = n;
     return buf;

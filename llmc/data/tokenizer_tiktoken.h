@@ -3,7 +3,8 @@
 // choice of an encoding by name. Host-only, no PCRE2.
 //
 // An encoder file is one JSON object with three members:
-//   "pat_str":        the pre-tokenizer regex (tokenizer_encode.h compiles it with PCRE2);
+//   "pat_str":        the pre-tokenizer regex (tokenizer_encode.h compiles it with PCRE2), which
+//                     must be the encoding's (TIKTOKEN_*_PATTERN below; another is refused);
 //   "special_tokens": {"<|endoftext|>": 100257, ...}: the special tokens and their ids;
 //   "bpe_ranks":      lines "! OFFSET TOKEN TOKEN ...", each TOKEN the base64 of the token's raw bytes,
 //                     its rank OFFSET + its position on the line. The file holds one line from 0.
@@ -27,14 +28,28 @@
 
 typedef struct {
     const char* name;
-    const char* path;  // where `make data` / `make data-tiktoken` put the file
+    const char* path;     // where `make data` / `make data-tiktoken` put the file
     int n_ranks, vocab_size, eot_id;
+    const char* pattern;  // the file's "pat_str", which must be exactly this; NULL: built in (gpt2)
 } TokenizerEncoding;
 
+// tiktoken's pre-tokenizer patterns (the "pat_str" of the files that data/fetch_tiktoken.sh pins by
+// sha256): a file whose ranks are right but whose pattern differs would split text differently, so
+// give other ids than tiktoken, or not compile.
+#define TIKTOKEN_CL100K_PATTERN                                                                     \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define TIKTOKEN_O200K_PATTERN                                                                      \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"         \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"                                                                 \
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"        \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"                                                                 \
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
 static const TokenizerEncoding tokenizer_encodings[] = {
-    {"gpt2", "data/gpt2/vocab.bpe", 50256, 50257, 50256},
-    {"cl100k_base", "data/tiktoken/cl100k_base.json", 100256, 100277, 100257},
-    {"o200k_base", "data/tiktoken/o200k_base.json", 199998, 200019, 199999},
+    {"gpt2", "data/gpt2/vocab.bpe", 50256, 50257, 50256, NULL},
+    {"cl100k_base", "data/tiktoken/cl100k_base.json", 100256, 100277, 100257, TIKTOKEN_CL100K_PATTERN},
+    {"o200k_base", "data/tiktoken/o200k_base.json", 199998, 200019, 199999, TIKTOKEN_O200K_PATTERN},
 };
 #define TOKENIZER_N_ENCODINGS ((int)(sizeof(tokenizer_encodings) / sizeof(tokenizer_encodings[0])))
 #define TOKENIZER_ENCODING_NAMES "gpt2, cl100k_base, o200k_base"
@@ -127,6 +142,26 @@ static inline int tokenizer_load_tiktoken(Tokenizer* t, const char* name, const 
     if (!cJSON_IsString(pat) || !cJSON_IsObject(special) || !cJSON_IsString(ranks_j)) {
         why = "no \"pat_str\", \"special_tokens\" or \"bpe_ranks\" member: not a tiktoken encoder file";
         goto fail;
+    }
+    {
+        const TokenizerEncoding* enc = tokenizer_find_encoding(name);
+        if (enc && enc->pattern && strcmp(pat->valuestring, enc->pattern) != 0) {
+            const char* other = NULL;
+            for (int k = 0; k < TOKENIZER_N_ENCODINGS; k++)
+                if (tokenizer_encodings[k].pattern && !strcmp(pat->valuestring, tokenizer_encodings[k].pattern))
+                    other = tokenizer_encodings[k].name;
+            if (other)
+                snprintf(err, errlen, "%s: \"pat_str\" is %s's pre-tokenizer pattern, not %s's: the file of another "
+                         "encoding? run `make data-tiktoken` and pass the matching file", path, other, name);
+            else
+                snprintf(err, errlen, "%s: \"pat_str\" is not %s's pre-tokenizer pattern (the file is damaged or "
+                         "edited: its pattern would split text differently from tiktoken, or not compile); %s", path,
+                         name, fix);
+            cJSON_Delete(root);
+            free(s);
+            tokenizer_free(t);
+            return -1;
+        }
     }
     t->pattern = (char*)malloc_check(strlen(pat->valuestring) + 1);
     strcpy(t->pattern, pat->valuestring);

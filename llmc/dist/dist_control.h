@@ -266,7 +266,7 @@ static inline void dist_control_fail(DistControl* c, const char* msg) {
     dist_link_send_fail(c->link, c->rank, text, -1);
 }
 
-// The stderr stream with the tail, the exit hook and the crash handlers of llmc/dist_report.h.
+// The stderr stream with the tail, the exit hook and the crash handlers of llmc/dist/dist_report.h.
 static inline void dist_control_report_failures(DistControl* c) {
     if (c->world == 1 || !c->link || c->reporting) return;
     c->reporting = 1;

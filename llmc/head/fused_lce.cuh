@@ -6,9 +6,14 @@
 //   blocks   rows x vocabulary in two-dimensional blocks (fused_lce_blocks.cuh): dW swept once per
 //            ~thousands of rows, for a second logits GEMM (4F); on Hopper the logits never leave the
 //            tensor cores (fused_lce_sm90.cuh)
+//   staged   (Hopper) tokens in chunks whose bf16 exponentials the logits GEMM stages in the scratch,
+//            the gradient's row factors applied around cuBLASLt's dx and dW GEMMs (fused_lce_staged.cuh):
+//            3F, no pass over the chunk between the GEMMs
 //   unfused  the baseline the fused head is measured against: bf16 logits of all N rows at once
-//   auto     blocks while a chunk would hold fewer than FLCE_CHUNK_ROWS_MIN rows and not all of them,
-//            else chunks (what the trainer uses)
+//   auto     staged where it runs (sm_90a build on Hopper, C % 64 == 0, not soft-capping with label
+//            smoothing) and a chunk holds at least FLCE_STAGED_ROWS_MIN rows or all of them; else blocks
+//            while a chunk of fp32 logits would hold fewer than FLCE_CHUNK_ROWS_MIN rows and not all of
+//            them, else chunks (what the trainer uses)
 // Loss-only calls (eval) go through a fused forward that keeps only three floats per row and vocab split
 // (fused_lce_sm90.cuh on Hopper, fused_lce_sm80_forward.cuh elsewhere) when C % 64 == 0: F of work,
 // no logits in memory at all.
@@ -27,11 +32,15 @@
 #include "fused_lce_blocks.cuh"
 #include "fused_lce_sm80_forward.cuh"
 #include "fused_lce_sm90.cuh"
+#include "fused_lce_staged.cuh"
 
 #define FLCE_DEFAULT_SCRATCH (64u << 20)
 #define FLCE_CHUNK_ROWS_MIN 512  // auto: chunks from this many rows on (below, the blocks measured faster)
+#define FLCE_STAGED_ROWS_MIN 2048  // auto: staged from this many rows a chunk on (below, dW's sweep per chunk
+                                   // costs more than the blocks' second logits GEMM)
+#define FLCE_STAGED_AUTO_CAP ((size_t)1 << 30)  // scratch 0: the staged chunks take at most this
 
-typedef enum { FLCE_PATH_AUTO = 0, FLCE_PATH_CHUNKS, FLCE_PATH_BLOCKS, FLCE_PATH_UNFUSED } FlcePath;
+typedef enum { FLCE_PATH_AUTO = 0, FLCE_PATH_CHUNKS, FLCE_PATH_BLOCKS, FLCE_PATH_UNFUSED, FLCE_PATH_STAGED } FlcePath;
 
 // FlceConfig.fallbacks: force on this GPU what other GPUs or shapes run (for the tests)
 #define FLCE_NO_SM90 1u            // no Hopper kernels: the mma.sync forward, the blocks' own pass 1
@@ -40,7 +49,7 @@ typedef enum { FLCE_PATH_AUTO = 0, FLCE_PATH_CHUNKS, FLCE_PATH_BLOCKS, FLCE_PATH
 
 typedef struct FusedLce FusedLce;
 
-// Experiments reach into the head only through these (the playground's variants 3, 4 and 6,
+// Experiments reach into the head only through these (the playground's fused backward and own GEMMs,
 // dev/cuda/fused_lce_variants.cuh); production code passes none.
 typedef struct {
     // replaces the training and the recomputing backward (path chunks: its buffer is the hook's scratch)
@@ -55,7 +64,8 @@ typedef struct {
     int max_n, C, V, Vp;     // rows per call at most; channels; vocabulary, padded (W has Vp rows)
     FlceOptions opt;         // ignore_index, z-loss, soft-capping, label smoothing
     FlcePath path;
-    size_t scratch;          // bytes the fused head may add beyond inputs and gradients (0: FLCE_DEFAULT_SCRATCH)
+    size_t scratch;          // bytes the fused head may add beyond inputs and gradients (0: sized by the build,
+                             // flce_auto_budget; FLCE_DEFAULT_SCRATCH for the blocks and chunks)
     int vocab_block_max;     // path blocks: the widest vocab block (0: flce_plan_vocab_max)
     unsigned fallbacks;      // FLCE_NO_*, or 0
     const FlceHooks* hooks;  // NULL, or an experiment's
@@ -78,6 +88,7 @@ struct FusedLce {
     int fused_forward;     // loss-only calls through the fused forward (sm90 or sm80)
     FlceChunks chunks;     // path chunks or unfused
     FlceBlocks blk;        // path blocks, carved from `buf`
+    FlceStaged staged;     // path staged
     void* buf;             // (blocks_bytes) the blocks' buffer
     float* part;           // (part_floats) per-split row statistics of the fused forward
     size_t part_floats;
@@ -130,7 +141,23 @@ __global__ void flce_mean_kernel(float* loss, const float* loss_rows, const int*
 
 static inline const char* flce_path_name(int path) {
     return path == FLCE_PATH_CHUNKS ? "chunks" : path == FLCE_PATH_BLOCKS ? "blocks"
-         : path == FLCE_PATH_UNFUSED ? "unfused" : "auto";
+         : path == FLCE_PATH_UNFUSED ? "unfused" : path == FLCE_PATH_STAGED ? "staged" : "auto";
+}
+
+// The staged path's budget when the caller leaves it to the build (scratch 0): chunks that hold at
+// most a quarter of what the unfused head's logits would take (max_n·Vp·2 bytes), but at least
+// FLCE_STAGED_ROWS_MIN rows (or all of them): with four chunks or more dW's sweeps cost about what their
+// launches do. Within FLCE_STAGED_AUTO_CAP and a quarter of the GPU's free memory.
+static inline size_t flce_auto_budget(int max_n, int C, int Vp) {
+    size_t rb = flce_staged_row_bytes(C, Vp);
+    size_t rows = (size_t)max_n * Vp * 2 / 4 / rb;
+    if (rows < FLCE_STAGED_ROWS_MIN) rows = FLCE_STAGED_ROWS_MIN;
+    if (rows > (size_t)max_n) rows = (size_t)ceil_div(max_n, FLCE_STAGED_ROW_ALIGN) * FLCE_STAGED_ROW_ALIGN;
+    size_t want = rows * rb + (size_t)max_n * 4 + (size_t)C * 4 * (FLCE_WMEAN_SPLITS + 1) + 256;
+    size_t free_b, total_b;
+    cuda_check(cudaMemGetInfo(&free_b, &total_b));
+    size_t b = want < FLCE_STAGED_AUTO_CAP ? want : FLCE_STAGED_AUTO_CAP;
+    return b < free_b / 4 ? b : free_b / 4;
 }
 
 // Sizes and allocates everything for calls of up to cfg->max_n rows; exits with a message on a bad
@@ -148,12 +175,26 @@ static inline void fused_lce_build(FusedLce* h, const FlceConfig* cfg) {
                 opt.softcap, opt.z_loss, opt.label_smoothing);
         exit(EXIT_FAILURE);
     }
-    if ((int)cfg->path < FLCE_PATH_AUTO || (int)cfg->path > FLCE_PATH_UNFUSED || cfg->vocab_block_max < 0)
-        check_fail("fused_lce_build: bad path or vocab_block_max", "path: auto, chunks, blocks or unfused; vocab_block_max >= 0");
+    if ((int)cfg->path < FLCE_PATH_AUTO || (int)cfg->path > FLCE_PATH_STAGED || cfg->vocab_block_max < 0)
+        check_fail("fused_lce_build: bad path or vocab_block_max",
+                   "path: auto, chunks, blocks, unfused or staged; vocab_block_max >= 0");
     memset(h, 0, sizeof(*h));
     h->cfg = *cfg;
     h->budget = cfg->scratch ? cfg->scratch : FLCE_DEFAULT_SCRATCH;
     int path = cfg->path;
+    int staged_ok = C % WG_BK == 0 && !(cfg->fallbacks & FLCE_NO_SM90) && !(opt.softcap > 0.0f && opt.label_smoothing > 0.0f)
+                    && !(cfg->hooks) && flce_wgmma_available();
+    size_t staged_budget = !staged_ok ? 0 : cfg->scratch ? cfg->scratch : flce_auto_budget(max_n, C, Vp);
+    int staged_rows = staged_ok ? flce_staged_rows(max_n, C, Vp, staged_budget) : 0;
+    if (path == FLCE_PATH_STAGED && !staged_rows) {
+        fprintf(stderr, "error: fused_lce_build: path staged cannot run here (C = %d, Vp = %d, budget %zu bytes)\n"
+                "  hint: it needs an sm_90a build on a Hopper GPU, C %% 64 == 0, no hooks, not soft-capping with label "
+                "smoothing, and a budget of at least %d rows\n", C, Vp, staged_budget, FLCE_STAGED_ROW_ALIGN);
+        exit(EXIT_FAILURE);
+    }
+    if (path == FLCE_PATH_AUTO && staged_rows && (staged_rows >= FLCE_STAGED_ROWS_MIN || staged_rows >= max_n))
+        path = FLCE_PATH_STAGED;
+    if (path == FLCE_PATH_STAGED) h->budget = staged_budget;
     if (path == FLCE_PATH_AUTO) {
         size_t rows = h->budget / ((size_t)Vp * sizeof(float)) / 16 * 16;  // a chunk's rows
         path = rows < FLCE_CHUNK_ROWS_MIN && rows < (size_t)max_n ? FLCE_PATH_BLOCKS : FLCE_PATH_CHUNKS;
@@ -168,7 +209,11 @@ static inline void fused_lce_build(FusedLce* h, const FlceConfig* cfg) {
     h->sm90 = path != FLCE_PATH_UNFUSED && C % WG_BK == 0 && !(cfg->fallbacks & FLCE_NO_SM90) && flce_wgmma_available();
     if (h->sm90) flce_wgmma_setup();
     size_t bytes = 0;
-    if (path == FLCE_PATH_BLOCKS) {
+    if (path == FLCE_PATH_STAGED) {
+        h->fused_forward = 1;  // loss-only calls: the wgmma forward
+        h->part_floats = flce_wgmma_part_floats(max_n, V, sms);
+        bytes = flce_staged_build(&h->staged, staged_rows, max_n, C, Vp);
+    } else if (path == FLCE_PATH_BLOCKS) {
         // loss-only calls and the lse of training: the sm90 forward, else the blocks' own pass 1
         h->fused_forward = h->sm90;
         h->part_floats = h->sm90 ? flce_wgmma_part_floats(max_n, V, sms) : 0;
@@ -211,7 +256,9 @@ static inline void fused_lce_build(FusedLce* h, const FlceConfig* cfg) {
 }
 
 static inline void fused_lce_free(FusedLce* h) {
-    if (h->cfg.path == FLCE_PATH_BLOCKS) {
+    if (h->cfg.path == FLCE_PATH_STAGED) {
+        flce_staged_free(&h->staged);
+    } else if (h->cfg.path == FLCE_PATH_BLOCKS) {
         flce_blocks_free(&h->blk);
         cuda_check(cudaFree(h->buf));
     } else {
@@ -257,7 +304,11 @@ static void flce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, 
                      const bf16* W, const int* targets, int N, const GpuContext* ctx) {
     const FlceConfig* c = &h->cfg;
     flce_begin(h, targets, N, ctx);
-    if (c->path == FLCE_PATH_BLOCKS) {
+    if (c->path == FLCE_PATH_STAGED) {
+        if (dx) flce_staged_run(&h->staged, h->loss_rows, h->lse, dx, dW, dloss_rows, dloss, h->n_valid, x, W, targets,
+                                N, c->C, c->V, c->Vp, c->opt, ctx);
+        else flce_fused_forward(h, x, W, targets, N, ctx);
+    } else if (c->path == FLCE_PATH_BLOCKS) {
         if (h->sm90) flce_fused_forward(h, x, W, targets, N, ctx);  // the lse of every row first
         if (dx || !h->sm90)
             flce_blocks_run(&h->blk, h->loss_rows, h->lse, dx, dW, dloss_rows, dloss, h->n_valid, x, W, targets, N,
@@ -290,6 +341,21 @@ static inline void fused_lce_backward(FusedLce* h, bf16* dx, float* dW, const fl
                                       const bf16* W, const int* targets, int N, const GpuContext* ctx) {
     if (h->cfg.hooks && h->cfg.hooks->backward) h->cfg.hooks->backward(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
     else flce_run(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
+}
+
+// One line for a config table: the path, its layout and the memory it holds (scratch and per-row floats)
+static inline void fused_lce_describe(const FusedLce* h, char* buf, size_t len) {
+    double mib = (double)(h->scratch_bytes + 2 * (size_t)h->cfg.max_n * sizeof(float)) / (1 << 20);
+    switch (h->cfg.path) {
+    case FLCE_PATH_STAGED:
+        snprintf(buf, len, "fused, staged: chunks of %d rows, %.1f MiB", h->staged.rows, mib); break;
+    case FLCE_PATH_BLOCKS:
+        snprintf(buf, len, "fused, blocks of %d rows x %d vocab columns, %.1f MiB", h->blk.nb, h->blk.vb, mib); break;
+    case FLCE_PATH_CHUNKS:
+        snprintf(buf, len, "fused, chunks of %d rows of fp32 logits, %.1f MiB", h->chunks.rows, mib); break;
+    default:
+        snprintf(buf, len, "unfused: bf16 logits of all %d rows, %.1f MiB", h->cfg.max_n, mib); break;
+    }
 }
 
 // The first row whose target was outside [0, V) and not ignore_index, since the build; -1 if none.

@@ -57,7 +57,7 @@ static inline double flce_plan_cost(int nb, int vb, int max_n, int C, int V, int
 // block of `bytes` (max_n rounded up to 16): fewer, fuller launches, G still in the L2 (never narrower than
 // FLCE_BLOCK_VOCAB, so a budget that holds blocks of that width still holds the layout). At 1024 x 768 x
 // 50257 the layout then takes 6 blocks of 8448 columns (G 17 MB, within the 50 MB L2); wider blocks (2 of
-// 25k: G 52 MB) measured slower again (dev/cuda/fused_lce_log.md).
+// 25k: G 52 MB) are slower, G no longer fitting the L2 (dev/cuda/fused_lce_log.md).
 #define FLCE_BLOCK_VOCAB 4096
 #define FLCE_BLOCK_G_FEW (20 << 20)
 static inline int flce_plan_vocab_max(int max_n, size_t bytes, int C, int wgmma) {

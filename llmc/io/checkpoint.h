@@ -2,13 +2,13 @@
 // included at the end) its checking reader. The
 // checkpoint directory (file names, the `latest` marker, keeping the last K) is llmc/io/checkpoint_dir.h;
 // the GPU side (copying a model's optimizer state in and out) is llmc/io/optim_checkpoint.cuh, used by
-// llmc/io/gpt_checkpoint.cuh and llmc/llama_checkpoint.cuh.
+// llmc/io/gpt_checkpoint.cuh and llmc/io/llama_checkpoint.cuh.
 //
 // The file, ckpt_<step, 8 digits>.bin, all little-endian:
 //   int32 header[256]  [0] magic 20251202, [1] version 2,
 //                      [2] layers L, [3] channels C, [4] heads NH, [5] vocab V, [6] padded vocab Vp,
 //                      [7] max sequence length, [8..9] number of parameters P (int64),
-//                      [10..11] optimizer steps completed (int64), [12..13] the sampler's RNG state (uint64),
+//                      [10..11] optimizer steps completed (int64, at most CHECKPOINT_MAX_STEP), [12..13] the sampler's RNG state (uint64),
 //                      [14..25] the train stream's DataLoaderPosition: global batch, total windows, seed,
 //                               B, T, shuffle (6 x int64),
 //                      [26] bytes of the settings text S, [27] tensors that follow (3),
@@ -19,8 +19,8 @@
 //   char settings[S]   the run's flags as text ("-depth 6 -lr 0.001 ..."), zero-padded to a multiple of 4
 //   float master[P], m[P], v[P]   fp32 master weights, AdamW first and second moments, in the model's
 //                      parameter order (llmc/model/gpt_config.h, llmc/model/llama_config.h)
-// Slots 29..35 were 0 in every checkpoint written before the Llama-style family existed, so those read
-// as GPT-2 with no change of version; a GPT-2 file's bytes are what they were.
+// GPT-2 (family 0) leaves slots 29..35 at 0, as every unused slot, so a GPT-2 checkpoint's bytes do not
+// depend on the Llama-style fields, and a version 2 header whose slots 29..35 are 0 reads as GPT-2.
 // The bf16 parameters are not stored: they are the master's high halves (llmc/optim/master_split.h: nearest,
 // ties away from zero) after every update, so they are rederived exactly. Gradients and activations
 // are not state: every step starts by clearing them.
@@ -32,7 +32,7 @@
 // complete checkpoint. Readers check magic, version, every size and the file size; before anything is
 // loaded, checkpoint_reader_verify reads the tensors once to check the checksum and that every value is
 // finite (and every v >= 0), so a damaged file is refused before the GPU is touched.
-// Version 1 (before 2026-12-04: no checksum, slot 28 is 0) is still read, without the checksum check.
+// Version 1 (no checksum, slot 28 is 0) is still read, without the checksum check.
 //
 // Test hook (never set in normal use): LLMC_TEST_CKPT_FAIL_AFTER=N makes every writer fail with ENOSPC
 // once N bytes of the file are written, and N:kill makes the process SIGKILL itself there instead:
@@ -63,6 +63,10 @@
 #define CHECKPOINT_HEADER_BYTES (CHECKPOINT_HEADER_INTS * (int)sizeof(int32_t))
 #define CHECKPOINT_TENSORS 3          // master, m, v
 #define CHECKPOINT_SETTINGS_MAX 2048  // bytes of the settings text, with its terminating 0
+// The most steps a checkpoint can be at: train_gpt's -steps is an int, so no run gets further. The reader
+// refuses a step outside [0, CHECKPOINT_MAX_STEP] (and the writer will not write one), so a step always
+// fits an int where one is needed (the learning-rate schedule, AdamW's bias correction).
+#define CHECKPOINT_MAX_STEP ((int64_t)2147483647)
 #define CHECKPOINT_ERR_LEN 4608
 #define CHECKPOINT_PATH_LEN 4096
 
@@ -146,7 +150,7 @@ static inline void checkpoint_pack_header(int32_t h[CHECKPOINT_HEADER_INTS], con
     for (int i = 0; i < 6; i++) checkpoint_put64(h, CKPT_H_DATA + 2 * i, data[i]);
     h[CKPT_H_SETTINGS_BYTES] = settings_bytes;
     h[CKPT_H_TENSORS] = CHECKPOINT_TENSORS;
-    if (s->model.family != CHECKPOINT_FAMILY_GPT2) {  // GPT-2 leaves slots 29.. as they always were: 0
+    if (s->model.family != CHECKPOINT_FAMILY_GPT2) {  // GPT-2 leaves slots 29.. at 0
         h[CKPT_H_FAMILY] = s->model.family;
         h[CKPT_H_KV_HEADS] = s->model.num_kv_heads;
         h[CKPT_H_FFN_HIDDEN] = s->model.ffn_hidden;
@@ -224,6 +228,11 @@ static inline int checkpoint_writer_open(CheckpointWriter* w, const char* path, 
     if (settings_bytes >= sizeof(s->settings)) {
         snprintf(w->err, sizeof(w->err), "checkpoint %s: the settings text is not terminated within %d bytes",
                  path, CHECKPOINT_SETTINGS_MAX);
+        return -1;
+    }
+    if (s->step < 0 || s->step > CHECKPOINT_MAX_STEP) {
+        snprintf(w->err, sizeof(w->err), "checkpoint %s: step %lld is outside [0, %lld], the steps a run can take",
+                 path, (long long)s->step, (long long)CHECKPOINT_MAX_STEP);
         return -1;
     }
     const char* hook = getenv("LLMC_TEST_CKPT_FAIL_AFTER");

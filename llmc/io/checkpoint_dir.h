@@ -1,7 +1,7 @@
 // checkpoint_dir.h: host-only. The checkpoint directory of a run: file names ckpt_<step, 8 digits>.bin,
 // the `latest` marker (the newest complete checkpoint's file name, one line, replaced atomically after
 // the checkpoint itself is complete), resolving what -resume names, and deleting all but the last K.
-// The file format and its writer and reader are llmc/checkpoint.h. Errors as there: 0, or -1 with a
+// The file format and its writer and reader are llmc/io/checkpoint.h. Errors as there: 0, or -1 with a
 // message in `err` naming the file and what to do.
 #pragma once
 #include <dirent.h>
@@ -44,6 +44,42 @@ static inline int checkpoint_make_dir(const char* dir, char* err, size_t errlen)
             *s = c;
             if (c == '\0') break;
         }
+    }
+    return 0;
+}
+
+// Whether checkpoint_make_dir(dir) would succeed, without creating anything: dir is a directory this
+// process may write in, or is absent and its nearest existing ancestor is one. How the trainer checks
+// -out at start-up, before any work it would lose.
+static inline int checkpoint_check_dir(const char* dir, char* err, size_t errlen) {
+    char p[CHECKPOINT_PATH_LEN];
+    if (!dir[0] || snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p)) {
+        snprintf(err, errlen, "an empty or too long path");
+        return -1;
+    }
+    struct stat st;
+    for (;;) {  // p: dir, then its parents, until one exists
+        if (stat(p, &st) == 0) break;
+        if (errno != ENOENT && errno != ENOTDIR) {
+            snprintf(err, errlen, "cannot create %.1500s: %.1500s: %s", dir, p, strerror(errno));
+            return -1;
+        }
+        char* slash = strrchr(p, '/');
+        while (slash && slash > p && slash[1] == '\0') {  // a trailing slash: the name before it
+            *slash = '\0';
+            slash = strrchr(p, '/');
+        }
+        if (!slash) snprintf(p, sizeof(p), ".");
+        else if (slash == p) p[1] = '\0';
+        else *slash = '\0';
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%.1500s exists and is not a directory", p);
+        return -1;
+    }
+    if (access(p, W_OK | X_OK) != 0) {
+        snprintf(err, errlen, "cannot write in %.1500s: %s", p, strerror(errno));
+        return -1;
     }
     return 0;
 }

@@ -14,8 +14,14 @@ typedef struct {
     uint32_t crc_stored;    // the header's checksum (version 2)
     uint32_t crc_head;      // crc32 of the header (checksum slot as 0) and the settings: where the tensors' starts
     int64_t tensors_at;     // file offset of the first tensor
+    const char* advice;     // what to do about a bad file, for messages; NULL: the trainer's (-resume ...)
     char err[CHECKPOINT_ERR_LEN];
 } CheckpointReader;
+
+// What a message advises for a bad file: the reader's own advice, or the trainer's text.
+static inline const char* checkpoint_advice(const CheckpointReader* r, const char* trainer_text) {
+    return r->advice ? r->advice : trainer_text;
+}
 
 static inline int checkpoint_reader_fail(CheckpointReader* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 static inline int checkpoint_reader_fail(CheckpointReader* r, const char* fmt, ...) {
@@ -38,11 +44,14 @@ static inline const char* checkpoint_what_magic(int32_t magic) {
 
 // Opens a checkpoint and checks magic, version, the header's own consistency and the file size; fills
 // r->state. The model sizes are checked by checkpoint_check_model, once the caller has its model.
-static inline int checkpoint_reader_open(CheckpointReader* r, const char* path) {
+// advice: what the messages tell the user to do about a bad file (NULL: pass another checkpoint to
+// -resume, the trainer's); it must outlive r.
+static inline int checkpoint_reader_open_advising(CheckpointReader* r, const char* path, const char* advice) {
     memset(r, 0, sizeof(*r));
     snprintf(r->path, sizeof(r->path), "%s", path);
-    const char* fix = "pass another checkpoint to -resume (the previous one of its directory, or `latest`), "
-                      "or start without -resume";
+    r->advice = advice;
+    const char* fix = checkpoint_advice(r, "pass another checkpoint to -resume (the previous one of its directory, or "
+                                        "`latest`), or start without -resume");
     r->f = fopen(path, "rb");
     if (!r->f) return checkpoint_reader_fail(r, "cannot open: %s; %s", strerror(errno), fix);
     int32_t h[CHECKPOINT_HEADER_INTS];
@@ -56,8 +65,9 @@ static inline int checkpoint_reader_open(CheckpointReader* r, const char* path) 
         return checkpoint_reader_fail(r, "magic %d, expected %d: %s; %s", h[CKPT_H_MAGIC], CHECKPOINT_MAGIC,
                                       checkpoint_what_magic(h[CKPT_H_MAGIC]), fix);
     if (h[CKPT_H_VERSION] != 1 && h[CKPT_H_VERSION] != CHECKPOINT_VERSION)
-        return checkpoint_reader_fail(r, "format version %d, this program reads versions 1 and %d: resume it with the "
-                                      "train_gpt that wrote it, or start without -resume", h[CKPT_H_VERSION], CHECKPOINT_VERSION);
+        return checkpoint_reader_fail(r, "format version %d, this program reads versions 1 and %d: %s", h[CKPT_H_VERSION],
+                                      CHECKPOINT_VERSION, checkpoint_advice(r, "resume it with the train_gpt that wrote "
+                                      "it, or start without -resume"));
     r->version = h[CKPT_H_VERSION];
     r->crc_stored = (uint32_t)h[CKPT_H_CRC];
     h[CKPT_H_CRC] = 0;
@@ -65,10 +75,12 @@ static inline int checkpoint_reader_open(CheckpointReader* r, const char* path) 
     checkpoint_unpack_header(&r->state, h);
     int32_t settings_bytes = h[CKPT_H_SETTINGS_BYTES], tensors = h[CKPT_H_TENSORS];
     if (settings_bytes < 0 || settings_bytes >= CHECKPOINT_SETTINGS_MAX || tensors != CHECKPOINT_TENSORS ||
-        r->state.model.num_params <= 0 || r->state.model.num_params > ((int64_t)1 << 40) || r->state.step < 0)
-        return checkpoint_reader_fail(r, "corrupt header (settings %d bytes, %d tensors, %lld parameters, step %lld); %s",
-                                      settings_bytes, tensors, (long long)r->state.model.num_params,
-                                      (long long)r->state.step, fix);
+        r->state.model.num_params <= 0 || r->state.model.num_params > ((int64_t)1 << 40))
+        return checkpoint_reader_fail(r, "corrupt header (settings %d bytes, %d tensors, %lld parameters); %s",
+                                      settings_bytes, tensors, (long long)r->state.model.num_params, fix);
+    if (r->state.step < 0 || r->state.step > CHECKPOINT_MAX_STEP)
+        return checkpoint_reader_fail(r, "corrupt header: step %lld, outside [0, %lld] (-steps is an int, so no run "
+                                      "gets further); %s", (long long)r->state.step, (long long)CHECKPOINT_MAX_STEP, fix);
     const CheckpointModel* k = &r->state.model;
     if (k->family == CHECKPOINT_FAMILY_GPT2) {
         for (int i = CKPT_H_KV_HEADS; i < CKPT_H_NORM_EPS + 2; i++)
@@ -97,6 +109,11 @@ static inline int checkpoint_reader_open(CheckpointReader* r, const char* path) 
     r->state.settings[settings_bytes] = '\0';
     r->tensors_at = CHECKPOINT_HEADER_BYTES + padded;
     return 0;
+}
+
+// checkpoint_reader_open with the trainer's advice.
+static inline int checkpoint_reader_open(CheckpointReader* r, const char* path) {
+    return checkpoint_reader_open_advising(r, path, NULL);
 }
 
 // Checks the checkpoint's model sizes against the running model's.
@@ -135,9 +152,9 @@ static inline int checkpoint_check_model(CheckpointReader* r, const CheckpointMo
                                       c->vocab_size, c->padded_vocab_size, c->max_seq_len, now->vocab_size,
                                       now->padded_vocab_size, now->max_seq_len);
     if (c->num_params != now->num_params)
-        return checkpoint_reader_fail(r, "%lld parameters, the model of these sizes has %lld: corrupt header; pass "
-                                      "another checkpoint to -resume, or start without -resume",
-                                      (long long)c->num_params, (long long)now->num_params);
+        return checkpoint_reader_fail(r, "%lld parameters, the model of these sizes has %lld: corrupt header; %s",
+                                      (long long)c->num_params, (long long)now->num_params,
+                                      checkpoint_advice(r, "pass another checkpoint to -resume, or start without -resume"));
     return 0;
 }
 
@@ -161,7 +178,8 @@ static inline int checkpoint_is_finite(float x) {  // by its bits: immune to -ff
 // the second time). Returns 0, or -1 with what is wrong and where in r->err.
 static inline int checkpoint_reader_verify(CheckpointReader* r) {
     const char* names[CHECKPOINT_TENSORS] = {"master weight", "AdamW first moment m", "AdamW second moment v"};
-    const char* fix = "resume from an earlier checkpoint (`ls` its directory; -resume takes a file), or start without -resume";
+    const char* fix = checkpoint_advice(r, "resume from an earlier checkpoint (`ls` its directory; -resume takes a "
+                                        "file), or start without -resume");
     int64_t per_tensor = r->state.model.num_params * (int64_t)sizeof(float);
     int64_t all = CHECKPOINT_TENSORS * per_tensor;
     size_t chunk = all < (int64_t)CHECKPOINT_CHUNK_BYTES ? (size_t)all : CHECKPOINT_CHUNK_BYTES;

@@ -2,7 +2,7 @@
 // in llmc/model/gpt_config.h's order) to a directory that transformers loads as it is
 // (GPT2LMHeadModel.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)). Used by train_gpt's
 // -export_hf, build/export_hf (llmc/io/hf_checkpoint.h: a checkpoint's master weights) and
-// dev/interop/gpt_dump.cu. The import of such files (-init) is llmc/gpt_hf_import.h.
+// dev/interop/gpt_dump.cu. The import of such files (-init) is llmc/io/gpt_hf_import.h.
 //
 // The directory:
 //   model.safetensors        the weights in fp32, with the names below; metadata {"format": "pt"}
@@ -12,7 +12,8 @@
 //                            embeddings, dropout 0 (the trainer uses none), torch_dtype float32
 //   vocab.json, merges.txt   GPT-2's encoder.json and vocab.bpe (data/gpt2/, fetched by `make data`), copied
 //   tokenizer_config.json, special_tokens_map.json   GPT2Tokenizer, <|endoftext|> as bos, eos and unk
-// Every file is written atomically (llmc/io/hf_files.h: temporary file, fsync, rename).
+// Every file is written atomically (llmc/io/hf_files.h: temporary file, fsync, rename), and the directory
+// too: its files are written into a temporary directory beside it, which then takes its place.
 //
 // Names and shapes. Ours are (out, in), y = x·Wᵀ; HF's GPT-2 computes its linear layers with Conv1D,
 // y = x·W, whose weights are (in, out): the four matrices of each layer are stored transposed.
@@ -41,7 +42,11 @@
 #define GPT_HF_EOT 50256       // <|endoftext|>
 #define GPT_HF_LN_EPS 1e-5     // llmc/layers/layernorm.cuh's LN_EPS: train_gpt.cu checks at compile time that they agree
 
-static inline int gpt_hf_num_tensors(const GptConfig* c) { return 4 + 12 * c->num_layers; }
+// The number of tensors of c in Hugging Face's layout, or -1 when c's layers are outside
+// [0, GPT_MAX_LAYERS] (so no table is sized by an unchecked count).
+static inline int gpt_hf_num_tensors(const GptConfig* c) {
+    return c->num_layers >= 0 && c->num_layers <= GPT_MAX_LAYERS ? 4 + 12 * c->num_layers : -1;
+}
 
 // The gpt_hf_num_tensors(c) tensors in file order: wte, wpe, h.0 ... h.{L-1}, ln_f; their names without
 // the "transformer." prefix.
@@ -94,6 +99,10 @@ static inline void gpt_hf_tensors(HfTensor* t, const GptConfig* c) {
 static inline int gpt_hf_write_safetensors(const char* path, const GptConfig* c, const float* values, char* err,
                                            size_t errlen) {
     int n = gpt_hf_num_tensors(c);
+    if (n < 0) {
+        snprintf(err, errlen, "%s: a model of %d layers, outside [0, %d]", path, c->num_layers, GPT_MAX_LAYERS);
+        return -1;
+    }
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
     if (!hf) { snprintf(err, errlen, "%s: out of host memory", path); return -1; }
     gpt_hf_tensors(hf, c);
@@ -130,19 +139,39 @@ static inline cJSON* gpt_hf_config_json(const GptConfig* c) {
     return j;
 }
 
-// The whole directory (see the top of this file): values (num_params) fp32 in our order; vocab_bpe is
-// GPT-2's vocab.bpe, with encoder.json beside it (data/gpt2/ after `make data`).
-static inline int gpt_hf_export(const char* dir, const GptConfig* c, const float* values, const char* vocab_bpe,
-                                char* err, size_t errlen) {
+// GPT-2's encoder.json, beside vocab_bpe, into out.
+static inline void gpt_hf_encoder_path(char* out, size_t n, const char* vocab_bpe) {
+    snprintf(out, n, "%s", vocab_bpe);
+    char* slash = strrchr(out, '/');
+    snprintf(slash ? slash + 1 : out, n - (size_t)(slash ? slash + 1 - out : 0), "encoder.json");
+}
+
+// Whether an export of c can be written to dir, before any work it would end (train_gpt's -export_hf, at
+// start-up): GPT-2's vocabulary, its tokenizer files readable, and dir fit for an export
+// (hf_export_check). Creates nothing.
+static inline int gpt_hf_export_check(const char* dir, const GptConfig* c, const char* vocab_bpe, char* err,
+                                      size_t errlen) {
     if (c->vocab_size != GPT_HF_VOCAB) {
         snprintf(err, errlen, "export to %s: vocabulary %d, GPT-2's tokenizer files have %d", dir, c->vocab_size, GPT_HF_VOCAB);
         return -1;
     }
-    if (hf_make_dir(dir, err, errlen) != 0) return -1;
+    char encoder[SAFETENSORS_PATH_MAX + 64];
+    gpt_hf_encoder_path(encoder, sizeof(encoder), vocab_bpe);
+    const char* files[2] = {vocab_bpe, encoder};
+    for (int i = 0; i < 2; i++)
+        if (access(files[i], R_OK) != 0) {
+            snprintf(err, errlen, "cannot read %s (%s), one of GPT-2's tokenizer files that the export copies; they "
+                     "come with `make data` (data/gpt2/), or pass their place with -vocab", files[i], strerror(errno));
+            return -1;
+        }
+    return hf_export_check(dir, err, errlen);
+}
+
+// The directory's files into dir, which exists (gpt_hf_export's temporary directory).
+static inline int gpt_hf_write_export(const char* dir, const GptConfig* c, const float* values, const char* vocab_bpe,
+                                      char* err, size_t errlen) {
     char path[SAFETENSORS_PATH_MAX + 64], encoder[SAFETENSORS_PATH_MAX + 64];
-    snprintf(encoder, sizeof(encoder), "%s", vocab_bpe);
-    char* slash = strrchr(encoder, '/');
-    snprintf(slash ? slash + 1 : encoder, sizeof(encoder) - (size_t)(slash ? slash + 1 - encoder : 0), "encoder.json");
+    gpt_hf_encoder_path(encoder, sizeof(encoder), vocab_bpe);
     const char* hint = "GPT-2's BPE files come with `make data` (data/gpt2/); or pass their place with -vocab";
     snprintf(path, sizeof(path), "%s/vocab.json", dir);
     if (hf_copy_file(encoder, path, hint, err, errlen) != 0) return -1;
@@ -164,4 +193,19 @@ static inline int gpt_hf_export(const char* dir, const GptConfig* c, const float
     if (hf_write_json(dir, "config.json", gpt_hf_config_json(c), err, errlen) != 0) return -1;
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     return gpt_hf_write_safetensors(path, c, values, err, errlen);
+}
+
+// The whole directory (see the top of this file), whole or not at all (llmc/io/hf_files.h's
+// HfExportDir: an earlier export in dir is replaced, a failure leaves nothing): values (num_params)
+// fp32 in our order; vocab_bpe is GPT-2's vocab.bpe, with encoder.json beside it (data/gpt2/ after
+// `make data`).
+static inline int gpt_hf_export(const char* dir, const GptConfig* c, const float* values, const char* vocab_bpe,
+                                char* err, size_t errlen) {
+    HfExportDir x;
+    if (gpt_hf_export_check(dir, c, vocab_bpe, err, errlen) != 0 || hf_export_begin(&x, dir, err, errlen) != 0)
+        return -1;
+    int rc = gpt_hf_write_export(x.tmp, c, values, vocab_bpe, err, errlen);
+    if (rc == 0) rc = hf_export_commit(&x, err, errlen);
+    if (rc != 0) hf_export_abort(&x);
+    return rc;
 }

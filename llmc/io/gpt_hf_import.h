@@ -8,7 +8,8 @@
 // h.{l}.attn.bias and h.{l}.attn.masked_bias that older files carry; an lm_head.weight must equal
 // wte.weight (the head is tied here). Any other difference (a missing tensor, another shape or dtype, an
 // unknown name, a config.json beside the file with another n_head, activation or epsilon) is an error
-// that names it. Errors: 0, or -1 with the message in r->err; nothing exits.
+// that names it; so is a value that is not finite (found by gpt_hf_load as it reads the values).
+// Errors: 0, or -1 with the message in r->err; nothing exits.
 #pragma once
 #include <math.h>
 #include <stdarg.h>
@@ -65,9 +66,13 @@ static inline int gpt_hf_check_config(GptHfReader* r) {
                  act->valuestring);
     else if (cJSON_IsNumber(eps) && fabs(eps->valuedouble - GPT_HF_LN_EPS) > 1e-9)
         snprintf(msg, sizeof(msg), "layer_norm_epsilon %g, this program uses %g", eps->valuedouble, GPT_HF_LN_EPS);
-    else if (nh && (!cJSON_IsNumber(nh) || nh->valuedouble < 1 || nh->valuedouble != floor(nh->valuedouble)))
-        snprintf(msg, sizeof(msg), "n_head is not a positive integer");
-    if (cJSON_IsNumber(nh)) r->num_heads = (int)nh->valuedouble;
+    else if (nh && !cJSON_IsNumber(nh))
+        snprintf(msg, sizeof(msg), "n_head, which is not a number");
+    else if (nh && (!(nh->valuedouble >= 1.0 && nh->valuedouble <= (double)r->channels) ||
+                    nh->valuedouble != floor(nh->valuedouble)))  // checked before it is converted
+        snprintf(msg, sizeof(msg), "n_head %.15g, expected an integer in [1, %d] (n_embd)", nh->valuedouble,
+                 r->channels);
+    if (nh && !msg[0]) r->num_heads = (int)nh->valuedouble;
     cJSON_Delete(j);
     if (msg[0]) return gpt_hf_fail(r, "%s beside it has %s", config_path, msg);
     return 0;
@@ -90,8 +95,8 @@ static inline int gpt_hf_check_tensors(GptHfReader* r) {
     memset(&c, 0, sizeof(c));
     c.num_layers = r->num_layers; c.channels = r->channels; c.num_heads = 1;
     c.vocab_size = c.padded_vocab_size = r->vocab_rows; c.max_seq_len = r->positions;
-    int n = gpt_hf_num_tensors(&c);
-    HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
+    int n = gpt_hf_num_tensors(&c);  // gpt_hf_open bounded the layers
+    HfTensor* hf = n > 0 ? (HfTensor*)calloc((size_t)n, sizeof(HfTensor)) : NULL;
     if (!hf) return gpt_hf_fail(r, "out of host memory");
     gpt_hf_tensors(hf, &c);
     int rc = 0;
@@ -151,17 +156,23 @@ static inline int gpt_hf_open(GptHfReader* r, const char* path) {
     r->vocab_rows = (int)wte->shape[0];
     r->positions = (int)wpe->shape[0];
     char name[64];
-    for (r->num_layers = 0;; r->num_layers++) {
+    for (r->num_layers = 0; r->num_layers <= GPT_MAX_LAYERS; r->num_layers++) {
         snprintf(name, sizeof(name), "h.%d.ln_1.weight", r->num_layers);
         if (!gpt_hf_find(r, name)) break;
     }
+    if (r->num_layers == 0)
+        return gpt_hf_fail(r, "no tensor \"%sh.0.ln_1.weight\": a GPT-2 has at least one layer (%sh.0.*)", r->prefix,
+                           r->prefix);
+    if (r->num_layers > GPT_MAX_LAYERS)
+        return gpt_hf_fail(r, "more than %d layers (%sh.0 ... h.%d.* and more): no GPT-2 has that many", GPT_MAX_LAYERS,
+                           r->prefix, GPT_MAX_LAYERS);
     if (gpt_hf_check_config(r) != 0) return -1;
     return gpt_hf_check_tensors(r);
 }
 
 // The file's values into the model c, whose sizes must be the file's: values (num_params) fp32 in our
-// order, the tensors converted to fp32, the matrices transposed back, wte's padded rows zero; an
-// lm_head.weight must equal wte.weight. Closes the file in every case.
+// order, the tensors converted to fp32, the matrices transposed back, wte's padded rows zero; every value
+// must be finite, and an lm_head.weight must equal wte.weight. Closes the file in every case.
 static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values) {
     if (r->num_layers != c->num_layers || r->channels != c->channels)
         return gpt_hf_fail(r, "a model of %d layers and %d channels, this run's has %d layers and %d channels",
@@ -175,21 +186,33 @@ static inline int gpt_hf_load(GptHfReader* r, const GptConfig* c, float* values)
     if (r->num_heads != 0 && r->num_heads != c->num_heads)
         return gpt_hf_fail(r, "config.json beside it has n_head %d, this program's model of %d channels has %d heads",
                            r->num_heads, c->channels, c->num_heads);
-    int n = gpt_hf_num_tensors(c);
-    HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
-    float* scratch = (float*)malloc((size_t)c->vocab_size * c->channels * sizeof(float));  // the largest tensor
-    if (!hf || !scratch) {
-        free(hf); free(scratch);
+    int n = gpt_hf_num_tensors(c);  // c's layers are the file's, which gpt_hf_open bounded
+    HfTensor* hf = n > 0 ? (HfTensor*)calloc((size_t)n, sizeof(HfTensor)) : NULL;
+    if (!hf) return gpt_hf_fail(r, "out of host memory");
+    gpt_hf_tensors(hf, c);
+    // the scratch holds what goes through it: every transposed tensor (up to 4C x C) and lm_head (V x C)
+    size_t largest = (size_t)c->vocab_size * (size_t)c->channels;
+    for (int k = 0; k < n; k++)
+        if (hf[k].transpose && (size_t)(hf[k].shape[0] * hf[k].shape[1]) > largest)
+            largest = (size_t)(hf[k].shape[0] * hf[k].shape[1]);
+    float* scratch = (float*)malloc(largest * sizeof(float));
+    if (!scratch) {
+        free(hf);
         return gpt_hf_fail(r, "out of host memory");
     }
-    gpt_hf_tensors(hf, c);
     int rc = 0;
+    char msg[SAFETENSORS_ERR_LEN];
     for (int k = 0; k < n && rc == 0; k++) {  // gpt_hf_open checked the names, shapes and dtypes
         const SafetensorsTensor* t = gpt_hf_find(r, hf[k].name);
         float* dst = values + hf[k].offset;
-        if (hf_weights_read_f32(&r->w, t, hf[k].transpose ? scratch : dst) != 0) {
+        float* read = hf[k].transpose ? scratch : dst;
+        if (hf_weights_read_f32(&r->w, t, read) != 0) {
             snprintf(r->err, sizeof(r->err), "%s", r->w.err);
             rc = -1;
+            break;
+        }
+        if (hf_check_finite(t, read, msg, sizeof(msg)) != 0) {  // every value finite, as a checkpoint's
+            rc = gpt_hf_fail(r, "%s", msg);
             break;
         }
         if (hf[k].transpose) hf_transpose(dst, scratch, hf[k].shape[0], hf[k].shape[1]);  // (in, out) -> (out, in)

@@ -22,14 +22,39 @@ typedef struct {
                             // encoding's (none written), and for GPT-2 (its tokenizer files say it)
 } HfExported;
 
+// What the export advises for a checkpoint it cannot read (the checkpoint reader's messages end with it).
+#define HF_CHECKPOINT_ADVICE "export another checkpoint (an earlier ckpt_<step>.bin of its directory)"
+
 // The model sizes of a checkpoint's header as the family's config; 0 when they make no model (a
-// corrupt header). *num_params: what those sizes hold.
-static inline int hf_checkpoint_config(const CheckpointModel* m, GptConfig* g, LlamaConfig* l, size_t* num_params) {
+// corrupt header), with why (n bytes) saying which sizes and what is wrong. *num_params: what those
+// sizes hold.
+static inline int hf_checkpoint_config(const CheckpointModel* m, GptConfig* g, LlamaConfig* l, size_t* num_params,
+                                       char* why, size_t n) {
     const int32_t most = 1 << 20;  // bounds every size, so that no product below overflows
-    if (m->num_layers < 1 || m->channels < 1 || m->num_heads < 1 || m->vocab_size < 1 || m->max_seq_len < 1 ||
-        m->vocab_size > m->padded_vocab_size || m->num_layers > 4096 || m->channels > most || m->num_heads > m->channels ||
-        m->padded_vocab_size > most || m->max_seq_len > most)
+    int len = snprintf(why, n, "%s, %d layers, %d channels, %d heads, vocabulary %d (padded %d), context %d",
+                       checkpoint_family_name(m->family), m->num_layers, m->channels, m->num_heads, m->vocab_size,
+                       m->padded_vocab_size, m->max_seq_len);
+    if (m->family == CHECKPOINT_FAMILY_LLAMA && len > 0 && (size_t)len < n)
+        snprintf(why + len, n - (size_t)len, ", %d key/value heads, FFN %d", m->num_kv_heads, m->ffn_hidden);
+    len = (int)strlen(why);
+    const char* bad = NULL;
+    if (m->num_layers < 1 || m->channels < 1 || m->num_heads < 1 || m->vocab_size < 1 || m->max_seq_len < 1)
+        bad = "a size below 1";
+    else if (m->vocab_size > m->padded_vocab_size)
+        bad = "a vocabulary above its padded size";
+    else if (m->num_layers > 4096 || m->channels > most || m->padded_vocab_size > most || m->max_seq_len > most)
+        bad = "a size beyond any model's (at most 4096 layers, 2^20 channels, vocabulary and context)";
+    else if (m->num_heads > m->channels)
+        bad = "more heads than channels";
+    else if (m->family == CHECKPOINT_FAMILY_LLAMA &&
+             (m->num_kv_heads < 1 || m->ffn_hidden < 1 || m->ffn_hidden > most || m->channels % m->num_heads != 0 ||
+              m->num_heads % m->num_kv_heads != 0))
+        bad = "key/value heads that do not divide the heads, heads that do not divide the channels, or an FFN size "
+              "out of range";
+    if (bad) {
+        snprintf(why + len, n - (size_t)len, ": %s", bad);
         return 0;
+    }
     if (m->family == CHECKPOINT_FAMILY_GPT2) {
         g->num_layers = m->num_layers; g->channels = m->channels; g->num_heads = m->num_heads;
         g->vocab_size = m->vocab_size; g->padded_vocab_size = m->padded_vocab_size; g->max_seq_len = m->max_seq_len;
@@ -39,9 +64,6 @@ static inline int hf_checkpoint_config(const CheckpointModel* m, GptConfig* g, L
         for (int i = 0; i < GPT_NUM_TENSORS; i++) *num_params += size[i];
         return 1;
     }
-    if (m->family != CHECKPOINT_FAMILY_LLAMA || m->num_kv_heads < 1 || m->ffn_hidden < 1 || m->ffn_hidden > most ||
-        m->channels % m->num_heads != 0 || m->num_heads % m->num_kv_heads != 0)
-        return 0;
     l->num_layers = m->num_layers; l->channels = m->channels; l->num_heads = m->num_heads;
     l->num_kv_heads = m->num_kv_heads; l->ffn_hidden = m->ffn_hidden; l->vocab_size = m->vocab_size;
     l->padded_vocab_size = m->padded_vocab_size; l->max_seq_len = m->max_seq_len;
@@ -55,17 +77,26 @@ static inline int hf_checkpoint_config(const CheckpointModel* m, GptConfig* g, L
 static inline int hf_export_checkpoint(const char* ckpt, const char* dir, const char* vocab_bpe, HfExported* out,
                                        char* err, size_t errlen) {
     CheckpointReader r;
-    if (checkpoint_reader_open(&r, ckpt) != 0) { snprintf(err, errlen, "%s", r.err); return -1; }
+    if (checkpoint_reader_open_advising(&r, ckpt, HF_CHECKPOINT_ADVICE) != 0) {
+        snprintf(err, errlen, "%s", r.err);
+        return -1;
+    }
     CheckpointModel want = r.state.model;
     GptConfig g;
     LlamaConfig l;
     memset(&g, 0, sizeof(g));
     memset(&l, 0, sizeof(l));
     size_t total = 0;
-    int sane = hf_checkpoint_config(&want, &g, &l, &total);
+    char why[512];
+    if (!hf_checkpoint_config(&want, &g, &l, &total, why, sizeof(why))) {
+        snprintf(err, errlen, "checkpoint %s: corrupt header: model sizes that make no model (%s); %s", ckpt, why,
+                 HF_CHECKPOINT_ADVICE);
+        checkpoint_reader_close(&r);
+        return -1;
+    }
     want.num_params = (int64_t)total;  // the header's count must be what its sizes give
-    if (!sane || checkpoint_check_model(&r, &want) != 0) {
-        snprintf(err, errlen, "%s", r.err[0] ? r.err : "corrupt model sizes in the header");
+    if (checkpoint_check_model(&r, &want) != 0) {
+        snprintf(err, errlen, "%s", r.err);
         checkpoint_reader_close(&r);
         return -1;
     }

@@ -4,14 +4,26 @@
 // written formatted, and the weights' safetensors file from a family's list of tensors (HfTensor); for
 // an import (llmc/io/gpt_hf_import.h, llmc/io/llama_hf_import.h), the config.json beside its weights
 // (llmc/io/hf_weights.h reads those) and a tensor checked against its HfTensor.
+//
+// An export's directory appears whole or not at all (HfExportDir): the files are written into a
+// temporary directory beside it, <dir>.tmp.XXXXXX, which then takes dir's place. dir may be absent, or
+// a directory holding nothing but files an export writes (HF_EXPORT_FILES, of either family): an earlier
+// export there is replaced whole, so no file of it (GPT-2's vocab.json beside a Llama config.json) stays
+// behind. A directory holding anything else is refused before anything is written (hf_export_check,
+// which train_gpt calls at start-up for -export_hf). A failed export removes its temporary directory
+// and the parents it created, and leaves dir as it was.
 // Errors: 0, or -1 with the message in `err` (hf_check_tensor: in `msg`); nothing exits.
 // HF_ERR_LEN holds any of these messages and the safetensors writer's and reader's.
 #pragma once
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include "../core/atomic_file.h"
 #include "safetensors.h"  // cJSON, SAFETENSORS_PATH_MAX, SAFETENSORS_ERR_LEN
 
@@ -100,6 +112,212 @@ static inline int hf_make_dir(const char* dir, char* err, size_t errlen) {
     }
 }
 
+// --- an export's directory ------------------------------------------------------------------------------
+
+// Every file an export of either family writes: what a directory may hold to be replaced by an export.
+static const char* const HF_EXPORT_FILES[] = {"model.safetensors", "config.json", "vocab.json", "merges.txt",
+                                             "tokenizer_config.json", "special_tokens_map.json", NULL};
+
+static inline int hf_export_file(const char* name) {
+    for (int i = 0; HF_EXPORT_FILES[i]; i++)
+        if (strcmp(name, HF_EXPORT_FILES[i]) == 0) return 1;
+    return 0;
+}
+
+// dir without its trailing slashes into out (n bytes); -1 when it is empty or too long.
+static inline int hf_export_path(char* out, size_t n, const char* dir, char* err, size_t errlen) {
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    if (len == 0) { snprintf(err, errlen, "an empty path: name the directory to export to"); return -1; }
+    if (len + 32 >= n) { snprintf(err, errlen, "%.64s...: a path of %zu bytes, too long", dir, len); return -1; }
+    memcpy(out, dir, len);
+    out[len] = '\0';
+    return 0;
+}
+
+// The directory that holds path ("." for a bare name) into out.
+static inline void hf_export_parent(char* out, size_t n, const char* path) {
+    snprintf(out, n, "%s", path);
+    char* slash = strrchr(out, '/');
+    if (!slash) snprintf(out, n, ".");
+    else if (slash == out) out[1] = '\0';
+    else *slash = '\0';
+}
+
+// Whether an export can be written to dir, without creating or changing anything: dir is absent (its
+// nearest existing ancestor a directory this process may write in) or a directory of export files only
+// (and its parent writable, for the temporary directory beside it). -1 with err naming what is wrong.
+static inline int hf_export_check(const char* dir, char* err, size_t errlen) {
+    char path[SAFETENSORS_PATH_MAX], up[SAFETENSORS_PATH_MAX];
+    if (hf_export_path(path, sizeof(path), dir, err, errlen) != 0) return -1;
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "%.1500s exists and is not a directory; name a new directory, or an earlier export's", path);
+            return -1;
+        }
+        DIR* d = opendir(path);
+        if (!d) { snprintf(err, errlen, "cannot list %.1500s: %s", path, strerror(errno)); return -1; }
+        const struct dirent* e;
+        char stray[256] = "";
+        while ((e = readdir(d)) != NULL && !stray[0])
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && !hf_export_file(e->d_name))
+                snprintf(stray, sizeof(stray), "%s", e->d_name);
+        closedir(d);
+        if (stray[0]) {
+            snprintf(err, errlen, "%.1500s holds %.1500s, which no export writes: an export replaces the whole directory, so "
+                     "it takes a new or empty one, or an earlier export's; name another directory", path, stray);
+            return -1;
+        }
+        hf_export_parent(up, sizeof(up), path);
+    } else if (errno != ENOENT && errno != ENOTDIR) {
+        snprintf(err, errlen, "%.1500s: %s", path, strerror(errno));
+        return -1;
+    } else {  // absent: its nearest existing ancestor must be a directory
+        snprintf(up, sizeof(up), "%s", path);
+        for (;;) {
+            char next[SAFETENSORS_PATH_MAX];
+            hf_export_parent(next, sizeof(next), up);
+            snprintf(up, sizeof(up), "%s", next);
+            if (stat(up, &st) == 0) break;
+            if ((errno != ENOENT && errno != ENOTDIR) || strcmp(up, ".") == 0 || strcmp(up, "/") == 0) {
+                snprintf(err, errlen, "cannot create %.1500s: %.1500s: %s", path, up, strerror(errno));
+                return -1;
+            }
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "cannot create %.1500s: %.1500s is not a directory", path, up);
+            return -1;
+        }
+    }
+    if (access(up, W_OK | X_OK) != 0) {
+        snprintf(err, errlen, "cannot write in %.1500s (%s), where the export %.1500s goes; name a directory you can write to",
+                 up, strerror(errno), path);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    char dir[SAFETENSORS_PATH_MAX];  // where the export goes
+    char tmp[SAFETENSORS_PATH_MAX + 16];  // <dir>.tmp.XXXXXX beside it: where its files are written
+    char made[SAFETENSORS_PATH_MAX]; // the outermost parent of dir that hf_export_begin created ("" none)
+} HfExportDir;
+
+// Removes every file in directory path, then the directory. -1 with errno at the first failure.
+static inline int hf_remove_dir(const char* path) {
+    DIR* d = opendir(path);
+    if (!d) return -1;
+    const struct dirent* e;
+    char file[SAFETENSORS_PATH_MAX + 256];
+    int rc = 0;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+            if (unlink(file) != 0 && rc == 0) rc = -1;
+        }
+    closedir(d);
+    return rc == 0 ? rmdir(path) : -1;
+}
+
+// Checks dir (hf_export_check), creates its missing parents and the temporary directory beside it. A
+// dir that is a symbolic link to a directory stands for that directory.
+static inline void hf_export_abort(HfExportDir* x);
+static inline int hf_export_begin(HfExportDir* x, const char* dir, char* err, size_t errlen) {
+    memset(x, 0, sizeof(*x));
+    if (hf_export_check(dir, err, errlen) != 0) return -1;
+    hf_export_path(x->dir, sizeof(x->dir), dir, err, errlen);
+    struct stat st;
+    char up[SAFETENSORS_PATH_MAX];
+    if (lstat(x->dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (!realpath(x->dir, up)) {
+            snprintf(err, errlen, "cannot resolve the link %.1500s: %s", x->dir, strerror(errno));
+            return -1;
+        }
+        snprintf(x->dir, sizeof(x->dir), "%s", up);
+    }
+    hf_export_parent(up, sizeof(up), x->dir);
+    if (stat(up, &st) != 0) {  // mkdir -p of the parent, remembering the outermost directory made
+        for (char* s = up + 1;; s++) {
+            if (*s != '/' && *s != '\0') continue;
+            char keep = *s;
+            *s = '\0';
+            if (mkdir(up, 0755) == 0) {
+                if (!x->made[0]) snprintf(x->made, sizeof(x->made), "%s", up);
+            } else if (errno != EEXIST) {
+                snprintf(err, errlen, "cannot create the directory %.1500s: %s", up, strerror(errno));
+                hf_export_abort(x);
+                return -1;
+            }
+            *s = keep;
+            if (keep == '\0') break;
+        }
+    }
+    snprintf(x->tmp, sizeof(x->tmp), "%s.tmp.XXXXXX", x->dir);
+    int made_tmp = mkdtemp(x->tmp) != NULL;  // mode 0700, and never an existing path or link
+    if (!made_tmp || chmod(x->tmp, 0755) != 0) {
+        snprintf(err, errlen, "cannot create a directory beside %.1500s: %s", x->dir, strerror(errno));
+        if (!made_tmp) x->tmp[0] = '\0';
+        hf_export_abort(x);
+        return -1;
+    }
+    return 0;
+}
+
+// Gives up an export: its temporary directory is removed, and the parents hf_export_begin created (the
+// ones left empty). dir is as it was.
+static inline void hf_export_abort(HfExportDir* x) {
+    if (x->tmp[0]) hf_remove_dir(x->tmp);
+    x->tmp[0] = '\0';
+    if (!x->made[0]) return;
+    char up[SAFETENSORS_PATH_MAX];
+    hf_export_parent(up, sizeof(up), x->dir);
+    while (strlen(up) >= strlen(x->made) && rmdir(up) == 0) {  // innermost first, up to the first one made
+        char next[SAFETENSORS_PATH_MAX];
+        hf_export_parent(next, sizeof(next), up);
+        snprintf(up, sizeof(up), "%s", next);
+    }
+}
+
+// Puts the finished export in place: the temporary directory takes dir's name. An earlier export in dir
+// (export files only: checked again) is swapped out in one step where the file system can
+// (renameat2's RENAME_EXCHANGE), else emptied first, then removed. On failure the temporary directory is
+// left to hf_export_abort.
+static inline int hf_export_commit(HfExportDir* x, char* err, size_t errlen) {
+    struct stat st;
+    if (stat(x->dir, &st) == 0) {
+        if (hf_export_check(x->dir, err, errlen) != 0) return -1;  // changed since the start
+        int swapped = 0;
+#ifdef SYS_renameat2
+        swapped = syscall(SYS_renameat2, AT_FDCWD, x->tmp, AT_FDCWD, x->dir, 2 /* RENAME_EXCHANGE */) == 0;
+#endif
+        if (swapped) {  // the earlier export now has the temporary name; the new one is in place
+            if (hf_remove_dir(x->tmp) != 0)
+                fprintf(stderr, "warning: the export is in %s, but the earlier one, moved to %s, could not be "
+                        "removed (%s): remove it by hand\n", x->dir, x->tmp, strerror(errno));
+            x->tmp[0] = '\0';
+            atomic_sync_dir_of(x->dir);
+            return 0;
+        }
+        DIR* d = opendir(x->dir);  // no exchange here: the earlier export's files removed, then the rename
+        const struct dirent* e;
+        char file[SAFETENSORS_PATH_MAX + 256];
+        while (d && (e = readdir(d)) != NULL)
+            if (hf_export_file(e->d_name)) {
+                snprintf(file, sizeof(file), "%s/%s", x->dir, e->d_name);
+                unlink(file);
+            }
+        if (d) closedir(d);
+    }
+    if (rename(x->tmp, x->dir) != 0) {
+        snprintf(err, errlen, "cannot rename %.1500s to %.1500s: %s", x->tmp, x->dir, strerror(errno));
+        return -1;
+    }
+    x->tmp[0] = '\0';
+    atomic_sync_dir_of(x->dir);
+    return 0;
+}
+
 // values fp32 in our order -> path, a safetensors file (fp32, metadata {"format": "pt"}) of the n
 // tensors t, in that order, each transposed where t says. Also writes gradients: they have the
 // parameters' layout (dev/interop/).
@@ -160,6 +378,32 @@ static inline int hf_read_config(const char* weights, cJSON** json, char* path, 
     }
     *json = j;
     return 0;
+}
+
+// The index of the first value of v (n values) that is not finite, or n when all are. By the bits, so
+// that -ffast-math (nvcc's --use_fast_math) cannot drop the test.
+static inline size_t hf_first_nonfinite(const float* v, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &v[i], sizeof(b));
+        if ((b & 0x7f800000u) == 0x7f800000u) return i;
+    }
+    return n;
+}
+
+// An import's check of tensor t's values v (in the file's layout, numel of t) as read: -1 when one is NaN
+// or infinite, msg naming the tensor, the element (and its row and column) and the value. A model
+// trained from such weights is NaN from its first step; the checkpoint reader refuses them too.
+static inline int hf_check_finite(const SafetensorsTensor* t, const float* v, char* msg, size_t n) {
+    size_t count = (size_t)safetensors_numel(t), i = hf_first_nonfinite(v, count);
+    if (i == count) return 0;
+    char at[96] = "";
+    if (t->ndim == 2 && t->shape[1] > 0)
+        snprintf(at, sizeof(at), " (row %lld, column %lld)", (long long)(i / (size_t)t->shape[1]),
+                 (long long)(i % (size_t)t->shape[1]));
+    snprintf(msg, n, "tensor \"%s\": element %zu%s of %zu is %g: not finite; the weights are damaged or had "
+             "diverged; start from a good copy", t->name, i, at, count, (double)v[i]);
+    return -1;
 }
 
 // Checks tensor t of an import against want's shape and the dtypes an import reads (F32, BF16 or F16,

@@ -107,9 +107,10 @@ static inline int hf_weights_open_index(HfWeights* w) {
                                (long long)st.st_size, HF_WEIGHTS_INDEX_MAX);
     }
     size_t len = (size_t)st.st_size;
-    char* text = (char*)malloc(len + 1);
+    char* text = (char*)malloc(len + 1);  // 0-terminated for cJSON, as safetensors_open's header
     int ok = text && fread(text, 1, len, f) == len;
     fclose(f);
+    if (ok) text[len] = '\0';
     cJSON* index = ok ? cJSON_ParseWithLength(text, len) : NULL;
     free(text);
     if (!ok) return hf_weights_fail(w, "cannot read: %s", strerror(errno));

@@ -8,7 +8,8 @@
 //                       rms_norm_eps, max_position_embeddings, hidden_act silu, no biases, untied
 //                       lm_head, vocab_size V (the padded rows are dropped), torch_dtype float32
 // No tokenizer files: the tiktoken encodings this family trains on (cl100k_base, o200k_base) are read
-// with tiktoken itself (doc/interop.md). Every file is written atomically (llmc/core/atomic_file.h).
+// with tiktoken itself (doc/interop.md). Every file is written atomically (llmc/core/atomic_file.h), and
+// the directory too (llmc/io/hf_files.h's HfExportDir).
 //
 // Names. Ours and nn.Linear's weights are both (out, in), so nothing is transposed; the stacked
 // projections are cut into Hugging Face's parts, each a contiguous block of rows:
@@ -30,7 +31,11 @@
 #include "hf_files.h"  // the directory, JSON and atomic-file helpers
 #include "../model/llama_config.h"
 
-static inline int llama_hf_num_tensors(const LlamaConfig* c) { return 3 + 9 * c->num_layers; }
+// The number of tensors of c in Hugging Face's layout, or -1 when c's layers are outside
+// [0, LLAMA_MAX_LAYERS] (so no table is sized by an unchecked count).
+static inline int llama_hf_num_tensors(const LlamaConfig* c) {
+    return c->num_layers >= 0 && c->num_layers <= LLAMA_MAX_LAYERS ? 3 + 9 * c->num_layers : -1;
+}
 
 // The tensors in file order: embed, then each layer's, then norm and lm_head.
 static inline void llama_hf_tensors(HfTensor* t, const LlamaConfig* c) {
@@ -66,6 +71,10 @@ static inline void llama_hf_tensors(HfTensor* t, const LlamaConfig* c) {
 static inline int llama_hf_write_safetensors(const char* path, const LlamaConfig* c, const float* values, char* err,
                                              size_t errlen) {
     int n = llama_hf_num_tensors(c);
+    if (n < 0) {
+        snprintf(err, errlen, "%s: a model of %d layers, outside [0, %d]", path, c->num_layers, LLAMA_MAX_LAYERS);
+        return -1;
+    }
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
     if (!hf) { snprintf(err, errlen, "%s: out of host memory", path); return -1; }
     llama_hf_tensors(hf, c);
@@ -106,13 +115,18 @@ static inline cJSON* llama_hf_config_json(const LlamaConfig* c, int eos) {
     return j;
 }
 
-// The directory (see the top of this file): values (num_params) fp32 in our order; eos as in
-// llama_hf_config_json.
+// The directory (see the top of this file), whole or not at all (llmc/io/hf_files.h's HfExportDir: an
+// earlier export in dir, of either family, is replaced, a failure leaves nothing): values (num_params)
+// fp32 in our order; eos as in llama_hf_config_json.
 static inline int llama_hf_export(const char* dir, const LlamaConfig* c, const float* values, int eos, char* err,
                                   size_t errlen) {
-    if (hf_make_dir(dir, err, errlen) != 0) return -1;
-    if (hf_write_json(dir, "config.json", llama_hf_config_json(c, eos), err, errlen) != 0) return -1;
+    HfExportDir x;
+    if (hf_export_begin(&x, dir, err, errlen) != 0) return -1;
     char path[SAFETENSORS_PATH_MAX + 64];
-    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    return llama_hf_write_safetensors(path, c, values, err, errlen);
+    snprintf(path, sizeof(path), "%s/model.safetensors", x.tmp);
+    int rc = hf_write_json(x.tmp, "config.json", llama_hf_config_json(c, eos), err, errlen);
+    if (rc == 0) rc = llama_hf_write_safetensors(path, c, values, err, errlen);
+    if (rc == 0) rc = hf_export_commit(&x, err, errlen);
+    if (rc != 0) hf_export_abort(&x);
+    return rc;
 }

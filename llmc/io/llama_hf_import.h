@@ -14,7 +14,9 @@
 // left out, or must equal it), then trains on its own: the head here is untied. Tensors may be F32, BF16
 // or F16 (converted exactly to fp32); the rotary_emb.inv_freq buffers older files carry are ignored; any
 // other difference (a missing or unknown tensor, another shape or dtype) is an error that names it, found
-// by llama_hf_open before any value is read.
+// by llama_hf_open before any value is read; a value that is not finite is one too, found by
+// llama_hf_load as it reads the values. Every size of config.json is bounded by llmc/model/llama_config.h's
+// LLAMA_MAX_* before anything is sized by it.
 // Errors: 0, or -1 with the message in r->err; nothing exits.
 #pragma once
 #include <math.h>
@@ -43,16 +45,20 @@ static inline int llama_hf_fail(LlamaHfReader* r, const char* fmt, ...) {
     return -1;
 }
 
-// config.json's member `key` as a positive integer into *v; absent: *v = fallback (0: required).
-static inline int llama_hf_config_int(const cJSON* j, const char* key, int fallback, int* v, char* msg, size_t n) {
+// config.json's member `key` as an integer in [1, most] into *v (the limits of llmc/model/llama_config.h,
+// checked before the value is converted or sizes anything); absent: *v = fallback (0: required).
+static inline int llama_hf_config_int(const cJSON* j, const char* key, int fallback, int most, int* v, char* msg,
+                                      size_t n) {
     const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!x && fallback > 0) { *v = fallback; return 0; }
     if (!x) { snprintf(msg, n, "%s is missing", key); return -1; }
-    if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble > (1 << 30) || x->valuedouble != floor(x->valuedouble)) {
-        snprintf(msg, n, "%s is not a positive integer", key);
+    if (!cJSON_IsNumber(x)) { snprintf(msg, n, "%s is not a number", key); return -1; }
+    double d = x->valuedouble;
+    if (!(d >= 1.0 && d <= (double)most) || d != floor(d)) {
+        snprintf(msg, n, "%s %.15g: expected an integer in [1, %d] (no real model has more)", key, d, most);
         return -1;
     }
-    *v = (int)x->valuedouble;
+    *v = (int)d;
     return 0;
 }
 
@@ -87,12 +93,12 @@ static inline int llama_hf_parse_config(LlamaHfReader* r, const cJSON* j, char* 
         snprintf(msg, n, "model_type \"%s\": this program reads llama", type->valuestring);
         return -1;
     }
-    if (llama_hf_config_int(j, "hidden_size", 0, &c->channels, msg, n) != 0 ||
-        llama_hf_config_int(j, "intermediate_size", 0, &c->ffn_hidden, msg, n) != 0 ||
-        llama_hf_config_int(j, "num_hidden_layers", 0, &c->num_layers, msg, n) != 0 ||
-        llama_hf_config_int(j, "num_attention_heads", 0, &c->num_heads, msg, n) != 0 ||
-        llama_hf_config_int(j, "num_key_value_heads", c->num_heads, &c->num_kv_heads, msg, n) != 0 ||
-        llama_hf_config_int(j, "vocab_size", 0, &c->vocab_size, msg, n) != 0)
+    if (llama_hf_config_int(j, "hidden_size", 0, LLAMA_MAX_CHANNELS, &c->channels, msg, n) != 0 ||
+        llama_hf_config_int(j, "intermediate_size", 0, LLAMA_MAX_FFN, &c->ffn_hidden, msg, n) != 0 ||
+        llama_hf_config_int(j, "num_hidden_layers", 0, LLAMA_MAX_LAYERS, &c->num_layers, msg, n) != 0 ||
+        llama_hf_config_int(j, "num_attention_heads", 0, LLAMA_MAX_HEADS, &c->num_heads, msg, n) != 0 ||
+        llama_hf_config_int(j, "num_key_value_heads", c->num_heads, LLAMA_MAX_HEADS, &c->num_kv_heads, msg, n) != 0 ||
+        llama_hf_config_int(j, "vocab_size", 0, LLAMA_MAX_VOCAB, &c->vocab_size, msg, n) != 0)
         return -1;
     if (c->channels % c->num_heads != 0 || c->num_heads % c->num_kv_heads != 0) {
         snprintf(msg, n, "hidden_size %d, num_attention_heads %d, num_key_value_heads %d: the heads must divide "
@@ -112,10 +118,15 @@ static inline int llama_hf_parse_config(LlamaHfReader* r, const cJSON* j, char* 
     if (!llama_hf_plain_rope(cJSON_GetObjectItemCaseSensitive(j, "rope_parameters"), "rope_parameters", 1, &ptheta, msg, n) ||
         !llama_hf_plain_rope(cJSON_GetObjectItemCaseSensitive(j, "rope_scaling"), "rope_scaling", 0, NULL, msg, n))
         return -1;
-    const char* bad_theta = theta && !cJSON_IsNull(theta) && !(cJSON_IsNumber(theta) && theta->valuedouble >= 1) ? "rope_theta"
-                          : ptheta && !cJSON_IsNull(ptheta) && !(cJSON_IsNumber(ptheta) && ptheta->valuedouble >= 1)
-                          ? "rope_parameters.rope_theta" : NULL;
-    if (bad_theta) { snprintf(msg, n, "%s is not a number of 1 or more", bad_theta); return -1; }
+#define LLAMA_HF_THETA_OK(x) (cJSON_IsNumber(x) && (x)->valuedouble >= 1.0 && (x)->valuedouble <= LLAMA_MAX_ROPE_THETA)
+    const char* bad_theta = theta && !cJSON_IsNull(theta) && !LLAMA_HF_THETA_OK(theta) ? "rope_theta"
+                          : ptheta && !cJSON_IsNull(ptheta) && !LLAMA_HF_THETA_OK(ptheta) ? "rope_parameters.rope_theta"
+                                                                                        : NULL;
+#undef LLAMA_HF_THETA_OK
+    if (bad_theta) {
+        snprintf(msg, n, "%s is not a number in [1, %g]", bad_theta, LLAMA_MAX_ROPE_THETA);
+        return -1;
+    }
     if (cJSON_IsNumber(theta) && cJSON_IsNumber(ptheta) && theta->valuedouble != ptheta->valuedouble) {
         snprintf(msg, n, "rope_theta %.17g and rope_parameters.rope_theta %.17g disagree", theta->valuedouble,
                  ptheta->valuedouble);
@@ -123,8 +134,8 @@ static inline int llama_hf_parse_config(LlamaHfReader* r, const cJSON* j, char* 
     }
     c->rope_theta = cJSON_IsNumber(ptheta) ? ptheta->valuedouble : cJSON_IsNumber(theta) ? theta->valuedouble : 10000.0;
     const cJSON* eps = cJSON_GetObjectItemCaseSensitive(j, "rms_norm_eps");
-    if (eps && !(cJSON_IsNumber(eps) && eps->valuedouble >= 0)) {
-        snprintf(msg, n, "rms_norm_eps is not a number of 0 or more");
+    if (eps && !(cJSON_IsNumber(eps) && eps->valuedouble >= 0 && eps->valuedouble < 1)) {
+        snprintf(msg, n, "rms_norm_eps is not a number in [0, 1)");
         return -1;
     }
     c->norm_eps = eps ? eps->valuedouble : 1e-6;
@@ -154,6 +165,7 @@ static inline int llama_hf_check_tensors(LlamaHfReader* r) {
     LlamaConfig c = r->config;
     c.padded_vocab_size = c.vocab_size;  // the file's shapes do not depend on the padding
     int n = llama_hf_num_tensors(&c), head = n - 1;  // lm_head comes last (llama_hf_tensors)
+    if (n < 0) return llama_hf_fail(r, "%d layers, outside [1, %d]", c.num_layers, LLAMA_MAX_LAYERS);  // config checked
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
     if (!hf) return llama_hf_fail(r, "out of host memory");
     llama_hf_tensors(hf, &c);
@@ -222,7 +234,8 @@ static inline int llama_hf_detect(const char* path) {
 
 // The file's values into the model c (whose sizes, RoPE base and eps must be the file's; the base to a
 // float's precision, as train_gpt's -rope_theta holds it): values (num_params) fp32 in our order, the
-// padded rows of embed and lm_head zero; a tied head is embed_tokens. Closes the file in every case.
+// padded rows of embed and lm_head zero; a tied head is embed_tokens; every value must be finite.
+// Closes the file in every case.
 static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* values) {
     const LlamaConfig* f = &r->config;
     if (f->num_layers != c->num_layers || f->channels != c->channels || f->num_heads != c->num_heads ||
@@ -236,16 +249,20 @@ static inline int llama_hf_load(LlamaHfReader* r, const LlamaConfig* c, float* v
                              c->rope_theta, c->norm_eps);
     int n = llama_hf_num_tensors(c), head = n - 1;  // lm_head comes last (llama_hf_tensors)
     size_t C = (size_t)c->channels, V = (size_t)c->vocab_size, pad = (size_t)(c->padded_vocab_size - c->vocab_size);
+    if (n < 0) return llama_hf_fail(r, "this run's model has %d layers, outside [1, %d]", c->num_layers, LLAMA_MAX_LAYERS);
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
     if (!hf) return llama_hf_fail(r, "out of host memory");
     llama_hf_tensors(hf, c);
     int rc = 0;
+    char msg[SAFETENSORS_ERR_LEN];
     for (int k = 0; k < n && rc == 0; k++) {  // llama_hf_open checked the names, shapes and dtypes
         const SafetensorsTensor* t = hf_weights_find(&r->w, hf[k].name);
         if (!t) continue;  // a tied model's head, left out
         if (hf_weights_read_f32(&r->w, t, values + hf[k].offset) != 0) {
             snprintf(r->err, sizeof(r->err), "%s", r->w.err);
             rc = -1;
+        } else if (hf_check_finite(t, values + hf[k].offset, msg, sizeof(msg)) != 0) {  // as a checkpoint's
+            rc = llama_hf_fail(r, "%s", msg);
         }
     }
     if (rc == 0 && r->tie) {  // the head is the embedding: copied, or (given too) equal to it

@@ -340,12 +340,13 @@ static inline int safetensors_open(SafetensorsReader* r, const char* path) {
         return safetensors_fail(r, "header length %llu out of range (the file has %llu bytes after the length, the limit "
                                 "is %u): truncated or not a safetensors file", (unsigned long long)n,
                                 (unsigned long long)(size - 8), SAFETENSORS_MAX_HEADER);
-    char* json = (char*)malloc((size_t)n);
+    char* json = (char*)malloc((size_t)n + 1);  // 0-terminated: cJSON (up to 1.7.17) may read one byte past n
     if (!json) return safetensors_fail(r, "cannot allocate %llu bytes for the header", (unsigned long long)n);
     if (fread(json, 1, (size_t)n, r->f) != (size_t)n) {
         free(json);
         return safetensors_fail(r, "could not read the %llu-byte header: %s", (unsigned long long)n, strerror(errno));
     }
+    json[n] = '\0';
     r->header = cJSON_ParseWithLength(json, (size_t)n);
     free(json);
     if (!r->header) return safetensors_fail(r, "the %llu-byte header is not valid JSON", (unsigned long long)n);

@@ -6,20 +6,20 @@
 //   out[i] = x[i] cos − x[i + hs/2] sin,   out[i + hs/2] = x[i + hs/2] cos + x[i] sin.
 // The backward is the transpose of that rotation, i.e. the rotation by minus the angle.
 //
-// Where it runs (llmc/attention/attention.cuh). With the sm_90a flash kernels (llmc/flash_attention_sm90{,_backward}.cuh):
-// rope_forward over q and k before the forward, and the backward kernels rotate dq and dk back in
-// registers. With the mma.sync flash kernels (hs = 64, 128, other GPUs): the k heads are rotated in
-// place by a pass over memory (rope_keys_forward: NKV heads of a row, a fifth of the q + k channels at
-// NH = 4·NKV), and the q heads inside the forward kernel, as each block loads its query tile, which it
-// writes back rotated (each query tile is read by that block alone, so the write races nothing); after
-// the forward, qkv holds the rotated q and k, what the backward needs. The backward's RoPE costs no pass
-// either: the kernels rotate dq and dk back in registers before writing them. With the simple kernels
-// (other head sizes): rope_forward over q and k before the forward, rope_backward over dq and dk after
-// the backward. This file holds the angle table, the rotation every kernel shares (rope_rotate,
-// rope_rotate8), and those passes.
+// Where it runs (llmc/attention/attention.cuh). With the sm_90a flash kernels
+// (llmc/attention/flash_attention_sm90*.cuh): rope_forward over q and k before the forward, and the
+// backward kernels rotate dq and dk back in registers. With the mma.sync flash kernels (hs = 64, 128,
+// other GPUs): the k heads are rotated in place by a pass over memory (rope_keys_forward: NKV heads of
+// a row, a fifth of the q + k channels at NH = 4·NKV), and the q heads inside the forward kernel, as
+// each block loads its query tile, which it writes back rotated (each query tile is read by that block
+// alone, so the write races nothing); after the forward, qkv holds the rotated q and k, what the
+// backward needs. The backward's RoPE costs no pass either: the kernels rotate dq and dk back in
+// registers before writing them. With the simple kernels (other head sizes): rope_forward over q and k
+// before the forward, rope_backward over dq and dk after the backward. This file holds the angle table,
+// the rotation every kernel shares (rope_rotate, rope_rotate8), and those passes.
 // Why the keys are not rotated inside the forward kernel: a key tile is loaded by every query tile at or
 // below it, so rotating it there repeats the rotation T/64 times over, reading the cos/sin table each
-// time: as many L2 bytes as the keys and values themselves. Measured, that doubled the forward's time
+// time: as many L2 bytes as the keys and values themselves, which doubles the forward's time
 // (dev/cuda/README.md); a pass over the k heads reads and writes them once.
 //
 // Angles: a table, not computed on the fly. rope_table_fill computes cos and sin in double (as the CPU

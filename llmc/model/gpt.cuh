@@ -51,7 +51,7 @@ static inline int gpt_slices(ZeroSlice* out, const GptModel* m) {
 }
 
 // Everything for batches of up to B x T tokens. head: the LM head's path (llmc/head/fused_lce.cuh): auto,
-// blocks or chunks, a fused head whose scratch fits head_scratch bytes (FLCE_DEFAULT_SCRATCH is 64 MiB),
+// staged, blocks or chunks, a fused head whose scratch fits head_scratch bytes (0: sized by the head),
 // or unfused, the baseline (bf16 logits of all B·T rows at once; head_scratch unused).
 // comm: the ranks of a data-parallel run, or NULL for one GPU alone. With world > 1 this rank keeps its
 // share of the optimizer state (ZeRO-1, llmc/optim/zero.cuh); every slice must divide by the world size,

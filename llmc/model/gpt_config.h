@@ -15,6 +15,9 @@ typedef struct {
     int channels;           // C, a multiple of 8
 } GptConfig;
 
+// The most layers a model read from elsewhere may have (llmc/io/gpt_hf_import.h): GPT-2's largest has 48.
+#define GPT_MAX_LAYERS 1024
+
 enum {
     GPT_WTE, GPT_WPE, GPT_LN1W, GPT_LN1B, GPT_QKVW, GPT_QKVB, GPT_ATTPROJW, GPT_ATTPROJB, GPT_LN2W, GPT_LN2B,
     GPT_FCW, GPT_FCB, GPT_FCPROJW, GPT_FCPROJB, GPT_LNFW, GPT_LNFB, GPT_NUM_TENSORS

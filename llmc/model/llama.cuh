@@ -70,7 +70,7 @@ static inline void llama_check_config(const LlamaConfig* c, int B, int T) {
 }
 
 // Everything for batches of up to B x T tokens. head: the LM head's path (llmc/head/fused_lce.cuh): auto,
-// blocks or chunks, a fused head whose scratch fits head_scratch bytes (FLCE_DEFAULT_SCRATCH is 64 MiB),
+// staged, blocks or chunks, a fused head whose scratch fits head_scratch bytes (0: sized by the head),
 // or unfused (bf16 logits of all B·T rows at once). comm: the ranks of a data-parallel run, or NULL for
 // one GPU alone; with world > 1 this rank keeps its share of the optimizer state (ZeRO-1), and every
 // slice must divide by the world size, else this exits naming the slice.

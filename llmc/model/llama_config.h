@@ -11,6 +11,7 @@
 // with host-only tools.
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct {
@@ -31,13 +32,24 @@ enum {
     LLAMA_FINAL_NORM, LLAMA_LM_HEAD, LLAMA_NUM_TENSORS
 };
 
-// Rows of wqkv: NH query heads, NKV key heads, NKV value heads.
-static inline int llama_qkv_dim(const LlamaConfig* c) {
-    return (c->num_heads + 2 * c->num_kv_heads) * (c->channels / c->num_heads);
+// The largest sizes a model read from elsewhere may have (llmc/io/llama_hf_import.h checks config.json
+// against them before anything is sized by it): each well above the largest Llama models' (Llama 3.1
+// 405B: 126 layers, C 16384, F 53248, 128 heads, V 128256). Within them every count and product of
+// sizes below fits its type: the parameters are fewer than 2^56.
+#define LLAMA_MAX_LAYERS 1024
+#define LLAMA_MAX_CHANNELS 65536
+#define LLAMA_MAX_HEADS 1024       // query heads, and key/value heads
+#define LLAMA_MAX_FFN 262144
+#define LLAMA_MAX_VOCAB (1 << 22)
+#define LLAMA_MAX_ROPE_THETA 1e12  // the checkpoint reader's bound too (llmc/io/checkpoint_read.h)
+
+// Rows of wqkv: NH query heads, NKV key heads, NKV value heads (64-bit: no size overflows it).
+static inline int64_t llama_qkv_dim(const LlamaConfig* c) {
+    return ((int64_t)c->num_heads + 2 * (int64_t)c->num_kv_heads) * (int64_t)(c->channels / c->num_heads);
 }
 
 static inline void llama_tensor_sizes(size_t s[LLAMA_NUM_TENSORS], const LlamaConfig* c) {
-    size_t C = c->channels, L = c->num_layers, F = c->ffn_hidden, Vp = c->padded_vocab_size, QKV = llama_qkv_dim(c);
+    size_t C = c->channels, L = c->num_layers, F = c->ffn_hidden, Vp = c->padded_vocab_size, QKV = (size_t)llama_qkv_dim(c);
     size_t v[LLAMA_NUM_TENSORS] = {Vp * C, L * C, L * QKV * C, L * C * C, L * C, L * 2 * F * C, L * C * F, C, Vp * C};
     for (int i = 0; i < LLAMA_NUM_TENSORS; i++) s[i] = v[i];
 }

@@ -22,10 +22,10 @@
 // --- kernels ---------------------------------------------------------------------------------
 
 // A thread's elements in groups of ADAMW_GROUP (zero_for_each_group): a group's five loads each are issued
-// before its arithmetic and stores, instead of one element's at a time. One at a time, the pass took
-// 12.2 ms at d48 for 30 bytes a parameter: 3.8 TB/s, near what a device-to-device copy reaches on the
-// H200 (3.7-4.0 TB/s, doc/results.md), so the grouping can gain only a few percent there. A build with
-// -DADAMW_GROUP=1 runs the pass one element at a time, for comparing the two.
+// before its arithmetic and stores, instead of one element's at a time. The pass is bound by memory: one
+// element at a time it already moves its bytes near a device-to-device copy's rate (3.7-4.0 TB/s on an
+// H200, doc/results.md), so the grouping can gain only a few percent. A build with -DADAMW_GROUP=1 runs
+// the pass one element at a time, for comparing the two.
 #ifndef ADAMW_GROUP
 #define ADAMW_GROUP 4
 #endif

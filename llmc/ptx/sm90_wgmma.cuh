@@ -3,7 +3,7 @@
 // bf16 warpgroup MMA, and the warp-specialised K loop over a ring of stages that the GEMM kernels share
 // (dev/cuda/wgmma_gemm.cu: a plain GEMM, checked against cuBLASLt; llmc/head/fused_lce_sm90.cuh: the LM
 // head's forward with the softmax statistics in the epilogue, and its gradient; dev/cuda/wgmma_gemm.cuh: an
-// accumulating GEMM, the head's dx and dW in the playground's variant 6).
+// accumulating GEMM, which dev/cuda/fused_lce.cu runs for the head's dx and dW).
 //
 // Layout contract (what makes TMA, the descriptors and wgmma agree): a tile of R rows x 64 bf16 (128
 // bytes per row, K contiguous) is copied with 128-byte swizzling into a 1024-byte-aligned buffer; the

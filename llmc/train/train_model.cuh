@@ -2,7 +2,7 @@
 // Llama-style (llmc/model/llama.cuh). train_gpt.cu's loop, evaluation, sampling and checkpoints are written once
 // against this. Each train_model_<role> calls the family's function of that role with the same
 // arguments and does nothing else, so a run issues exactly the launches, in the same order, that calling
-// the family directly would: a GPT-2 run computes bitwise what it did before this file existed.
+// the family directly would: the dispatch changes no bit of a run's results.
 // A switch on the family in each function rather than a table of function pointers: two families, and
 // the reader sees at each call what runs.
 //   TrainModelConfig  the family and its sizes (host-only: -resume checks a checkpoint against it before

@@ -1,0 +1,441 @@
+// fused_lce_staged.cuh: the LM head's path "staged" (Hopper): rows in chunks whose exponentials are
+// staged in the scratch as bf16, one logits GEMM per row and no pass over the chunk between the GEMMs:
+// 3F of tensor-core work for a training step, and the chunk written once and read twice.
+//
+// The idea. A row's gradient is G_j = scale·(k·p_j − (1−ε)·[j=t] − ε/V)·c_j with p_j = exp(s_j − lse),
+// k = 1 + 2·z_loss·lse and c_j = 1 − (s_j/softcap)² (1 without soft-capping). lse needs the whole row,
+// so G cannot be formed while the logits are computed; but with any per-row reference R known before
+// the GEMM,
+//     G_j = α · E_j,   E_j = exp(s_j − R)·c_j,   α = scale·k·exp(R − lse),
+// except for the target column and the ε/V term. So the logits GEMM's epilogue stores E (bf16: the
+// one rounding the gradient gets anyway) and the rows' softmax statistics; once lse is known, one
+// element per row is patched (E_t such that α·E_t is the target's G_t) and α goes where a per-row
+// scalar costs nothing: dx = α ⊙ (E · W) is scaled row by row after the GEMM, and dW += Eᵀ · (α ⊙ x)
+// takes x scaled by its row's α. The ε/V term is a rank-one correction of both. R is the row's mean
+// logit, x · mean_v(W_v), a GEMV before the chunks: the largest logit is at or above it, so E never
+// underflows where it matters (E_j >= p_j), and it overflows only when lse − R > 60 (a softmax so peaked
+// that e^60 separates it from the mean). Such a row raises a flag, and the chunk is staged again relative
+// to each row's lse (E_j = p_j·c_j <= 1): a second logits GEMM for that chunk only.
+//
+// Per chunk of n rows (x_c, the chunk's rows of x):
+//   1. stage (wgmma, ping-pong, 64 x 256 tiles): E (n, Vp) bf16, TMA-stored; per (row, 256-column tile)
+//      the statistics (max, Σ exp(s − max), Σ s)
+//   2. finish (a warp per row): lse, the loss, the target's s_t; the flag
+//   3. restage, only when flagged: E again, relative to lse
+//   4. prep (a warp per row): α, x' = bf16(α ⊙ x_c), E_t patched
+//   5. dx_c = α ⊙ (E · W) (+ the ε/V term): cuBLASLt into fp32 (n, C), then scaled into bf16
+//   6. dW += Eᵀ · x'                                   cuBLASLt, beta = 1
+// and once per call, with label smoothing, dW_j −= (ε/V)·Σ_r scale_r·x_r for every j < V.
+// Bytes per logit: 2 written by the stage, 2 read by each GEMM; dW (fp32) read and written once per
+// chunk, so chunks of thousands of rows (the scratch sized for them) keep that sweep small.
+// Not for soft-capping together with label smoothing (ε/V·c_j is not of the form α·E_j): the blocks run it.
+#pragma once
+#include "../layers/matmul.cuh"
+#include "fused_lce_common.cuh"
+#include "fused_lce_sm90.cuh"
+
+#define FLCE_STAGED_GAP 60.0f    // lse − R above which a row is staged again relative to its lse
+#define FLCE_STAGED_ROW_ALIGN 64  // chunk rows: a multiple of the stage's tile rows
+
+typedef struct {
+    int rows;        // rows per chunk
+    int vtiles;      // 256-column tiles of the vocabulary (Vp)
+    bf16* E;         // (rows, Vp) the chunk's staged exponentials, then the gradient's bf16 factor
+    bf16* xs;        // (rows, C) x' = α ⊙ x_c
+    float* dx32;     // (rows, C) E · W before its rows are scaled
+    float* part;     // (rows, vtiles, 3) statistics per row and tile
+    float* ref;      // (max_n) each row's reference R
+    float* alpha;    // (rows) α
+    float* st;       // (rows) the target's s_t
+    float* wmean;    // (C) mean of W's rows j < V; then, with label smoothing, Σ_r scale_r·x_r
+    float* wpart;    // (FLCE_WMEAN_SPLITS, C) partial sums of wmean
+    int* flag;       // (1) this chunk is staged again
+    size_t bytes;    // all of the above
+} FlceStaged;
+
+#define FLCE_WMEAN_SPLITS 64
+
+// What the stage kernel needs beside its tensor maps
+typedef struct {
+    const float* ref;  // (n) the chunk's references (restage: its lse)
+    float* part;       // (n, vtiles, 3), not written by the restage
+    int vtiles;
+    const int* flag;   // restage: does nothing unless *flag
+    int r0, n, C, V, Vp;
+    float softcap;
+} FlceStageArgs;
+
+// --- kernels ---------------------------------------------------------------------------------
+
+#if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
+// One consumer's 64 x 256 tile: E of this warp's 16 rows into the staging buffer at `out` (stmatrix,
+// swizzled for the TMA store), and unless RESTAGE each row's statistics over the tile into part. Register
+// layout as in flce_wgmma_grad_tile (fused_lce_sm90.cuh): this thread's rows row0 and row0 + 8 (within
+// the chunk), its columns c0 + 8j + e. FULL: every column of the tile is < V.
+template <bool CAP, bool FULL, bool RESTAGE>
+__device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int warp, int lane, int row0, int c0, int vt,
+                                                const FlceStageArgs& a) {
+    float cap = a.softcap, inv_cap = CAP ? 1.0f / cap : 0.0f;
+    // pass 1: s_j (soft-capped, over d) and each row's max over the tile (-inf where no column is < V)
+    float mx[2] = {-INFINITY, -INFINITY};
+    #pragma unroll
+    for (int j = 0; j < 32; j++)
+        #pragma unroll
+        for (int h = 0; h < 2; h++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float s = d[4 * j + 2 * h + e];
+                if (CAP) { s = cap * flce_tanh(s * inv_cap); d[4 * j + 2 * h + e] = s; }
+                if (!RESTAGE && (FULL || c0 + 8 * j + e < a.V)) mx[h] = fmaxf(mx[h], s);
+            }
+    // E_j = p_j · f with p_j = exp(s_j − m) and f = exp(m − R): one exp per logit, and the statistics
+    // (m, Σ p_j, Σ s_j) exact whatever R is (f overflows only on rows the finish flags for a restage).
+    // The restage: m = R = lse, f = 1.
+    float m2[2], f[2], acc[2] = {0.0f, 0.0f}, su[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (!RESTAGE)
+            #pragma unroll
+            for (int o = 1; o <= 2; o <<= 1) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
+        float R = row0 + 8 * h < a.n ? a.ref[row0 + 8 * h] : 0.0f;
+        float m = RESTAGE || mx[h] == -INFINITY ? R : mx[h];
+        m2[h] = m * FLCE_LOG2E;
+        f[h] = RESTAGE ? 1.0f : exp2f((m - R) * FLCE_LOG2E);
+    }
+    int i = lane / 8, trow = warp * 16 + 8 * (i % 2) + lane % 8;  // as flce_wgmma_grad_tile's stmatrix
+    #pragma unroll
+    for (int j = 0; j < 32; j += 2) {
+        uint32_t r[4];
+        #pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int jj = j + q / 2, h = q % 2, col = c0 + 8 * jj;
+            float ev[2];
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float s = d[4 * jj + 2 * h + e];
+                float p = exp2f(fmaf(s, FLCE_LOG2E, -m2[h]));
+                if (!FULL && col + e >= a.V) { p = 0.0f; s = 0.0f; }
+                if (!RESTAGE) { acc[h] += p; su[h] += s; }
+                float x = RESTAGE ? p : p * f[h];
+                if (CAP) { float th = s * inv_cap; x *= 1.0f - th * th; }
+                ev[e] = x;
+            }
+            __nv_bfloat162 pr = __floats2bfloat162_rn(ev[0], ev[1]);
+            r[q] = *(uint32_t*)&pr;
+        }
+        stmatrix_x4(flce_stage_addr(out, trow, 8 * (j + i / 2)), r[0], r[1], r[2], r[3]);
+    }
+    if constexpr (!RESTAGE) {
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            #pragma unroll
+            for (int o = 1; o <= 2; o <<= 1) {  // the 4 lanes that share a row
+                acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], o);
+                su[h] += __shfl_xor_sync(0xffffffffu, su[h], o);
+            }
+            int row = row0 + 8 * h;
+            if (lane % 4 == 0 && row < a.n) {
+                float* p = a.part + ((size_t)row * a.vtiles + vt) * 3;
+                p[0] = mx[h]; p[1] = acc[h]; p[2] = su[h];
+            }
+        }
+    }
+}
+#endif
+
+// E (n, Vp) bf16 of rows r0 .. r0+n-1 through te (boxes of 64 x 64, clipped to n x Vp), as the
+// gradient kernel of fused_lce_sm90.cuh walks its tiles (ping-pong, one consumer's epilogue beside the
+// other's K loop); columns V .. Vp-1 are written as zeros. RESTAGE: relative to a.ref = lse, no
+// statistics, and only when *a.flag (launched after the finish, without PDL: the flag is read first).
+template <bool CAP, bool RESTAGE>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+flce_stage_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
+                  const __grid_constant__ CUtensorMap te, FlceStageArgs a) {
+#if defined(WG_DEVICE_CODE)
+    if (RESTAGE && *a.flag == 0) return;
+    extern __shared__ unsigned char smem_raw[];
+    WgRing ring = wg_ring_init(smem_raw, WG_PP_STAGES, FLCE_GRAD_ROWS, 1);
+    int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
+    int mtiles = ceil_div(a.n, FLCE_GRAD_ROWS), tiles = mtiles * ceil_div(a.Vp, WG_BN), kt_count = a.C / WG_BK;
+    pdl_launch_dependents();
+    if (wg == 0) {  // producer: x and W are never written by the kernels before it
+        regs_dec<40>();
+        if (t == 0)
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x)
+                wg_produce(ring, &tx, &tw, a.r0 + tile % mtiles * FLCE_GRAD_ROWS, tile / mtiles * WG_BN, kt_count, it);
+        return;
+    }
+    regs_inc<232>();
+    pdl_wait();  // the references come from an earlier kernel; E is still being read by the previous GEMMs
+    int c = wg - 1, lane = t % 32, warp = t / 32;
+    float d[128];
+    uint32_t out = ring.base + WG_PP_STAGES * WG_PP_STAGE_BYTES + 1024 + c * FLCE_GRAD_OUT_BYTES;  // past the barriers
+    it = c * kt_count;  // consumer 1 starts at the block's second tile
+    for (int k = c, tile = blockIdx.x + c * gridDim.x; tile < tiles; k += 2, tile += 2 * gridDim.x) {
+        if (k > 0) wg_turn_wait(c);
+        wg_consume(ring, d, 0, kt_count, it);
+        if (tile + gridDim.x < tiles) wg_turn_pass(c);
+        it += kt_count;  // past the other consumer's next tile
+        if (t == 0) bulk_wait_read();  // the previous tile's store has read the staging buffer
+        asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
+        int vt = tile / mtiles, cb = vt * WG_BN, c0 = cb + 2 * (lane % 4);
+        int rb = tile % mtiles * FLCE_GRAD_ROWS, row0 = rb + warp * 16 + lane / 4;
+        if (cb + WG_BN <= a.V) flce_stage_tile<CAP, true, RESTAGE>(d, out, warp, lane, row0, c0, vt, a);
+        else flce_stage_tile<CAP, false, RESTAGE>(d, out, warp, lane, row0, c0, vt, a);
+        fence_proxy_async();
+        asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
+        if (t == 0) {
+            for (int b = 0; b < WG_BN / 64 && cb + 64 * b < a.Vp; b++)
+                tma_store_2d(&te, cb + 64 * b, rb, out + b * 64 * 128);
+            bulk_commit();
+        }
+    }
+    if (t == 0) bulk_wait();
+#endif
+}
+
+// Partial column sums over a split of the rows of A (rows, C) bf16, a fixed order: part[split][c] =
+// Σ_r w_r·A[r][c] over the split's rows. Weighted (the label-smoothing term of dW): w_r is row r's
+// upstream gradient, 0 where it does not count; else w_r = 1 (the mean of W's rows j < V).
+__global__ void flce_colsum_part_kernel(float* part, const bf16* A, int rows, int C, int weighted, const int* targets,
+                                        const int* n_valid, const float* dloss_rows, float dloss, int V,
+                                        FlceOptions opt) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, split = blockIdx.y;
+    if (c >= C) return;
+    int per = ceil_div(rows, FLCE_WMEAN_SPLITS), r0 = split * per, r1 = min(rows, r0 + per);
+    float scale = 1.0f;
+    if (weighted && !dloss_rows) { int nv = *n_valid; scale = nv > 0 ? dloss / nv : 0.0f; }
+    float acc = 0.0f;
+    for (int r = r0; r < r1; r++) {
+        float w = 1.0f;
+        if (weighted) w = flce_ignored(targets[r], opt, V) ? 0.0f : (dloss_rows ? dloss_rows[r] : scale);
+        acc += w * __bfloat162float(A[(size_t)r * C + c]);
+    }
+    part[(size_t)split * C + c] = acc;
+}
+
+// out[c] = Σ_split part[split][c] · mul
+__global__ void flce_colsum_kernel(float* out, const float* part, int C, float mul) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (int s = 0; s < FLCE_WMEAN_SPLITS; s++) acc += part[(size_t)s * C + c];
+    out[c] = acc * mul;
+}
+
+// A warp per row: ref[row] = R = x_row · wmean (the mean logit), soft-capped like the logits
+__global__ void flce_ref_kernel(float* ref, const bf16* x, const float* wmean, int N, int C, float softcap) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const bf16* xr = x + (size_t)row * C;
+    float acc = 0.0f;
+    for (int k = lane; k < C; k += 32) acc += __bfloat162float(xr[k]) * wmean[k];
+    acc = warp_reduce_sum(acc);
+    if (softcap > 0.0f) acc = softcap * flce_tanh(acc / softcap);
+    if (lane == 0) ref[row] = acc;
+}
+
+// A warp per row of the chunk: the tiles' statistics merged (a fixed order) into lse; the target's s_t
+// by an fp32 dot product (as the fused forward); the loss; the flag when lse − R > FLCE_STAGED_GAP (or
+// is not finite), for every row, ignored ones too, whose E must stay finite.
+__global__ void flce_staged_finish_kernel(float* loss_rows, float* lse_out, float* st_out, int* flag, const float* part,
+                                          const float* ref, const bf16* x, const bf16* W, const int* targets, int n,
+                                          int vtiles, int C, int V, FlceOptions opt) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= n) return;
+    float m = -INFINITY, s = 0.0f, sum = 0.0f;
+    for (int vt = lane; vt < vtiles; vt += 32) {
+        const float* p = part + ((size_t)row * vtiles + vt) * 3;
+        lse_merge(m, s, p[0], p[1]);
+        sum += p[2];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        lse_merge(m, s, m2, s2);
+    }
+    float lse = m + logf(s);
+    int t = targets[row], ignored = flce_ignored(t, opt, V);
+    float dot = 0.0f;
+    if (!ignored) {
+        const bf16* xr = x + (size_t)row * C;
+        const bf16* wr = W + (size_t)t * C;
+        for (int k = lane; k < C; k += 32) dot += __bfloat162float(xr[k]) * __bfloat162float(wr[k]);
+        dot = warp_reduce_sum(dot);
+        if (opt.softcap > 0.0f) dot = opt.softcap * flce_tanh(dot / opt.softcap);
+    }
+    if (lane == 0) {
+        lse_out[row] = lse;
+        st_out[row] = dot;
+        loss_rows[row] = ignored ? 0.0f : flce_row_loss(lse, dot, sum, opt, V);
+        if (!(lse - ref[row] <= FLCE_STAGED_GAP)) atomicOr(flag, 1);
+    }
+}
+
+// A warp per row of the chunk: α (0 for rows that do not count), x' = bf16(α·x), and E_t patched so that
+// α·E_t = scale·(k·p_t − (1−ε))·c_t. R is the row's reference, or its lse when the chunk was restaged.
+__global__ void flce_staged_prep_kernel(bf16* xs, float* alpha, bf16* E, int Vp, const float* lse, const float* st,
+                                        const float* ref, const int* flag, const bf16* x, const int* targets,
+                                        const int* n_valid, const float* dloss_rows, float dloss, int n, int C,
+                                        int V, FlceOptions opt) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= n) return;
+    int t = targets[row], ignored = flce_ignored(t, opt, V), nv = *n_valid;
+    float scale = ignored ? 0.0f : (dloss_rows ? dloss_rows[row] : (nv > 0 ? dloss / nv : 0.0f));
+    float L = lse[row], R = *flag ? L : ref[row], k = 1.0f + 2.0f * opt.z_loss * L;
+    float a = scale == 0.0f ? 0.0f : scale * k * expf(R - L);
+    if (lane == 0) alpha[row] = a;
+    const bf16* xr = x + (size_t)row * C;
+    bf16* xo = xs + (size_t)row * C;
+    for (int c = 8 * lane; c < C; c += 256) {
+        float v[8];
+        Bf16x8 in = load128(xr + c);
+        for (int q = 0; q < 8; q++) v[q] = a * bf16x8_get(in, q);
+        store128(xo + c, bf16x8_from_floats(v));
+    }
+    if (lane == 0 && scale != 0.0f) {
+        float s = st[row], cf = 1.0f;
+        if (opt.softcap > 0.0f) { float th = s / opt.softcap; cf = 1.0f - th * th; }
+        float e = (expf(s - R) - (1.0f - opt.label_smoothing) * expf(L - R) / k) * cf;
+        E[(size_t)row * Vp + t] = __float2bfloat16(e);
+    }
+}
+
+// dx (n, C) bf16 = α ⊙ dx32 − scale·(ε/V)·Σ_j W_j (wsum = V·wmean; label smoothing without soft-capping)
+__global__ void flce_staged_dx_kernel(bf16* dx, const float* dx32, const float* alpha, const float* wmean,
+                                      const int* targets, const int* n_valid, const float* dloss_rows, float dloss,
+                                      int n, int C, int V, FlceOptions opt) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= (size_t)n * C) return;
+    int row = (int)(i / C), c = (int)(i % C);
+    float a = alpha[row], sm = 0.0f;
+    if (opt.label_smoothing > 0.0f && !flce_ignored(targets[row], opt, V)) {
+        int nv = *n_valid;
+        float scale = dloss_rows ? dloss_rows[row] : (nv > 0 ? dloss / nv : 0.0f);
+        sm = scale * opt.label_smoothing;  // (ε/V)·Σ_j W_j = ε·wmean
+    }
+    float v[8];
+    for (int q = 0; q < 8; q++) v[q] = a * dx32[i + q] - (sm != 0.0f ? sm * wmean[c + q] : 0.0f);
+    store128(dx + i, bf16x8_from_floats(v));
+}
+
+// Label smoothing: dW_j −= (ε/V)·u for every j < V
+__global__ void flce_staged_dw_smooth_kernel(float* dW, const float* u, int C, int V, float eps) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)V * C) return;
+    dW[i] -= eps / V * u[i % C];
+}
+
+// --- launchers -------------------------------------------------------------------------------
+
+// Chunk rows for max_n rows within `budget` bytes: 0 when fewer than FLCE_STAGED_ROW_ALIGN fit. The
+// per-row bytes: E (2·Vp), x' and dx32 (6·C), statistics (12 per 256 columns), α and s_t.
+static inline size_t flce_staged_row_bytes(int C, int Vp) {
+    return (size_t)Vp * 2 + (size_t)C * 6 + (size_t)ceil_div(Vp, WG_BN) * 12 + 8;
+}
+
+static inline int flce_staged_rows(int max_n, int C, int Vp, size_t budget) {
+    size_t fixed = (size_t)max_n * 4 + (size_t)C * 4 * (FLCE_WMEAN_SPLITS + 1) + 256;
+    if (budget <= fixed) return 0;
+    size_t rows = (budget - fixed) / flce_staged_row_bytes(C, Vp);
+    size_t all = (size_t)ceil_div(max_n, FLCE_STAGED_ROW_ALIGN) * FLCE_STAGED_ROW_ALIGN;
+    if (rows >= all) return (int)all;
+    if (rows < FLCE_STAGED_ROW_ALIGN) return 0;
+    // equal chunks: as few as fit, each a multiple of the alignment
+    int chunks = (int)ceil_div((int)(all / FLCE_STAGED_ROW_ALIGN), (int)(rows / FLCE_STAGED_ROW_ALIGN));
+    return ceil_div(max_n, chunks * FLCE_STAGED_ROW_ALIGN) * FLCE_STAGED_ROW_ALIGN;
+}
+
+// Once per process, as flce_wgmma_setup: the stage kernels' shared memory
+static inline void flce_staged_setup(void) {
+    cuda_check(cudaFuncSetAttribute(flce_stage_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_stage_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_stage_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
+    cuda_check(cudaFuncSetAttribute(flce_stage_kernel<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
+}
+
+// Allocates the chunk buffers for `rows` rows per chunk (flce_staged_rows) and max_n rows per call
+static inline size_t flce_staged_build(FlceStaged* s, int rows, int max_n, int C, int Vp) {
+    memset(s, 0, sizeof(*s));
+    s->rows = rows;
+    s->vtiles = ceil_div(Vp, WG_BN);
+    size_t sizes[] = {(size_t)rows * Vp * 2, (size_t)rows * C * 2, (size_t)rows * C * 4,
+                      (size_t)s->vtiles * rows * 12, (size_t)max_n * 4, (size_t)rows * 4, (size_t)rows * 4,
+                      (size_t)C * 4, (size_t)FLCE_WMEAN_SPLITS * C * 4, 16};
+    void** ptrs[] = {(void**)&s->E, (void**)&s->xs, (void**)&s->dx32, (void**)&s->part, (void**)&s->ref,
+                     (void**)&s->alpha, (void**)&s->st, (void**)&s->wmean, (void**)&s->wpart, (void**)&s->flag};
+    for (int i = 0; i < 10; i++) {
+        cuda_check(cudaMalloc(ptrs[i], sizes[i]));
+        s->bytes += sizes[i];
+    }
+    cuda_check(cudaMemset(s->flag, 0, sizeof(int)));
+    cuda_check(cudaDeviceSynchronize());  // the memset ran on the legacy stream
+    flce_staged_setup();
+    return s->bytes;
+}
+
+static inline void flce_staged_free(FlceStaged* s) {
+    void* ptrs[] = {s->E, s->xs, s->dx32, s->part, s->ref, s->alpha, s->st, s->wmean, s->wpart, s->flag};
+    for (int i = 0; i < 10; i++) cuda_check(cudaFree(ptrs[i]));
+}
+
+// loss_rows and lse (N) of every row, dx (N, C) bf16 written and dW (Vp, C) fp32 accumulated, for the
+// upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL). Needs C % 64 == 0, an
+// sm_90a build on Hopper, and not soft-capping with label smoothing together.
+static void flce_staged_run(const FlceStaged* s, float* loss_rows, float* lse, bf16* dx, float* dW,
+                            const float* dloss_rows, float dloss, const int* n_valid, const bf16* x, const bf16* W,
+                            const int* targets, int N, int C, int V, int Vp, FlceOptions opt, const GpuContext* ctx) {
+    cudaStream_t st = ctx->stream;
+    int cap = opt.softcap > 0.0f;
+    dim3 cgrid(ceil_div(C, 128), FLCE_WMEAN_SPLITS);
+    flce_colsum_part_kernel<<<cgrid, 128, 0, st>>>(s->wpart, W, V, C, 0, NULL, NULL, NULL, 0.0f, V, opt);
+    cuda_check_launch();
+    flce_colsum_kernel<<<ceil_div(C, 128), 128, 0, st>>>(s->wmean, s->wpart, C, 1.0f / V);
+    cuda_check_launch();
+    flce_ref_kernel<<<ceil_div(N, 8), 256, 0, st>>>(s->ref, x, s->wmean, N, C, opt.softcap);
+    cuda_check_launch();
+    profile_mark(ctx->prof, "head: other", st);
+    CUtensorMap tx = tma_map_bf16(x, N, C, C, FLCE_GRAD_ROWS), tw = tma_map_bf16(W, Vp, C, C, WG_BN);
+    for (int r0 = 0; r0 < N; r0 += s->rows) {
+        int n = N - r0 < s->rows ? N - r0 : s->rows;
+        CUtensorMap te = tma_map_bf16(s->E, n, Vp, Vp, FLCE_GRAD_ROWS);
+        int tiles = ceil_div(n, FLCE_GRAD_ROWS) * s->vtiles, grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
+        FlceStageArgs a = {s->ref + r0, s->part, s->vtiles, s->flag, r0, n, C, V, Vp, opt.softcap};
+        launch_pdl(cap ? flce_stage_kernel<true, false> : flce_stage_kernel<false, false>, grid, WG_THREADS,
+                   FLCE_GRAD_SMEM, st, tx, tw, te, a);
+        profile_mark(ctx->prof, "head: stage", st);
+        flce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, s->part,
+                                                                 s->ref + r0, x + (size_t)r0 * C, W, targets + r0, n,
+                                                                 s->vtiles, C, V, opt);
+        cuda_check_launch();
+        FlceStageArgs ra = {lse + r0, NULL, s->vtiles, s->flag, r0, n, C, V, Vp, opt.softcap};
+        (cap ? flce_stage_kernel<true, true> : flce_stage_kernel<false, true>)<<<grid, WG_THREADS, FLCE_GRAD_SMEM, st>>>(
+            tx, tw, te, ra);
+        cuda_check_launch();
+        flce_staged_prep_kernel<<<ceil_div(n, 8), 256, 0, st>>>(s->xs, s->alpha, s->E, Vp, lse + r0, s->st, s->ref + r0,
+                                                               s->flag, x + (size_t)r0 * C, targets + r0, n_valid,
+                                                               dloss_rows ? dloss_rows + r0 : NULL, dloss, n, C, V, opt);
+        cuda_check_launch();
+        cuda_check(cudaMemsetAsync(s->flag, 0, sizeof(int), st));  // for the next chunk (zero since the build)
+        profile_mark(ctx->prof, "head: finish", st);
+        matmul(ctx, s->dx32, CUDA_R_32F, C, s->E, Vp, 0, W, C, 0, n, C, Vp, 1.0f, 0.0f);
+        flce_staged_dx_kernel<<<ceil_div(n * C / 8, 256), 256, 0, st>>>(dx + (size_t)r0 * C, s->dx32, s->alpha, s->wmean,
+                                                                       targets + r0, n_valid,
+                                                                       dloss_rows ? dloss_rows + r0 : NULL, dloss, n,
+                                                                       C, V, opt);
+        cuda_check_launch();
+        profile_mark(ctx->prof, "head: dx GEMM", st);
+        matmul(ctx, dW, CUDA_R_32F, C, s->E, Vp, 1, s->xs, C, 0, Vp, C, n, 1.0f, 1.0f);
+        profile_mark(ctx->prof, "head: dW GEMM", st);
+    }
+    if (opt.label_smoothing > 0.0f) {  // wmean's buffer is free now: u
+        flce_colsum_part_kernel<<<cgrid, 128, 0, st>>>(s->wpart, x, N, C, 1, targets, n_valid, dloss_rows, dloss, V, opt);
+        cuda_check_launch();
+        flce_colsum_kernel<<<ceil_div(C, 128), 128, 0, st>>>(s->wmean, s->wpart, C, 1.0f);
+        cuda_check_launch();
+        flce_staged_dw_smooth_kernel<<<(unsigned)ceil_div((size_t)V * C, (size_t)256), 256, 0, st>>>(
+            dW, s->wmean, C, V, opt.label_smoothing);
+        cuda_check_launch();
+        profile_mark(ctx->prof, "head: other", st);
+    }
+}
