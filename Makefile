@@ -1,8 +1,10 @@
 # A menu of recipes. `make help` lists them. Build outputs go to build/ (and ./train_gpt, ./test_gpt).
 #   make train_gpt   the trainer, and the starter data first if it can (without it: a warning, and the
 #                    trainer still builds, for your own shards); ./train_gpt -h lists its flags
-#   make test        install what is missing, fetch the data, build everything, run every CPU test,
-#                    and the GPU tests when a GPU is present
+#   make test        install what is missing, fetch the data, build everything, run every CPU test
+#                    (the fuzzers a few seconds each among them), and the GPU tests when a GPU is present
+#   make fuzz        each file reader's libFuzzer harness (dev/fuzz/) for FUZZ_SECONDS (default 30),
+#                    FUZZ_JOBS at once (default 1); FUZZ_HARNESSES=fuzz_hf picks some (doc/reliability.md)
 #   make test-gpu    the GPU tests alone (on a machine with a GPU), JOBS=N of them at once on its GPU
 #                    (default 1)
 #   make data        fetch the GPT-2 BPE files and the starter corpus, write data/starter/*.bin
@@ -18,7 +20,8 @@
 #                    libpcre2-dev, npm), run first by the targets above: as root with apt-get it installs
 #                    the missing ones, otherwise (or with DEPS_NO_INSTALL=1) it prints the command to run
 #                    and stops (data/install_deps.sh); the trainer and export_hf wait only for libcjson-dev
-#                    and zlib1g-dev (safetensors' JSON, the checkpoints' crc32)
+#                    and zlib1g-dev (safetensors' JSON, the checkpoints' crc32), the fuzzers also for clang
+#                    and its libFuzzer (clang, libclang-rt-dev: `make deps-fuzz`)
 #   make dev         build every kernel playground in dev/cuda/, and dev/interop/'s dump tools, into build/dev/
 #                    (`make build/dev/NAME.ptx`: a playground's PTX, for dev/cuda/ptx_same.py)
 #   make clean       remove build outputs (keeps fetched data; `make clean-data` removes that)
@@ -109,7 +112,7 @@ GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 INTEROP     := build/dev/gpt_dump build/dev/llama_dump build/dev/llama_ref_dump
 
-.PHONY: help deps deps-trainer cjson-local data data-try data-debian data-tiktoken data-starter-o200k data-starter-cl100k export_hf test test-gpu dev clean clean-data test-deps
+.PHONY: help deps deps-trainer deps-fuzz fuzz cjson-local data data-try data-debian data-tiktoken data-starter-o200k data-starter-cl100k export_hf test test-gpu dev clean clean-data test-deps
 help:
 	@sed -n '2,/^$$/s/^# \{0,3\}//p' Makefile
 
@@ -122,6 +125,9 @@ deps-trainer:
 	@bash data/install_deps.sh --trainer
 deps: | deps-trainer
 	@bash data/install_deps.sh
+# clang and its libFuzzer and sanitizer runtimes, for the fuzzers alone
+deps-fuzz: | deps
+	@bash data/install_deps.sh --fuzz
 # libcjson1 and libcjson-dev downloaded (not installed) and unpacked into .cjson/, for CJSON_DIR=.cjson
 cjson-local:
 	mkdir -p .cjson && cd .cjson && apt-get download libcjson1 libcjson-dev && for f in *.deb; do dpkg-deb -x $$f .; done
@@ -236,6 +242,30 @@ build/asan/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build/asan deps
 build/test_%: dev/test/test_%.cu $(LLMC) $(DEV_HEADERS) | build deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
+# --- fuzzing: dev/fuzz/fuzz_<name>.c -> build/fuzz/fuzz_<name> (doc/reliability.md) ------------------
+# One libFuzzer harness per file reader, built by clang with AddressSanitizer and UBSan (any report stops
+# the run); --wrap=exit brings a harness back from code that exits on bad input, --wrap of cJSON's parser
+# checks the buffers it is given (dev/fuzz/fuzz.h). The seeds are made by dev/fuzz/make_seeds.sh with the
+# project's tools; dev/fuzz/run.sh replays dev/fuzz/regressions/ and fuzzes, stepping around the defects
+# that dev/fuzz/known_defects lists. `make test` runs each harness FUZZ_CI_SECONDS (dev/test/test_fuzz.sh).
+FUZZ_CC    ?= clang
+FUZZ_FLAGS ?= -O1 -g -Wall -Wextra -Wno-unused-function -std=gnu11 -fsanitize=fuzzer,address,undefined \
+              -fno-sanitize-recover=undefined -fno-omit-frame-pointer -Wl,--wrap=exit -Wl,--wrap=cJSON_ParseWithLength
+FUZZERS    := $(patsubst dev/fuzz/%.c,build/fuzz/%,$(wildcard dev/fuzz/fuzz_*.c))
+FUZZ_SEEDS := build/fuzz/seeds/.complete
+FUZZ_SECONDS ?= 30
+FUZZ_JOBS    ?= 1
+build/fuzz:
+	mkdir -p $@
+build/fuzz/fuzz_%: dev/fuzz/fuzz_%.c dev/fuzz/fuzz.h dev/fuzz/fixtures.h data/make_shards.c $(LLMC) | build/fuzz deps-fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(PCRE2) $(CJSON) -lm -lz
+build/fuzz/make_seeds: dev/fuzz/make_seeds.c dev/fuzz/fixtures.h dev/test/hf_split.h $(LLMC) | build/fuzz deps
+	$(CC) $(CFLAGS) -o $@ $< $(CJSON) -lm -lz
+$(FUZZ_SEEDS): dev/fuzz/make_seeds.sh build/fuzz/make_seeds build/make_shards | data/gpt2/vocab.bpe $(TIKTOKEN_FILES)
+	bash dev/fuzz/make_seeds.sh build/fuzz/seeds && touch $@
+fuzz: $(FUZZERS) $(FUZZ_SEEDS)
+	bash dev/fuzz/run.sh -s $(FUZZ_SECONDS) -j $(FUZZ_JOBS) $(FUZZ_HARNESSES)
+
 # the npm oracle for the tokenizer tests (tiktoken, WASM build of the reference implementation)
 TIKTOKEN := build/node/node_modules/tiktoken/package.json
 test-deps: $(TIKTOKEN)
@@ -248,7 +278,7 @@ test-gpu: data data-starter-o200k $(GPU_TESTS) train_gpt test_gpt
 	bash dev/test/run_tests.sh -j $(JOBS) --gpu $(GPU_TESTS) ./test_gpt $(GPU_TEST_SCRIPTS)
 
 # builds every CUDA target too, so that a compile error in any .cu fails the test run
-test: data data-tiktoken data-starter-o200k test-deps $(CPU_TESTS) $(ASAN_TESTS) $(GPU_TESTS) $(DEV_KERNELS) $(INTEROP) build/export_hf train_gpt test_gpt
+test: data data-tiktoken data-starter-o200k test-deps $(CPU_TESTS) $(ASAN_TESTS) $(FUZZERS) $(FUZZ_SEEDS) $(GPU_TESTS) $(DEV_KERNELS) $(INTEROP) build/export_hf train_gpt test_gpt
 	bash dev/test/run_tests.sh --cpu $(CPU_TESTS) $(CPU_TEST_SCRIPTS) $(ASAN_TESTS) --gpu $(GPU_TESTS) ./test_gpt $(GPU_TEST_SCRIPTS)
 
 clean:

@@ -7,7 +7,8 @@
 # apt-get update and one install of exactly the missing packages, one line saying so; --trainer ->
 # libcjson-dev and zlib1g-dev only;
 # DEPS_NO_INSTALL=1, or no apt-get -> exit 1 with the command to run (or what to install), no apt-get;
-# a failing install -> exit 1 naming the command. The root cases run only as root (as in CI);
+# a failing install -> exit 1 naming the command; --fuzz -> clang and libclang-rt-dev only (the libFuzzer
+# runtime: a stub file that DEPS_FUZZER_RT's pattern matches). The root cases run only as root (as in CI);
 # elsewhere the not-root message (with sudo) is checked instead.
 # Prints `test_install_deps: N passed, M failed`.
 set -euo pipefail
@@ -18,10 +19,12 @@ test_begin test_install_deps
 
 # stub_cmd DIR NAME: an executable that does nothing
 stub_cmd() { printf '#!/bin/sh\nexit 0\n' > "$1/$2"; chmod +x "$1/$2"; }
-# setup PRESENT... : a fresh stub dir with the given commands ("cjson", "zlib": the headers); "apt-get" and
+# setup PRESENT... : a fresh stub dir with the given commands ("cjson", "zlib": the headers, "libfuzzer": the
+# libFuzzer runtime); "apt-get" and
 # "apt-get-failing" give an apt-get that logs to $tmp/apt.log (the failing one exits 100 on install)
 header=$tmp/include/cjson/cJSON.h
 zlib_header=$tmp/include/zlib.h
+fuzzer_rt=$tmp/include/libclang_rt.fuzzer-x86_64.a
 setup() {
     rm -rf "${tmp:?}/bin" "$tmp/include" "$tmp/apt.log"; mkdir -p "$tmp/bin" "$tmp/include/cjson"; : > "$tmp/apt.log"
     local c
@@ -40,6 +43,8 @@ for p in "\$@"; do
         nodejs) cmds="node" ;;
         libcjson-dev) : > "$header"; continue ;;
         zlib1g-dev) : > "$zlib_header"; continue ;;
+        clang) cmds="clang" ;;
+        libclang-rt-dev) : > "$fuzzer_rt"; continue ;;
         *) continue ;;
     esac
     for x in \$cmds; do printf '#!/bin/sh\nexit 0\n' > "$tmp/bin/\$x"; /bin/chmod +x "$tmp/bin/\$x"; done
@@ -48,6 +53,7 @@ STUB
                 chmod +x "$tmp/bin/apt-get" ;;
             cjson) : > "$header" ;;
             zlib) : > "$zlib_header" ;;
+            libfuzzer) : > "$fuzzer_rt" ;;
             *) stub_cmd "$tmp/bin" "$c" ;;
         esac
     done
@@ -61,7 +67,8 @@ run() {
         if [ "$1" = -- ]; then arg=("$2"); break; fi
         vars+=("$1"); shift
     done
-    out=$(env -u DEPS_NO_INSTALL "${vars[@]}" PATH="$tmp/bin" CJSON_HEADER="$header" DEPS_ZLIB_H="$zlib_header" "$BASH" "$script" "${arg[@]}" 2>&1) || rc=$?
+    out=$(env -u DEPS_NO_INSTALL "${vars[@]}" PATH="$tmp/bin" CJSON_HEADER="$header" DEPS_ZLIB_H="$zlib_header" \
+        DEPS_FUZZER_RT="$tmp/include/libclang_rt.fuzzer-*.a" "$BASH" "$script" "${arg[@]}" 2>&1) || rc=$?
 }
 apt_log() { cat "$tmp/apt.log"; }
 
@@ -117,6 +124,17 @@ if [ "$EUID" = 0 ]; then
     run
     expect "root, node missing beside npm: installs nodejs (log: $(apt_log))" has "$(apt_log)" "install -y -qq nodejs"
 
+    setup apt-get
+    run -- --fuzz
+    expect "root, --fuzz, all missing: exit 0 (rc $rc, output: $out)" [ "$rc" = 0 ]
+    expect "root, --fuzz: installs clang and libclang-rt-dev only (log: $(apt_log))" \
+        [ "$(apt_log)" = "$(printf 'update -qq\ninstall -y -qq clang libclang-rt-dev')" ]
+
+    setup clang apt-get
+    run -- --fuzz
+    expect "root, --fuzz, clang without libFuzzer: installs libclang-rt-dev only (log: $(apt_log))" \
+        [ "$(apt_log)" = "$(printf 'update -qq\ninstall -y -qq libclang-rt-dev')" ]
+
     setup npm node cjson zlib apt-get-failing
     run
     expect "root, install fails: exit 1 (rc $rc)" [ "$rc" = 1 ]
@@ -144,6 +162,14 @@ expect "--trainer, cJSON missing: the command for libcjson-dev alone (output: $o
 setup pcre2-config npm node cjson apt-get
 run DEPS_NO_INSTALL=1 -- --trainer
 expect "--trainer, zlib missing: the command for zlib1g-dev alone (output: $out)" has "$out" "apt-get install -y zlib1g-dev"$'\n'
+setup clang libfuzzer
+run -- --fuzz
+expect "--fuzz, clang and libFuzzer present: exit 0, silent (rc $rc, output: $out)" [ "$rc" = 0 -a -z "$out" ]
+setup pcre2-config npm node cjson zlib apt-get
+run DEPS_NO_INSTALL=1 -- --fuzz
+expect "--fuzz, both missing: exit 1 (rc $rc)" [ "$rc" = 1 ]
+expect "--fuzz, both missing: the command for clang and libclang-rt-dev alone (output: $out)" \
+    has "$out" "apt-get install -y clang libclang-rt-dev"$'\n'
 run -- bogus
 expect "an unknown argument: exit 2 with the usage (rc $rc, output: $out)" [ "$rc" = 2 ]
 
