@@ -30,10 +30,8 @@ typedef struct {
 static inline void gpu_context_build(GpuContext* ctx, int device) {
     int count = 0;
     cuda_check(cudaGetDeviceCount(&count));
-    if (device < 0 || device >= count) {
-        fprintf(stderr, "error: GPU %d requested, but %d GPU(s) are visible\n  hint: check CUDA_VISIBLE_DEVICES\n", device, count);
-        exit(EXIT_FAILURE);
-    }
+    if (device < 0 || device >= count)
+        check_failf("check CUDA_VISIBLE_DEVICES", "GPU %d requested, but %d GPU(s) are visible", device, count);
     cuda_check(cudaSetDevice(device));
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, device));

@@ -95,12 +95,10 @@ static inline void matmul_plan_make(MatmulPlan* p, const GpuContext* ctx, cudaDa
                                     int epilogue, int ld_aux) {
     matmul_plan_describe(p, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, epilogue, ld_aux);
     cublasLtMatmulHeuristicResult_t heur;
-    if (matmul_plan_candidates(p, ctx, 1, &heur) == 0) {
-        fprintf(stderr, "error: cuBLASLt has no algorithm for M=%d N=%d K=%d (trans_a=%d trans_b=%d, lda=%d ldb=%d ldd=%d, "
-                "epilogue %d)\n  hint: sizes and leading dimensions should be multiples of 8\n", M, N, K, trans_a, trans_b,
-                lda, ldb, ldd, epilogue);
-        exit(EXIT_FAILURE);
-    }
+    if (matmul_plan_candidates(p, ctx, 1, &heur) == 0)
+        check_failf("sizes and leading dimensions should be multiples of 8", "cuBLASLt has no algorithm for M=%d N=%d "
+                    "K=%d (trans_a=%d trans_b=%d, lda=%d ldb=%d ldd=%d, epilogue %d)", M, N, K, trans_a, trans_b, lda,
+                    ldb, ldd, epilogue);
     p->algo = heur.algo;
     p->waves = heur.wavesCount;
 }

@@ -317,12 +317,10 @@ static inline CUtensorMap tma_map_2d(const void* p, int elem_bytes, int rows, in
     CUtensorMapDataType type = elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     CUresult r = encode(&map, type, 2, (void*)p, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "error: cuTensorMapEncodeTiled failed (%d) for a %d x %d %s matrix, ld %d, box %d x %d\n"
-                "  hint: the pointer and the row stride must be 16-byte aligned\n", (int)r, rows, cols,
-                elem_bytes == 4 ? "fp32" : "bf16", ld, box_rows, 128 / elem_bytes);
-        exit(EXIT_FAILURE);
-    }
+    if (r != CUDA_SUCCESS)
+        check_failf("the pointer and the row stride must be 16-byte aligned", "cuTensorMapEncodeTiled failed (%d) for a "
+                    "%d x %d %s matrix, ld %d, box %d x %d", (int)r, rows, cols, elem_bytes == 4 ? "fp32" : "bf16", ld,
+                    box_rows, 128 / elem_bytes);
     return map;
 }
 
