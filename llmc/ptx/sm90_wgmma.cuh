@@ -300,15 +300,14 @@ static inline void launch_pdl(void (*kernel)(Params...), int grid, int threads, 
 
 // A tensor map for a row-major matrix (rows, cols) of bf16 or fp32 (elem_bytes 2 or 4), row stride ld
 // elements, in boxes of box_rows x (128 bytes of columns) with 128-byte swizzling. The pointer and ld
-// must be 16-byte aligned.
+// must be 16-byte aligned. The driver's encoder is looked up on every call (a lookup in the driver's
+// table of entry points, small next to the launch the map is for): no process-wide cache of it.
 static inline CUtensorMap tma_map_2d(const void* p, int elem_bytes, int rows, int cols, int ld, int box_rows) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-    if (!encode) {
-        cudaDriverEntryPointQueryResult q;
-        cuda_check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || !encode)
-            check_fail("tma_map_2d: the driver has no cuTensorMapEncodeTiled", "a CUDA 12+ driver is needed");
-    }
+    PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    cudaDriverEntryPointQueryResult q;
+    cuda_check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !encode)
+        check_fail("tma_map_2d: the driver has no cuTensorMapEncodeTiled", "a CUDA 12+ driver is needed");
     CUtensorMap map;
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld * elem_bytes};
