@@ -289,6 +289,44 @@ static inline void model_init_values(const ModelConfig* c, float* values, uint64
     }
 }
 
+// A GPT-2 config of these sizes: NKV = NH, F = 4C, LayerNorm's eps 1e-5, no RoPE (what reading a GPT-2
+// from elsewhere gives).
+static inline ModelConfig model_config_gpt2_sizes(int max_seq_len, int vocab_size, int padded_vocab_size,
+                                                  int num_layers, int num_heads, int channels) {
+    ModelConfig c;
+    memset(&c, 0, sizeof(c));
+    c.family = MODEL_FAMILY_GPT2;
+    c.max_seq_len = max_seq_len;
+    c.vocab_size = vocab_size;
+    c.padded_vocab_size = padded_vocab_size;
+    c.num_layers = num_layers;
+    c.num_heads = c.num_kv_heads = num_heads;
+    c.channels = channels;
+    c.ffn_hidden = 4 * channels;
+    c.norm_eps = 1e-5;
+    return c;
+}
+
+// A Llama-style config of these sizes.
+static inline ModelConfig model_config_llama_sizes(int vocab_size, int padded_vocab_size, int max_seq_len,
+                                                   int num_layers, int channels, int num_heads, int num_kv_heads,
+                                                   int ffn_hidden, double rope_theta, double norm_eps) {
+    ModelConfig c;
+    memset(&c, 0, sizeof(c));
+    c.family = MODEL_FAMILY_LLAMA;
+    c.vocab_size = vocab_size;
+    c.padded_vocab_size = padded_vocab_size;
+    c.max_seq_len = max_seq_len;
+    c.num_layers = num_layers;
+    c.channels = channels;
+    c.num_heads = num_heads;
+    c.num_kv_heads = num_kv_heads;
+    c.ffn_hidden = ffn_hidden;
+    c.rope_theta = rope_theta;
+    c.norm_eps = norm_eps;
+    return c;
+}
+
 // --- named sizes ---------------------------------------------------------------------------------
 // GPT-2 by depth: head size 64 throughout, F = 4C. The Llama-style sizes are named by their parameters
 // outside the embedding and the LM head (Kaplan et al.'s non-embedding count), since at V = 200019
