@@ -42,7 +42,7 @@ static void load_gpt(const char* path) {
                                             r.num_heads ? r.num_heads : 1, r.channels);
     size_t total = model_num_params(&c);
     if (total > MAX_PARAMS) {
-        gpt_hf_close(&r);
+        hf_model_close(&r);
         return;
     }
     float* v = (float*)malloc(total * sizeof(float));
@@ -58,7 +58,7 @@ static void load_llama(const char* path) {
     c.padded_vocab_size = (c.vocab_size + 127) / 128 * 128;
     c.max_seq_len = 64;
     size_t total = model_num_params(&c);
-    if (total > MAX_PARAMS) { llama_hf_close(&r); return; }
+    if (total > MAX_PARAMS) { hf_model_close(&r); return; }
     float* v = (float*)malloc(total * sizeof(float));
     if (llama_hf_load(&r, &c, v) != 0) FUZZ_NAMES(r.err, dir);
     else check_finite(v, total);

@@ -207,7 +207,7 @@ static void write_models(void) {
     n = model_num_params(&l);
     v = values_of(n);
     snprintf(dir, sizeof(dir), "%s/tmp_llama", out);
-    if (llama_hf_export(dir, &l, v, -1, err, sizeof(err)) != 0) die(dir, err);
+    if (hf_model_export(dir, &l, v, NULL, -1, err, sizeof(err)) != 0) die(dir, err);
     snprintf(path, sizeof(path), "%s/safetensors/llama.safetensors", out);
     if (hf_model_write_safetensors(path, &l, v, err, sizeof(err)) != 0) die(path, err);
     write_hf_seed("llama_dir", 1 | 2, dir, 0);
@@ -218,7 +218,7 @@ static void write_models(void) {
     ModelConfig tiny = model_config_llama_sizes(3, 3, 2, 1, 2, 1, 1, 2, 10000.0, 1e-5);
     v = values_of(model_num_params(&tiny));
     snprintf(dir, sizeof(dir), "%s/tmp_llama_tiny", out);
-    if (llama_hf_export(dir, &tiny, v, -1, err, sizeof(err)) != 0) die(dir, err);
+    if (hf_model_export(dir, &tiny, v, NULL, -1, err, sizeof(err)) != 0) die(dir, err);
     write_hf_seed("llama_tiny", 1 | 2, dir, 0);
     free(v);
 }

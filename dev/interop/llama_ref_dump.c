@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
 
     char err[HF_ERR_LEN], path[1024];
     snprintf(path, sizeof(path), "%s/hf", dir);
-    if (llama_hf_export(path, &c, values, -1, err, sizeof(err)) != 0) {
+    if (hf_model_export(path, &c, values, NULL, -1, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }

@@ -57,18 +57,24 @@ static void batch(int g, int* in, int* tg) {
     }
 }
 
+// A rank's context and model of the family under test: on comm, rank `rank` of group (no Comm when group
+// is NULL), the optimizer state sharded unless zero is 0. comm outlives the model, which points to it.
+static void rank_build(Model* m, GpuContext* ctx, Comm* comm, CommLocal* group, int rank, int zero) {
+    ModelConfig c = small_config();
+    gpu_context_build(ctx, 0);
+    if (group) comm_local(comm, group, rank);
+    comm->zero = zero;
+    model_build(m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, group ? comm : NULL);
+}
+
 // One rank's run of a job (dist_harness.cuh starts the ranks): build, init or load, the steps, save, outputs.
 static void* rank_main(void* arg) {
     RankRun* rr = (RankRun*)arg;
     const Job* j = rr->job;
-    ModelConfig c = small_config();
     GpuContext ctx;
-    gpu_context_build(&ctx, 0);
     Comm comm;
-    if (rr->group) comm_local(&comm, rr->group, rr->rank);
-    comm.zero = j->zero;
     Model m;
-    model_build(&m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, rr->group ? &comm : NULL);
+    rank_build(&m, &ctx, &comm, rr->group, rr->rank, j->zero);
     char err[CHECKPOINT_ERR_LEN];
     if (j->load) {
         CheckpointReader r;
@@ -206,14 +212,10 @@ static double max_ulps(const float* a, const float* b, const float* scale, size_
 
 static void* shard_main(void* arg) {
     ShardRun* sr = (ShardRun*)arg;
-    ModelConfig c = small_config();
     GpuContext ctx;
-    gpu_context_build(&ctx, 0);
     Comm comm;
-    if (sr->group) comm_local(&comm, sr->group, sr->rank);
-    comm.zero = sr->zero;
     Model m;
-    model_build(&m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, sr->group ? &comm : NULL);
+    rank_build(&m, &ctx, &comm, sr->group, sr->rank, sr->zero);
     sr->shard_size = m.zero.shard_size;  // checked by the caller (EXPECT's counters are not for threads)
     model_init_params(&m, 5, &ctx);
     OptimState o = model_optim(&m);

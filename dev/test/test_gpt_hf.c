@@ -303,7 +303,7 @@ static int import(const char* path, const ModelConfig* c, float* out, size_t n, 
     int rc = gpt_hf_open(&r, path);
     if (rc == 0) rc = gpt_hf_load(&r, c, out);
     snprintf(err, errlen, "%s", rc ? r.err : "");
-    gpt_hf_close(&r);
+    hf_model_close(&r);
     return rc;
 }
 
@@ -350,15 +350,15 @@ static void test_export_dir(const ModelConfig* c, const float* v) {
     float* lv = (float*)calloc(model_num_params(&l), sizeof(float));
     // GPT-2's export, then a Llama-style one in the same directory, then GPT-2's again
     snprintf(d, sizeof(d), "%s/both", root);
-    EXPECT(gpt_hf_export(d, c, v, VOCAB_BPE, err, sizeof(err)) == 0, "GPT-2 export: %s", err);
+    EXPECT(hf_model_export(d, c, v, VOCAB_BPE, -1, err, sizeof(err)) == 0, "GPT-2 export: %s", err);
     dir_listing(got, sizeof(got), d);
     EXPECT(!strcmp(got, "config.json merges.txt model.safetensors special_tokens_map.json tokenizer_config.json vocab.json"),
            "GPT-2's export holds: %s", got);
-    EXPECT(llama_hf_export(d, &l, lv, 49, err, sizeof(err)) == 0, "Llama-style export over GPT-2's: %s", err);
+    EXPECT(hf_model_export(d, &l, lv, NULL, 49, err, sizeof(err)) == 0, "Llama-style export over GPT-2's: %s", err);
     dir_listing(got, sizeof(got), d);
     printf("  a Llama-style export over GPT-2's leaves: %s\n", got);
     EXPECT(!strcmp(got, "config.json model.safetensors"), "a Llama-style export over GPT-2's leaves: %s", got);
-    EXPECT(gpt_hf_export(d, c, v, VOCAB_BPE, err, sizeof(err)) == 0, "GPT-2 export over a Llama-style one: %s", err);
+    EXPECT(hf_model_export(d, c, v, VOCAB_BPE, -1, err, sizeof(err)) == 0, "GPT-2 export over a Llama-style one: %s", err);
     dir_listing(got, sizeof(got), d);
     EXPECT(strstr(got, "vocab.json") != NULL, "GPT-2's export over a Llama-style one: %s", got);
     dir_listing(got, sizeof(got), root);
@@ -367,7 +367,7 @@ static void test_export_dir(const ModelConfig* c, const float* v) {
     char link[450];
     snprintf(link, sizeof(link), "%s/link", root);
     EXPECT(symlink("both", link) == 0, "symlink %s", link);
-    EXPECT(llama_hf_export(link, &l, lv, 49, err, sizeof(err)) == 0, "export through a link: %s", err);
+    EXPECT(hf_model_export(link, &l, lv, NULL, 49, err, sizeof(err)) == 0, "export through a link: %s", err);
     dir_listing(got, sizeof(got), d);
     struct stat st;
     EXPECT(!strcmp(got, "config.json model.safetensors") && lstat(link, &st) == 0 && S_ISLNK(st.st_mode),
@@ -377,7 +377,7 @@ static void test_export_dir(const ModelConfig* c, const float* v) {
     snprintf(d, sizeof(d), "%s/notes", root);
     EXPECT(hf_make_dir(d, err, sizeof(err)) == 0, "%s", err);
     write_text_file(d, "notes.txt", "mine\n");
-    int rc = llama_hf_export(d, &l, lv, 49, err, sizeof(err));
+    int rc = hf_model_export(d, &l, lv, NULL, 49, err, sizeof(err));
     dir_listing(got, sizeof(got), d);
     printf("  refused, a directory holding notes.txt: %s\n", err);
     EXPECT(rc != 0 && strstr(err, "holds notes.txt, which no export writes") && !strcmp(got, "notes.txt"),
@@ -390,21 +390,21 @@ static void test_export_dir(const ModelConfig* c, const float* v) {
     snprintf(enc, sizeof(enc), "%s/encoder.json", vocab_dir);
     EXPECT(hf_make_dir(bpe, err, sizeof(err)) == 0 && hf_copy_file(ENCODER_JSON, enc, "", err, sizeof(err)) == 0, "%s", err);
     snprintf(d, sizeof(d), "%s/new/a/b", root);
-    rc = gpt_hf_export(d, c, v, bpe, err, sizeof(err));
+    rc = hf_model_export(d, c, v, bpe, -1, err, sizeof(err));
     printf("  a failed export (%s): %s\n", err, rc ? "refused" : "ACCEPTED");
     snprintf(d, sizeof(d), "%s/new", root);
     dir_listing(got, sizeof(got), d);
     EXPECT(rc != 0 && !strcmp(got, "(absent)"), "a failed export left %s: %s", d, got);
     // a missing tokenizer file, and a directory that cannot be made: refused before anything is written
     snprintf(d, sizeof(d), "%s/new/c", root);
-    rc = gpt_hf_export(d, c, v, "no/such/vocab.bpe", err, sizeof(err));
+    rc = hf_model_export(d, c, v, "no/such/vocab.bpe", -1, err, sizeof(err));
     snprintf(d, sizeof(d), "%s/new", root);
     dir_listing(got, sizeof(got), d);
     EXPECT(rc != 0 && strstr(err, "cannot read no/such/vocab.bpe") && !strcmp(got, "(absent)"),
            "an export without its tokenizer files: rc %d (%s), %s: %s", rc, err, d, got);
     char file_dir[450];
     snprintf(file_dir, sizeof(file_dir), "%s/notes/notes.txt/hf", root);
-    rc = llama_hf_export(file_dir, &l, lv, 49, err, sizeof(err));
+    rc = hf_model_export(file_dir, &l, lv, NULL, 49, err, sizeof(err));
     EXPECT(rc != 0 && strstr(err, "notes.txt"), "an export under a file: rc %d (%s)", rc, err);
     dir_listing(got, sizeof(got), root);
     EXPECT(!strcmp(got, "both notes vocab"), "the failed exports left in %s: %s", root, got);
@@ -499,7 +499,7 @@ int main(void) {
             GptHfReader r;
             int orc = gpt_hf_open(&r, path);
             EXPECT(orc != 0, "%s: refused by gpt_hf_open, before any value is read", bad[k].what);
-            if (orc == 0) gpt_hf_close(&r);
+            if (orc == 0) hf_model_close(&r);
         }
     }
     ModelConfig deeper = c;
@@ -527,7 +527,7 @@ int main(void) {
         rc = gpt_hf_open(&r, out);
         EXPECT(rc != 0 && strstr(r.err, heads_said[k]), "config.json n_head %s: %s, expected \"%s\"", heads[k],
                rc ? r.err : "opened", heads_said[k]);
-        if (rc == 0) gpt_hf_close(&r);
+        if (rc == 0) hf_model_close(&r);
         else printf("  refused, config.json n_head %s: %s\n", heads[k], r.err);
     }
     EXPECT(hf_write_json(out, "config.json", gpt_hf_config_json(&c), err, sizeof(err)) == 0, "%s", err);
@@ -540,7 +540,7 @@ int main(void) {
         rc = gpt_hf_open(&r, path);
         EXPECT(rc != 0 && strstr(r.err, "no tensor \"h.0.ln_1.weight\": a GPT-2 has at least one layer") &&
                !strstr(r.err, "h.-1"), "a file without h.0.ln_1.weight: %s", rc ? r.err : "opened");
-        if (rc == 0) gpt_hf_close(&r);
+        if (rc == 0) hf_model_close(&r);
         else printf("  refused, no layer 0: %s\n", r.err);
     }
     snprintf(path, sizeof(path), "%s/nothing", dir);

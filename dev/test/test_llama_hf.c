@@ -121,7 +121,7 @@ static void expect_open_error(const char* dir, const char* frag, const char* wha
     int rc = llama_hf_open(&r, dir);
     EXPECT(rc != 0 && strstr(r.err, frag), "%s: open returned %d (%s), expected an error with \"%s\"", what, rc,
            rc ? r.err : "no error", frag);
-    if (rc == 0) llama_hf_close(&r);
+    if (rc == 0) hf_model_close(&r);
     else printf("  refused, %s: %s\n", what, r.err);
 }
 
@@ -420,7 +420,7 @@ int main(void) {
     char dir[] = "/tmp/test_llama_hf.XXXXXX", err[HF_ERR_LEN], path[256];
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     snprintf(path, sizeof(path), "%s/out", dir);
-    EXPECT(llama_hf_export(path, &c, values, 49, err, sizeof(err)) == 0, "export: %s", err);
+    EXPECT(hf_model_export(path, &c, values, NULL, 49, err, sizeof(err)) == 0, "export: %s", err);
 
     SafetensorsReader r;
     snprintf(path, sizeof(path), "%s/out/model.safetensors", dir);

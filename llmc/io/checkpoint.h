@@ -117,13 +117,11 @@ static inline CheckpointModel checkpoint_model_of(const ModelConfig* c) {
 // NKV and F is GPT-2's: NKV = NH, F = 4C, LayerNorm's eps 1e-5.
 static inline ModelConfig checkpoint_config_of(const CheckpointModel* k) {
     const ModelSpec* s = model_spec(k->family);
-    ModelConfig c = s && s->header_sizes
-        ? model_config_llama_sizes(k->vocab_size, k->padded_vocab_size, k->max_seq_len, k->num_layers, k->channels,
-                                   k->num_heads, k->num_kv_heads, k->ffn_hidden, k->rope_theta, k->norm_eps)
-        : model_config_gpt2_sizes(k->max_seq_len, k->vocab_size, k->padded_vocab_size, k->num_layers, k->num_heads,
-                                  k->channels);
-    c.family = k->family;
-    return c;
+    if (s && s->header_sizes)
+        return model_config_sizes(k->family, k->vocab_size, k->padded_vocab_size, k->max_seq_len, k->num_layers,
+                                  k->channels, k->num_heads, k->num_kv_heads, k->ffn_hidden, k->rope_theta, k->norm_eps);
+    return model_config_sizes(k->family, k->vocab_size, k->padded_vocab_size, k->max_seq_len, k->num_layers,
+                              k->channels, k->num_heads, k->num_heads, 4 * k->channels, 0.0, 1e-5);
 }
 
 // Everything a checkpoint holds besides the tensors.

@@ -121,32 +121,20 @@ static inline int hf_model_write_safetensors(const char* path, const ModelConfig
 
 // --- GPT-2: GPT2LMHeadModel with GPT-2's tokenizer files ----------------------------------------------
 
-// config.json of GPT2LMHeadModel for c.
+// config.json of GPT2LMHeadModel for c: the JSON text, parsed (numbers printed to 17 digits read back
+// as the same doubles, so cJSON prints them as it would the values themselves).
 static inline cJSON* gpt_hf_config_json(const ModelConfig* c) {
-    cJSON* j = cJSON_CreateObject();
-    cJSON* arch = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
-    cJSON_AddStringToObject(j, "model_type", "gpt2");
-    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(j, "n_positions", c->max_seq_len);
-    cJSON_AddNumberToObject(j, "n_ctx", c->max_seq_len);
-    cJSON_AddNumberToObject(j, "n_embd", c->channels);
-    cJSON_AddNumberToObject(j, "n_layer", c->num_layers);
-    cJSON_AddNumberToObject(j, "n_head", c->num_heads);
-    cJSON_AddNumberToObject(j, "n_inner", 4 * c->channels);
-    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
-    cJSON_AddNumberToObject(j, "layer_norm_epsilon", GPT_HF_LN_EPS);
-    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
-    cJSON_AddNumberToObject(j, "embd_pdrop", 0.0);
-    cJSON_AddNumberToObject(j, "attn_pdrop", 0.0);
-    cJSON_AddNumberToObject(j, "resid_pdrop", 0.0);
-    cJSON_AddBoolToObject(j, "scale_attn_weights", 1);
-    cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
-    cJSON_AddNumberToObject(j, "bos_token_id", GPT_HF_EOT);
-    cJSON_AddNumberToObject(j, "eos_token_id", GPT_HF_EOT);
-    cJSON_AddStringToObject(j, "torch_dtype", "float32");
-    cJSON_AddBoolToObject(j, "use_cache", 1);
-    return j;
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", \"vocab_size\": %d, "
+             "\"n_positions\": %d, \"n_ctx\": %d, \"n_embd\": %d, \"n_layer\": %d, \"n_head\": %d, \"n_inner\": %d, "
+             "\"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": %.17g, \"initializer_range\": 0.02, "
+             "\"embd_pdrop\": 0, \"attn_pdrop\": 0, \"resid_pdrop\": 0, \"scale_attn_weights\": true, "
+             "\"tie_word_embeddings\": true, \"bos_token_id\": %d, \"eos_token_id\": %d, \"torch_dtype\": \"float32\", "
+             "\"use_cache\": true}",
+             c->vocab_size, c->max_seq_len, c->max_seq_len, c->channels, c->num_layers, c->num_heads, 4 * c->channels,
+             GPT_HF_LN_EPS, GPT_HF_EOT, GPT_HF_EOT);
+    return cJSON_Parse(text);
 }
 
 // GPT-2's encoder.json, beside vocab_bpe, into out.
@@ -177,7 +165,7 @@ static inline int gpt_hf_export_check(const char* dir, const ModelConfig* c, con
     return hf_export_check(dir, err, errlen);
 }
 
-// The directory's files into dir, which exists (gpt_hf_export's temporary directory).
+// The directory's files into dir, which exists (hf_model_export's temporary directory).
 static inline int gpt_hf_write_export(const char* dir, const ModelConfig* c, const float* values, const char* vocab_bpe,
                                       char* err, size_t errlen) {
     char path[SAFETENSORS_PATH_MAX + 64], encoder[SAFETENSORS_PATH_MAX + 64];
@@ -206,68 +194,33 @@ static inline int gpt_hf_write_export(const char* dir, const ModelConfig* c, con
 }
 
 
-// The whole directory, whole or not at all (llmc/io/hf_files.h's HfExportDir: an earlier export in dir
-// is replaced, a failure leaves nothing): values (num_params) fp32 in our order; vocab_bpe is GPT-2's
-// vocab.bpe, with encoder.json beside it (data/gpt2/ after `make data`).
-static inline int gpt_hf_export(const char* dir, const ModelConfig* c, const float* values, const char* vocab_bpe,
-                                char* err, size_t errlen) {
-    HfExportDir x;
-    if (gpt_hf_export_check(dir, c, vocab_bpe, err, errlen) != 0 || hf_export_begin(&x, dir, err, errlen) != 0)
-        return -1;
-    int rc = gpt_hf_write_export(x.tmp, c, values, vocab_bpe, err, errlen);
-    if (rc == 0) rc = hf_export_commit(&x, err, errlen);
-    if (rc != 0) hf_export_abort(&x);
-    return rc;
-}
-
 // --- Llama-style: LlamaForCausalLM --------------------------------------------------------------------
 
-// config.json of LlamaForCausalLM for c; eos: the encoding's end-of-text id (-1: none written).
+// config.json of LlamaForCausalLM for c; eos: the encoding's end-of-text id (-1: none written). The JSON
+// text, parsed, as gpt_hf_config_json's.
 static inline cJSON* llama_hf_config_json(const ModelConfig* c, int eos) {
-    cJSON* j = cJSON_CreateObject();
-    cJSON* arch = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(j, "model_type", "llama");
-    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(j, "hidden_size", c->channels);
-    cJSON_AddNumberToObject(j, "intermediate_size", c->ffn_hidden);
-    cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_layers);
-    cJSON_AddNumberToObject(j, "num_attention_heads", c->num_heads);
-    cJSON_AddNumberToObject(j, "num_key_value_heads", c->num_kv_heads);
-    cJSON_AddNumberToObject(j, "head_dim", c->channels / c->num_heads);
-    cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_seq_len);
-    cJSON_AddNumberToObject(j, "rms_norm_eps", c->norm_eps);
-    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
-    cJSON_AddNullToObject(j, "rope_scaling");
-    cJSON_AddStringToObject(j, "hidden_act", "silu");
-    cJSON_AddBoolToObject(j, "attention_bias", 0);
-    cJSON_AddBoolToObject(j, "mlp_bias", 0);
-    cJSON_AddNumberToObject(j, "attention_dropout", 0.0);
-    cJSON_AddBoolToObject(j, "tie_word_embeddings", 0);
-    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
-    if (eos >= 0) {
-        cJSON_AddNumberToObject(j, "bos_token_id", eos);
-        cJSON_AddNumberToObject(j, "eos_token_id", eos);
-    }
-    cJSON_AddStringToObject(j, "torch_dtype", "float32");
-    cJSON_AddBoolToObject(j, "use_cache", 1);
-    return j;
+    char text[2048], ids[96] = "";
+    if (eos >= 0) snprintf(ids, sizeof(ids), "\"bos_token_id\": %d, \"eos_token_id\": %d, ", eos, eos);
+    snprintf(text, sizeof(text),
+             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": %d, "
+             "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+             "\"num_key_value_heads\": %d, \"head_dim\": %d, \"max_position_embeddings\": %d, \"rms_norm_eps\": %.17g, "
+             "\"rope_theta\": %.17g, \"rope_scaling\": null, \"hidden_act\": \"silu\", \"attention_bias\": false, "
+             "\"mlp_bias\": false, \"attention_dropout\": 0, \"tie_word_embeddings\": false, "
+             "\"initializer_range\": 0.02, %s\"torch_dtype\": \"float32\", \"use_cache\": true}",
+             c->vocab_size, c->channels, c->ffn_hidden, c->num_layers, c->num_heads, c->num_kv_heads,
+             c->channels / c->num_heads, c->max_seq_len, c->norm_eps, c->rope_theta, ids);
+    return cJSON_Parse(text);
 }
 
-// The directory, whole or not at all (llmc/io/hf_files.h's HfExportDir: an earlier export in dir, of
-// either family, is replaced, a failure leaves nothing): values (num_params) fp32 in our order; eos as
-// in llama_hf_config_json.
-static inline int llama_hf_export(const char* dir, const ModelConfig* c, const float* values, int eos, char* err,
-                                  size_t errlen) {
-    HfExportDir x;
-    if (hf_export_begin(&x, dir, err, errlen) != 0) return -1;
+// The directory's files into dir, which exists (hf_model_export's temporary directory); eos as in
+// llama_hf_config_json.
+static inline int llama_hf_write_export(const char* dir, const ModelConfig* c, const float* values, int eos, char* err,
+                                        size_t errlen) {
     char path[SAFETENSORS_PATH_MAX + 64];
-    snprintf(path, sizeof(path), "%s/model.safetensors", x.tmp);
-    int rc = hf_write_json(x.tmp, "config.json", llama_hf_config_json(c, eos), err, errlen);
-    if (rc == 0) rc = hf_model_write_safetensors(path, c, values, err, errlen);
-    if (rc == 0) rc = hf_export_commit(&x, err, errlen);
-    if (rc != 0) hf_export_abort(&x);
-    return rc;
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    if (hf_write_json(dir, "config.json", llama_hf_config_json(c, eos), err, errlen) != 0) return -1;
+    return hf_model_write_safetensors(path, c, values, err, errlen);
 }
 
 // --- either family --------------------------------------------------------------------------------
@@ -277,15 +230,23 @@ static inline int llama_hf_export(const char* dir, const ModelConfig* c, const f
 // (gpt_hf_export_check). Creates nothing.
 static inline int hf_model_export_check(const char* dir, const ModelConfig* c, const char* vocab_bpe, char* err,
                                         size_t errlen) {
-    if (c->family == MODEL_FAMILY_GPT2) return gpt_hf_export_check(dir, c, vocab_bpe, err, errlen);
+    if (c->family == MODEL_FAMILY_GPT2) return gpt_hf_export_check(dir, c, vocab_bpe ? vocab_bpe : "", err, errlen);
     return hf_export_check(dir, err, errlen);
 }
 
-// The directory of c's family (see the top of this file): values (num_params) fp32 in our order;
-// vocab_bpe: GPT-2's vocab.bpe (its export copies the tokenizer files beside it); eos: a Llama-style
-// export's end-of-text id in config.json (-1: none written).
+// The directory of c's family (see the top of this file), whole or not at all (llmc/io/hf_files.h's
+// HfExportDir: an earlier export in dir, of either family, is replaced, a failure leaves nothing):
+// values (num_params) fp32 in our order; vocab_bpe: GPT-2's vocab.bpe, with encoder.json beside it
+// (data/gpt2/ after `make data`), which its export copies; eos: a Llama-style export's end-of-text id
+// in config.json (-1: none written).
 static inline int hf_model_export(const char* dir, const ModelConfig* c, const float* values, const char* vocab_bpe,
                                   int eos, char* err, size_t errlen) {
-    if (c->family == MODEL_FAMILY_GPT2) return gpt_hf_export(dir, c, values, vocab_bpe, err, errlen);
-    return llama_hf_export(dir, c, values, eos, err, errlen);
+    HfExportDir x;
+    if (hf_model_export_check(dir, c, vocab_bpe, err, errlen) != 0 || hf_export_begin(&x, dir, err, errlen) != 0)
+        return -1;
+    int rc = c->family == MODEL_FAMILY_GPT2 ? gpt_hf_write_export(x.tmp, c, values, vocab_bpe, err, errlen)
+                                            : llama_hf_write_export(x.tmp, c, values, eos, err, errlen);
+    if (rc == 0) rc = hf_export_commit(&x, err, errlen);
+    if (rc != 0) hf_export_abort(&x);
+    return rc;
 }

@@ -37,19 +37,27 @@
 #include "hf_model.h"
 #include "hf_weights.h"
 
-// --- GPT-2 ---------------------------------------------------------------------------------------
-
+// The file opened, and what it says of the model: GPT-2's reader fills the first group, Llama's the
+// second.
 typedef struct {
     HfWeights w;                            // the file, or the split model's files; w.path names it
+    // GPT-2 (gpt_hf_open): the sizes from the tensors
     const char* prefix;                     // "" or "transformer."
     int num_layers, channels;               // from the tensors: h.{l}.ln_1.weight present for l < num_layers; wte's
     int vocab_rows, positions;              // rows of wte.weight and wpe.weight
     int num_heads;                          // n_head of a config.json beside the file; 0 without one
+    // Llama-style (llama_hf_open): the sizes from config.json
+    ModelConfig config;                     // from config.json; max_seq_len and padded_vocab_size 0
+    int tie;                                // tie_word_embeddings: the head is embed_tokens (lm_head.weight,
+                                            // when the file has it too, must equal it)
     char err[HF_ERR_LEN];
-} GptHfReader;
+} HfModelReader;
+typedef HfModelReader GptHfReader;
+typedef HfModelReader LlamaHfReader;
 
-static inline int gpt_hf_fail(GptHfReader* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static inline int gpt_hf_fail(GptHfReader* r, const char* fmt, ...) {
+// The message (naming the file) into r->err, the file closed: -1.
+static inline int hf_model_fail(HfModelReader* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline int hf_model_fail(HfModelReader* r, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     err_vformat(r->err, sizeof(r->err), "", r->w.path, fmt, ap);
@@ -57,6 +65,8 @@ static inline int gpt_hf_fail(GptHfReader* r, const char* fmt, ...) {
     hf_weights_close(&r->w);
     return -1;
 }
+
+// --- GPT-2 ---------------------------------------------------------------------------------------
 
 static inline const SafetensorsTensor* gpt_hf_find(const GptHfReader* r, const char* name) {
     char full[SAFETENSORS_NAME_MAX];
@@ -70,7 +80,7 @@ static inline int gpt_hf_check_config(GptHfReader* r) {
     char config_path[SAFETENSORS_PATH_MAX + 64], err[SAFETENSORS_PATH_MAX + 128];
     cJSON* j;
     if (hf_read_config(r->w.path, &j, config_path, sizeof(config_path), err, sizeof(err)) != 0)
-        return gpt_hf_fail(r, "%s", err);
+        return hf_model_fail(r, "%s", err);
     if (!j) return 0;
     const cJSON* nh = cJSON_GetObjectItemCaseSensitive(j, "n_head");
     const cJSON* act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
@@ -93,7 +103,7 @@ static inline int gpt_hf_check_config(GptHfReader* r) {
                  r->channels);
     if (nh && !msg[0]) r->num_heads = (int)nh->valuedouble;
     cJSON_Delete(j);
-    if (msg[0]) return gpt_hf_fail(r, "%s beside it has %s", config_path, msg);
+    if (msg[0]) return hf_model_fail(r, "%s beside it has %s", config_path, msg);
     return 0;
 }
 
@@ -118,7 +128,7 @@ static inline int gpt_hf_check_tensors(GptHfReader* r) {
     c.vocab_size = c.padded_vocab_size = r->vocab_rows; c.max_seq_len = r->positions;
     int n = hf_model_num_tensors(&c);  // gpt_hf_open bounded the layers
     HfTensor* hf = n > 0 ? (HfTensor*)calloc((size_t)n, sizeof(HfTensor)) : NULL;
-    if (!hf) return gpt_hf_fail(r, "out of host memory");
+    if (!hf) return hf_model_fail(r, "out of host memory");
     hf_model_tensors(hf, &c);
     int rc = 0;
     char hint[64], msg[SAFETENSORS_ERR_LEN];
@@ -129,23 +139,23 @@ static inline int gpt_hf_check_tensors(GptHfReader* r) {
         int known = strncmp(name, r->prefix, plen) == 0 && gpt_hf_ignored(name + plen);
         for (int k = 0; k < n && !known; k++) known = strncmp(name, r->prefix, plen) == 0 && strcmp(name + plen, hf[k].name) == 0;
         if (!known)
-            rc = gpt_hf_fail(r, "tensor \"%s\": not part of GPT-2 in Hugging Face's layout with %d layers (expected "
+            rc = hf_model_fail(r, "tensor \"%s\": not part of GPT-2 in Hugging Face's layout with %d layers (expected "
                              "%swte.weight, %swpe.weight, %sh.0 ... h.%d.*, %sln_f.*)", name, c.num_layers, r->prefix,
                              r->prefix, r->prefix, c.num_layers - 1, r->prefix);
     }
     for (int k = 0; k < n && rc == 0; k++) {
         const SafetensorsTensor* t = gpt_hf_find(r, hf[k].name);
         if (!t) {
-            rc = gpt_hf_fail(r, "no tensor \"%s%s\" (a GPT-2 of %d layers has it)", r->prefix, hf[k].name, c.num_layers);
+            rc = hf_model_fail(r, "no tensor \"%s%s\" (a GPT-2 of %d layers has it)", r->prefix, hf[k].name, c.num_layers);
             break;
         }
         snprintf(hint, sizeof(hint), "n_embd %d%s", c.channels, hf[k].transpose ? ", Conv1D weights are (in, out)" : "");
-        if (hf_check_tensor(t, &hf[k], "expected", hint, msg, sizeof(msg)) != 0) rc = gpt_hf_fail(r, "%s", msg);
+        if (hf_check_tensor(t, &hf[k], "expected", hint, msg, sizeof(msg)) != 0) rc = hf_model_fail(r, "%s", msg);
     }
     const SafetensorsTensor* lm = rc == 0 ? hf_weights_find(&r->w, "lm_head.weight") : NULL;
     HfTensor head = {"lm_head.weight", 0, 2, {c.vocab_size, c.channels}, 0};  // tied: wte's shape
     if (lm && hf_check_tensor(lm, &head, "expected", "equal to wte.weight", msg, sizeof(msg)) != 0)
-        rc = gpt_hf_fail(r, "%s", msg);
+        rc = hf_model_fail(r, "%s", msg);
     free(hf);
     return rc;
 }
@@ -167,11 +177,11 @@ static inline int gpt_hf_open(GptHfReader* r, const char* path) {
     const SafetensorsTensor* wte = gpt_hf_find(r, "wte.weight");
     const SafetensorsTensor* wpe = gpt_hf_find(r, "wpe.weight");
     if (!wte || !wpe)
-        return gpt_hf_fail(r, "no tensor \"%s\" (nor \"transformer.%s\"): not a GPT-2 model in Hugging Face's layout",
+        return hf_model_fail(r, "no tensor \"%s\" (nor \"transformer.%s\"): not a GPT-2 model in Hugging Face's layout",
                            wte ? "wpe.weight" : "wte.weight", wte ? "wpe.weight" : "wte.weight");
     if (wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1] || wte->shape[1] < 1 ||
         wte->shape[1] > 1 << 20 || wte->shape[0] > 1 << 24 || wpe->shape[0] > 1 << 24)
-        return gpt_hf_fail(r, "tensor \"%swte.weight\" and \"%swpe.weight\" must be (rows, C) with the same C",
+        return hf_model_fail(r, "tensor \"%swte.weight\" and \"%swpe.weight\" must be (rows, C) with the same C",
                            r->prefix, r->prefix);
     r->channels = (int)wte->shape[1];
     r->vocab_rows = (int)wte->shape[0];
@@ -182,10 +192,10 @@ static inline int gpt_hf_open(GptHfReader* r, const char* path) {
         if (!gpt_hf_find(r, name)) break;
     }
     if (r->num_layers == 0)
-        return gpt_hf_fail(r, "no tensor \"%sh.0.ln_1.weight\": a GPT-2 has at least one layer (%sh.0.*)", r->prefix,
+        return hf_model_fail(r, "no tensor \"%sh.0.ln_1.weight\": a GPT-2 has at least one layer (%sh.0.*)", r->prefix,
                            r->prefix);
     if (r->num_layers > MODEL_MAX_LAYERS)
-        return gpt_hf_fail(r, "more than %d layers (%sh.0 ... h.%d.* and more): no GPT-2 has that many", MODEL_MAX_LAYERS,
+        return hf_model_fail(r, "more than %d layers (%sh.0 ... h.%d.* and more): no GPT-2 has that many", MODEL_MAX_LAYERS,
                            r->prefix, MODEL_MAX_LAYERS);
     if (gpt_hf_check_config(r) != 0) return -1;
     return gpt_hf_check_tensors(r);
@@ -196,20 +206,20 @@ static inline int gpt_hf_open(GptHfReader* r, const char* path) {
 // must be finite, and an lm_head.weight must equal wte.weight. Closes the file in every case.
 static inline int gpt_hf_load(GptHfReader* r, const ModelConfig* c, float* values) {
     if (r->num_layers != c->num_layers || r->channels != c->channels)
-        return gpt_hf_fail(r, "a model of %d layers and %d channels, this run's has %d layers and %d channels",
+        return hf_model_fail(r, "a model of %d layers and %d channels, this run's has %d layers and %d channels",
                            r->num_layers, r->channels, c->num_layers, c->channels);
     if (r->vocab_rows != c->vocab_size)
-        return gpt_hf_fail(r, "tensor \"%swte.weight\" has %d rows, GPT-2's vocabulary has %d tokens", r->prefix,
+        return hf_model_fail(r, "tensor \"%swte.weight\" has %d rows, GPT-2's vocabulary has %d tokens", r->prefix,
                            r->vocab_rows, c->vocab_size);
     if (r->positions != c->max_seq_len)
-        return gpt_hf_fail(r, "tensor \"%swpe.weight\" has %d positions, this program's models have %d", r->prefix,
+        return hf_model_fail(r, "tensor \"%swpe.weight\" has %d positions, this program's models have %d", r->prefix,
                            r->positions, c->max_seq_len);
     if (r->num_heads != 0 && r->num_heads != c->num_heads)
-        return gpt_hf_fail(r, "config.json beside it has n_head %d, this program's model of %d channels has %d heads",
+        return hf_model_fail(r, "config.json beside it has n_head %d, this program's model of %d channels has %d heads",
                            r->num_heads, c->channels, c->num_heads);
     int n = hf_model_num_tensors(c);  // c's layers are the file's, which gpt_hf_open bounded
     HfTensor* hf = n > 0 ? (HfTensor*)calloc((size_t)n, sizeof(HfTensor)) : NULL;
-    if (!hf) return gpt_hf_fail(r, "out of host memory");
+    if (!hf) return hf_model_fail(r, "out of host memory");
     hf_model_tensors(hf, c);
     // the scratch holds what goes through it: every transposed tensor (up to 4C x C) and lm_head (V x C)
     size_t largest = (size_t)c->vocab_size * (size_t)c->channels;
@@ -219,7 +229,7 @@ static inline int gpt_hf_load(GptHfReader* r, const ModelConfig* c, float* value
     float* scratch = (float*)malloc(largest * sizeof(float));
     if (!scratch) {
         free(hf);
-        return gpt_hf_fail(r, "out of host memory");
+        return hf_model_fail(r, "out of host memory");
     }
     int rc = 0;
     char msg[SAFETENSORS_ERR_LEN];
@@ -233,7 +243,7 @@ static inline int gpt_hf_load(GptHfReader* r, const ModelConfig* c, float* value
             break;
         }
         if (hf_check_finite(t, read, msg, sizeof(msg)) != 0) {  // every value finite, as a checkpoint's
-            rc = gpt_hf_fail(r, "%s", msg);
+            rc = hf_model_fail(r, "%s", msg);
             break;
         }
         if (hf[k].transpose) hf_transpose(dst, scratch, hf[k].shape[0], hf[k].shape[1]);  // (in, out) -> (out, in)
@@ -248,7 +258,7 @@ static inline int gpt_hf_load(GptHfReader* r, const ModelConfig* c, float* value
             snprintf(r->err, sizeof(r->err), "%s", r->w.err);
             rc = -1;
         } else if (memcmp(scratch, values, (size_t)c->vocab_size * c->channels * sizeof(float)) != 0) {
-            rc = gpt_hf_fail(r, "tensor \"lm_head.weight\" differs from wte.weight: an untied LM head, and this "
+            rc = hf_model_fail(r, "tensor \"lm_head.weight\" differs from wte.weight: an untied LM head, and this "
                              "program's GPT-2 ties it to the token embedding");
         }
     }
@@ -258,27 +268,7 @@ static inline int gpt_hf_load(GptHfReader* r, const ModelConfig* c, float* value
     return rc;
 }
 
-static inline void gpt_hf_close(GptHfReader* r) { hf_weights_close(&r->w); }
-
 // --- Llama-style ---------------------------------------------------------------------------------
-
-typedef struct {
-    HfWeights w;                            // the file, or the split model's files; w.path names it
-    ModelConfig config;                     // from config.json; max_seq_len and padded_vocab_size 0
-    int tie;                                // tie_word_embeddings: the head is embed_tokens (lm_head.weight,
-                                            // when the file has it too, must equal it)
-    char err[HF_ERR_LEN];
-} LlamaHfReader;
-
-static inline int llama_hf_fail(LlamaHfReader* r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static inline int llama_hf_fail(LlamaHfReader* r, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    err_vformat(r->err, sizeof(r->err), "", r->w.path, fmt, ap);
-    va_end(ap);
-    hf_weights_close(&r->w);
-    return -1;
-}
 
 // config.json's member `key` as an integer in [1, most] into *v (the limits of llmc/model/spec.h,
 // checked before the value is converted or sizes anything); absent: *v = fallback (0: required).
@@ -401,9 +391,9 @@ static inline int llama_hf_check_tensors(LlamaHfReader* r) {
     ModelConfig c = r->config;
     c.padded_vocab_size = c.vocab_size;  // the file's shapes do not depend on the padding
     int n = hf_model_num_tensors(&c), head = n - 1;  // lm_head comes last (hf_model_tensors)
-    if (n < 0) return llama_hf_fail(r, "%d layers, outside [1, %d]", c.num_layers, MODEL_MAX_LAYERS);  // config checked
+    if (n < 0) return hf_model_fail(r, "%d layers, outside [1, %d]", c.num_layers, MODEL_MAX_LAYERS);  // config checked
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
-    if (!hf) return llama_hf_fail(r, "out of host memory");
+    if (!hf) return hf_model_fail(r, "out of host memory");
     hf_model_tensors(hf, &c);
     char msg[SAFETENSORS_ERR_LEN];
     int rc = 0;
@@ -412,7 +402,7 @@ static inline int llama_hf_check_tensors(LlamaHfReader* r) {
         int known = llama_hf_ignored(name);
         for (int k = 0; k < n && !known; k++) known = strcmp(name, hf[k].name) == 0;
         if (!known)
-            rc = llama_hf_fail(r, "tensor \"%s\": not part of a LlamaForCausalLM of %d layers in Hugging Face's layout "
+            rc = hf_model_fail(r, "tensor \"%s\": not part of a LlamaForCausalLM of %d layers in Hugging Face's layout "
                                "(expected model.embed_tokens.weight, model.layers.0 ... %d.*, model.norm.weight, "
                                "lm_head.weight)", name, c.num_layers, c.num_layers - 1);
     }
@@ -420,13 +410,13 @@ static inline int llama_hf_check_tensors(LlamaHfReader* r) {
         const SafetensorsTensor* t = hf_weights_find(&r->w, hf[k].name);
         if (!t && k == head && r->tie) continue;
         if (!t) {
-            rc = llama_hf_fail(r, "no tensor \"%s\" (a LlamaForCausalLM of %d layers has it%s)", hf[k].name,
+            rc = hf_model_fail(r, "no tensor \"%s\" (a LlamaForCausalLM of %d layers has it%s)", hf[k].name,
                                c.num_layers, k == head ? "; with tie_word_embeddings true in config.json the head "
                                "may be left out" : "");
             break;
         }
         if (hf_check_tensor(t, &hf[k], "config.json's sizes give", "", msg, sizeof(msg)) != 0)
-            rc = llama_hf_fail(r, "%s", msg);
+            rc = hf_model_fail(r, "%s", msg);
     }
     free(hf);
     return rc;
@@ -444,17 +434,17 @@ static inline int llama_hf_open(LlamaHfReader* r, const char* path) {
         return -1;
     }
     if (!hf_weights_find(&r->w, "model.embed_tokens.weight"))
-        return llama_hf_fail(r, "no tensor \"model.embed_tokens.weight\": not a Llama model in Hugging Face's layout");
+        return hf_model_fail(r, "no tensor \"model.embed_tokens.weight\": not a Llama model in Hugging Face's layout");
     char config_path[SAFETENSORS_PATH_MAX + 64], err[SAFETENSORS_PATH_MAX + 128], msg[256];
     cJSON* j;
     if (hf_read_config(r->w.path, &j, config_path, sizeof(config_path), err, sizeof(err)) != 0)
-        return llama_hf_fail(r, "%s", err);
+        return hf_model_fail(r, "%s", err);
     if (!j)
-        return llama_hf_fail(r, "no %s beside it: the model's sizes and head counts are read from it (a Llama model's "
+        return hf_model_fail(r, "no %s beside it: the model's sizes and head counts are read from it (a Llama model's "
                              "export has one)", config_path);
     int rc = llama_hf_parse_config(r, j, msg, sizeof(msg));
     cJSON_Delete(j);
-    if (rc != 0) return llama_hf_fail(r, "%s beside it: %s", config_path, msg);
+    if (rc != 0) return hf_model_fail(r, "%s beside it: %s", config_path, msg);
     return llama_hf_check_tensors(r);
 }
 
@@ -476,18 +466,18 @@ static inline int llama_hf_load(LlamaHfReader* r, const ModelConfig* c, float* v
     const ModelConfig* f = &r->config;
     if (f->num_layers != c->num_layers || f->channels != c->channels || f->num_heads != c->num_heads ||
         f->num_kv_heads != c->num_kv_heads || f->ffn_hidden != c->ffn_hidden || f->vocab_size != c->vocab_size)
-        return llama_hf_fail(r, "a model of %d layers, %d channels, %d heads (%d key/value), FFN %d, vocabulary %d; "
+        return hf_model_fail(r, "a model of %d layers, %d channels, %d heads (%d key/value), FFN %d, vocabulary %d; "
                              "this run's has %d layers, %d channels, %d heads (%d key/value), FFN %d, vocabulary %d",
                              f->num_layers, f->channels, f->num_heads, f->num_kv_heads, f->ffn_hidden, f->vocab_size,
                              c->num_layers, c->channels, c->num_heads, c->num_kv_heads, c->ffn_hidden, c->vocab_size);
     if (fabs(f->rope_theta - c->rope_theta) > 1e-6 * c->rope_theta || fabs(f->norm_eps - c->norm_eps) > 1e-6 * c->norm_eps)
-        return llama_hf_fail(r, "rope_theta %g and rms_norm_eps %g, this run's are %g and %g", f->rope_theta, f->norm_eps,
+        return hf_model_fail(r, "rope_theta %g and rms_norm_eps %g, this run's are %g and %g", f->rope_theta, f->norm_eps,
                              c->rope_theta, c->norm_eps);
     int n = hf_model_num_tensors(c), head = n - 1;  // lm_head comes last (hf_model_tensors)
     size_t C = (size_t)c->channels, V = (size_t)c->vocab_size, pad = (size_t)(c->padded_vocab_size - c->vocab_size);
-    if (n < 0) return llama_hf_fail(r, "this run's model has %d layers, outside [1, %d]", c->num_layers, MODEL_MAX_LAYERS);
+    if (n < 0) return hf_model_fail(r, "this run's model has %d layers, outside [1, %d]", c->num_layers, MODEL_MAX_LAYERS);
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
-    if (!hf) return llama_hf_fail(r, "out of host memory");
+    if (!hf) return hf_model_fail(r, "out of host memory");
     hf_model_tensors(hf, c);
     int rc = 0;
     char msg[SAFETENSORS_ERR_LEN];
@@ -498,14 +488,14 @@ static inline int llama_hf_load(LlamaHfReader* r, const ModelConfig* c, float* v
             snprintf(r->err, sizeof(r->err), "%s", r->w.err);
             rc = -1;
         } else if (hf_check_finite(t, values + hf[k].offset, msg, sizeof(msg)) != 0) {  // as a checkpoint's
-            rc = llama_hf_fail(r, "%s", msg);
+            rc = hf_model_fail(r, "%s", msg);
         }
     }
     if (rc == 0 && r->tie) {  // the head is the embedding: copied, or (given too) equal to it
         float* h = values + hf[head].offset;
         if (!hf_weights_find(&r->w, hf[head].name)) memcpy(h, values + hf[0].offset, V * C * sizeof(float));
         else if (memcmp(h, values + hf[0].offset, V * C * sizeof(float)) != 0)
-            rc = llama_hf_fail(r, "tensor \"lm_head.weight\" differs from model.embed_tokens.weight, and config.json "
+            rc = hf_model_fail(r, "tensor \"lm_head.weight\" differs from model.embed_tokens.weight, and config.json "
                                "has tie_word_embeddings true (transformers would use the embedding for both)");
     }
     if (rc == 0) {
@@ -517,4 +507,7 @@ static inline int llama_hf_load(LlamaHfReader* r, const ModelConfig* c, float* v
     return rc;
 }
 
-static inline void llama_hf_close(LlamaHfReader* r) { hf_weights_close(&r->w); }
+// --- either family --------------------------------------------------------------------------------
+
+// The file closed (after an open whose load is not wanted).
+static inline void hf_model_close(HfModelReader* r) { hf_weights_close(&r->w); }

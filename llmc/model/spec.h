@@ -289,42 +289,29 @@ static inline void model_init_values(const ModelConfig* c, float* values, uint64
     }
 }
 
+// A config of `family` with these sizes.
+static inline ModelConfig model_config_sizes(int family, int vocab_size, int padded_vocab_size, int max_seq_len,
+                                             int num_layers, int channels, int num_heads, int num_kv_heads,
+                                             int ffn_hidden, double rope_theta, double norm_eps) {
+    ModelConfig c = {family, vocab_size, padded_vocab_size, max_seq_len, num_layers, channels, num_heads,
+                     num_kv_heads, ffn_hidden, rope_theta, norm_eps};
+    return c;
+}
+
 // A GPT-2 config of these sizes: NKV = NH, F = 4C, LayerNorm's eps 1e-5, no RoPE (what reading a GPT-2
 // from elsewhere gives).
 static inline ModelConfig model_config_gpt2_sizes(int max_seq_len, int vocab_size, int padded_vocab_size,
                                                   int num_layers, int num_heads, int channels) {
-    ModelConfig c;
-    memset(&c, 0, sizeof(c));
-    c.family = MODEL_FAMILY_GPT2;
-    c.max_seq_len = max_seq_len;
-    c.vocab_size = vocab_size;
-    c.padded_vocab_size = padded_vocab_size;
-    c.num_layers = num_layers;
-    c.num_heads = c.num_kv_heads = num_heads;
-    c.channels = channels;
-    c.ffn_hidden = 4 * channels;
-    c.norm_eps = 1e-5;
-    return c;
+    return model_config_sizes(MODEL_FAMILY_GPT2, vocab_size, padded_vocab_size, max_seq_len, num_layers, channels,
+                              num_heads, num_heads, 4 * channels, 0.0, 1e-5);
 }
 
 // A Llama-style config of these sizes.
 static inline ModelConfig model_config_llama_sizes(int vocab_size, int padded_vocab_size, int max_seq_len,
                                                    int num_layers, int channels, int num_heads, int num_kv_heads,
                                                    int ffn_hidden, double rope_theta, double norm_eps) {
-    ModelConfig c;
-    memset(&c, 0, sizeof(c));
-    c.family = MODEL_FAMILY_LLAMA;
-    c.vocab_size = vocab_size;
-    c.padded_vocab_size = padded_vocab_size;
-    c.max_seq_len = max_seq_len;
-    c.num_layers = num_layers;
-    c.channels = channels;
-    c.num_heads = num_heads;
-    c.num_kv_heads = num_kv_heads;
-    c.ffn_hidden = ffn_hidden;
-    c.rope_theta = rope_theta;
-    c.norm_eps = norm_eps;
-    return c;
+    return model_config_sizes(MODEL_FAMILY_LLAMA, vocab_size, padded_vocab_size, max_seq_len, num_layers, channels,
+                              num_heads, num_kv_heads, ffn_hidden, rope_theta, norm_eps);
 }
 
 // --- named sizes ---------------------------------------------------------------------------------
@@ -364,18 +351,9 @@ static inline int model_config_named(ModelConfig* c, int family, const char* nam
     for (int i = 0; i < MODEL_NUM_SIZES; i++) {
         const ModelSize* z = &model_sizes[i];
         if (z->family != family || strcmp(name, z->name) != 0) continue;
-        memset(c, 0, sizeof(*c));
-        c->family = family;
-        c->vocab_size = vocab_size;
-        c->padded_vocab_size = model_padded_vocab(vocab_size);
-        c->max_seq_len = max_seq_len;
-        c->num_layers = z->L;
-        c->channels = z->C;
-        c->num_heads = z->NH;
-        c->num_kv_heads = z->NKV;
-        c->ffn_hidden = z->F;
-        c->rope_theta = model_spec(family)->positions == MODEL_POS_ROPE ? 500000.0 : 0.0;
-        c->norm_eps = 1e-5;
+        const ModelSpec* s = model_spec(family);
+        *c = model_config_sizes(family, vocab_size, model_padded_vocab(vocab_size), max_seq_len, z->L, z->C, z->NH,
+                                z->NKV, z->F, s->positions == MODEL_POS_ROPE ? 500000.0 : 0.0, 1e-5);
         return 0;
     }
     return -1;
