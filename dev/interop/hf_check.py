@@ -35,7 +35,7 @@ from those logits: errors average out to ~1e-3 or less. Gradients pass through a
 roundings in the backward (the residual gradient is bf16 too): test_gpt.cu checks 5e-2
 against the CPU references. A wrong formula (the attention scale, the GELU, a transposed weight, a
 shifted target) is off by O(1) relative in some tensor. So is a wrong mapping of the Llama-style export
-(llmc/io/llama_hf.h): gate and up swapped computes silu(up)·gate, a different MLP; q, k or v cut at the
+(llmc/io/hf_model.h): gate and up swapped computes silu(up)·gate, a different MLP; q, k or v cut at the
 wrong rows makes attention read keys as values; a q/k row permutation for the other RoPE convention
 (pairs 2i, 2i+1 instead of i, i + hs/2) rotates the pairs by other frequencies, which moves every
 attention score of a trained model. Each shows in the logits, and the gradients are compared name by
