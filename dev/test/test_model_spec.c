@@ -1,7 +1,8 @@
 // test_model_spec.c: the families as data (llmc/model/spec.h), against the layouts written out by hand
 // here, tensor by tensor, as llm.c's GPT-2 and dev/ref/llama_ref.h have them:
 //   - each family's tensors: their order, short names, sizes, offsets and the parameter count, for
-//     several configs of each (the named sizes, a small one, GQA and MHA); GPT-2 d12 at Vp 50304 has
+//     several configs of each (the named sizes, a small one, GPT-2 with heads that do not divide C, GQA
+//     and MHA); GPT-2 d12 at Vp 50304 has
 //     llm.c's 124475904 parameters, the Llama-style sizes their documented counts;
 //   - weight decay on the matrices only, the roles the model's code asks for;
 //   - the init: the same numbers, in the same order, as the families' own init loops (GPT-2:
@@ -165,6 +166,9 @@ int main(void) {
     ModelConfig g = small_config(MODEL_FAMILY_GPT2, 2, 64, 4, 4, 256, 100, 32);
     check_config(&g, "GPT-2 L2 C64 V100");
     check_init(&g, "GPT-2 L2 C64 V100");
+    // GPT-2's shapes do not depend on its heads: 3 heads of 16 channels (as a config.json's n_head may say)
+    ModelConfig odd = small_config(MODEL_FAMILY_GPT2, 1, 16, 3, 3, 64, 10, 4);
+    check_config(&odd, "GPT-2 C16 NH3");
 
     // the Llama-style sizes, their documented counts at V = 200019, and small GQA and MHA models
     const char* sizes[4] = {"llama-30m", "llama-125m", "llama-350m", "llama-1b"};

@@ -92,8 +92,8 @@ enum {
     MODEL_DIM_VP,     // Vp (Hugging Face's files hold V rows: the padded rows are dropped, zero on import)
     MODEL_DIM_MAXT,   // maxT
     MODEL_DIM_QKV,    // (NH + 2 NKV) hs: q, k, v stacked
-    MODEL_DIM_Q,      // NH hs: q's rows of qkv
-    MODEL_DIM_KV,     // NKV hs: k's rows, and v's
+    MODEL_DIM_Q,      // NH hs = C: q's rows of qkv
+    MODEL_DIM_KV,     // NKV hs = C · NKV / NH: k's rows, and v's
     MODEL_DIM_UP,     // the MLP's first matrix: F (GELU) or 2F (SwiGLU: gate | up)
     MODEL_DIM_F       // F
 };
@@ -224,18 +224,20 @@ static inline int model_tensor_index(const ModelSpec* s, int role) {
 // Vp: V rounded up to a multiple of 128, for fast GEMMs (GPT-2: 50257 -> 50304).
 static inline int model_padded_vocab(int V) { return (V + 127) / 128 * 128; }
 
-// The value of dimension d for config c (64-bit: no size within MODEL_MAX_* overflows it).
+// The value of dimension d for config c (64-bit: no size within MODEL_MAX_* overflows it). The key and
+// value rows are C · NKV / NH, which is NKV hs when NH divides C (every model built or imported) and 2C
+// of qkv's 3C rows for GPT-2 (NKV = NH) whatever its heads: its tensors' shapes never depend on them.
 static inline int64_t model_dim(const ModelConfig* c, int d) {
-    int64_t hs = c->num_heads > 0 ? c->channels / c->num_heads : 0;
+    int64_t kv = c->num_heads > 0 ? (int64_t)c->channels * c->num_kv_heads / c->num_heads : 0;
     const ModelSpec* s = model_spec(c->family);
     switch (d) {
     case MODEL_DIM_ONE: return 1;
     case MODEL_DIM_C: return c->channels;
     case MODEL_DIM_VP: return c->padded_vocab_size;
     case MODEL_DIM_MAXT: return c->max_seq_len;
-    case MODEL_DIM_QKV: return ((int64_t)c->num_heads + 2 * (int64_t)c->num_kv_heads) * hs;
-    case MODEL_DIM_Q: return (int64_t)c->num_heads * hs;
-    case MODEL_DIM_KV: return (int64_t)c->num_kv_heads * hs;
+    case MODEL_DIM_QKV: return (int64_t)c->channels + 2 * kv;
+    case MODEL_DIM_Q: return c->channels;
+    case MODEL_DIM_KV: return kv;
     case MODEL_DIM_UP: return (s && s->mlp == MODEL_MLP_SWIGLU ? 2 : 1) * (int64_t)c->ffn_hidden;
     case MODEL_DIM_F: return c->ffn_hidden;
     }
