@@ -14,8 +14,8 @@
 //     wqkv (L, (NH + 2 NKV) hs, C), wo (L, C, C), ffn_norm (L, C), w_gateup (L, 2F, C), w_down (L, C, F),
 //     final_norm (C), lm_head (Vp, C)
 // In one config GPT-2 is NKV = NH and F = 4C, so that the shapes above are the same formulas for both:
-// qkv rows (NH + 2 NKV) hs, the MLP's first matrix F rows (GELU) or 2F (SwiGLU: gate | up), its second
-// (C, F). A new family is a new table and spec below; a new block option a field of ModelSpec, the
+// qkv rows C + 2 NKV hs (q's NH hs = C, then k's and v's), the MLP's first matrix F rows (GELU) or 2F
+// (SwiGLU: gate | up), its second (C, F). A new family is a new table and spec below; a new block option a field of ModelSpec, the
 // tensors it adds with their roles, and at most one kernel file in llmc/layers/.
 #pragma once
 #include <math.h>
