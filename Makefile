@@ -110,7 +110,7 @@ CPU_TESTS   := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
 ASAN_TESTS  := $(patsubst dev/test/%.c,build/asan/%,$(wildcard dev/test/test_*.c))
 GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
-INTEROP     := build/dev/gpt_dump build/dev/llama_dump build/dev/llama_ref_dump
+INTEROP     := build/dev/model_dump build/dev/llama_ref_dump
 
 .PHONY: help deps deps-trainer deps-fuzz fuzz cjson-local data data-try data-debian data-tiktoken data-starter-o200k data-starter-cl100k export_hf test test-gpu dev clean clean-data test-deps
 help:
@@ -146,7 +146,7 @@ build/make_shards: data/make_shards.c $(TOKENIZER_H) llmc/data/shard.h | build d
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< $(PCRE2) $(CJSON) && mv $@.tmp.$$$$ $@
 build/brown_detok: data/brown_detok.c llmc/core/check.h | build
 	$(CC) $(CFLAGS) -o $@.tmp.$$$$ $< && mv $@.tmp.$$$$ $@
-# a checkpoint to Hugging Face's GPT-2 layout (llmc/io/gpt_hf.h, doc/interop.md)
+# a checkpoint to Hugging Face's layout, either family (llmc/io/hf_model.h, doc/interop.md)
 export_hf: build/export_hf
 build/export_hf: data/export_hf.c $(LLMC) | build deps-trainer
 	$(CC) $(CFLAGS) -o $@ $< $(CJSON) -lm -lz
@@ -211,9 +211,8 @@ build/dev/%: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer
 # compared with the kernel before it, on a machine without a GPU (dev/cuda/README.md)
 build/dev/%.ptx: dev/cuda/%.cu $(LLMC) $(DEV_HEADERS) | build/dev
 	$(NVCC) $(NVFLAGS) $(NVARCH) -ptx -o $@ $<
-# the check against transformers (dev/interop/hf_check.py) runs these for train_gpt's side: GPT-2, and
-# the Llama-style model
-build/dev/gpt_dump build/dev/llama_dump: build/dev/%: dev/interop/%.cu dev/interop/dump.h $(LLMC) | build/dev deps-trainer
+# the check against transformers (dev/interop/hf_check.py) runs this for train_gpt's side, either family
+build/dev/model_dump: build/dev/%: dev/interop/%.cu dev/interop/dump.h $(LLMC) | build/dev deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS) $(CJSON_NVCC)
 # and dev/interop/llama_check.py runs this: the Llama-style CPU reference and its export (host only)
 build/dev/llama_ref_dump: dev/interop/llama_ref_dump.c $(LLMC) $(DEV_HEADERS) | build/dev deps-trainer

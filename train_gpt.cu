@@ -4,21 +4,20 @@
 //   make train_gpt && ./train_gpt            (d6 on the starter shards: a few minutes, visibly learns)
 //   ./train_gpt -model llama                 (llama-30m on the starter shards in o200k_base)
 //   ./train_gpt -h                           (every flag with its default)
-// The models and their layers are in llmc/ (gpt.cuh and llama.cuh wire them, train_model.cuh puts both
-// behind one interface); this file is the program around them: flags, the learning-rate schedule, the
-// loop with gradient accumulation, validation and samples (llmc/train/evaluate.cuh), the log, and checkpoints
-// with bitwise-identical resume (Ctrl-C writes one and exits cleanly); -init starts from weights in
-// Hugging Face's layout (llmc/io/gpt_hf_import.h, llmc/io/llama_hf_import.h) and -export_hf writes the model
-// in that layout (llmc/io/gpt_hf.h, llmc/io/llama_hf.h, doc/interop.md).
+// The model and its layers are in llmc/ (llmc/model/spec.h says what each family is, model.cuh wires
+// either); this file is the program around it: flags, the learning-rate schedule, the loop with gradient
+// accumulation, validation and samples (llmc/train/evaluate.cuh), the log, and checkpoints with
+// bitwise-identical resume (Ctrl-C writes one and exits cleanly); -init starts from weights in Hugging
+// Face's layout (llmc/io/hf_model_import.h) and -export_hf writes the model in that layout
+// (llmc/io/hf_model.h, doc/interop.md).
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llmc/train/train_model.cuh"      // TrainModel: GPT-2 or Llama-style, build / step / checkpoint / free
-#include "llmc/io/gpt_hf_import.h"         // -init: GPT-2 weights in Hugging Face's layout
-#include "llmc/io/llama_hf_import.h"       // -init: Llama weights in Hugging Face's layout
+#include "llmc/io/model_checkpoint.cuh"    // Model: GPT-2 or Llama-style, build / step / free, checkpoint, export
+#include "llmc/io/hf_model_import.h"       // -init: weights in Hugging Face's layout
 #include "llmc/core/flags.h"               // the flag table's parser
 #include "llmc/data/dataloader.h"          // DataLoader: (B, T) batches from shards
 #include "llmc/data/tokenizer_tiktoken.h"  // the encodings (gpt2, cl100k_base, o200k_base): ids and decoding, for samples
@@ -31,7 +30,7 @@
 #include "llmc/core/gpu_peak.h"            // the GPU's peak bf16 FLOP/s, for the MFU
 
 // config.json says which epsilon the exported model's LayerNorms use: it must be the one we compute with
-static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/io/gpt_hf.h's GPT_HF_LN_EPS must equal llmc/layers/layernorm.cuh's LN_EPS");
+static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/io/hf_model.h's GPT_HF_LN_EPS must equal llmc/layers/layernorm.cuh's LN_EPS");
 
 // --- flags ---------------------------------------------------------------------------------------
 
@@ -153,17 +152,19 @@ static void parse_flags(TrainConfig* c, int argc, char** argv) {
 
 // --- the model family ----------------------------------------------------------------------------
 
-// GPT-2's sizes by depth: channels and heads (head size 64 throughout).
+// GPT-2's sizes by depth (llmc/model/spec.h's named sizes): channels and heads (head size 64 throughout).
 static int gpt2_size(int depth, int* channels, int* heads) {
-    const int table[][3] = {{6, 384, 6}, {12, 768, 12}, {24, 1024, 16}, {36, 1280, 20}, {48, 1600, 25}};
-    for (int i = 0; i < 5; i++)
-        if (table[i][0] == depth) { *channels = table[i][1]; *heads = table[i][2]; return 0; }
-    return -1;
+    ModelConfig m;
+    if (model_config_gpt2(&m, depth, GPT_HF_VOCAB, 1) != 0) return -1;
+    *channels = m.channels;
+    *heads = m.num_heads;
+    return 0;
 }
 
-#define GPT2_MAX_SEQ_LEN 1024    // GPT-2's context: the rows of its position table
-#define GPT2_PADDED_VOCAB 50304  // 50257 padded to a multiple of 128
-#define LLAMA_MAX_SEQ_LEN 4096   // the Llama-style context (RoPE: no table); config.json's max_position_embeddings
+// The contexts (llmc/model/spec.h): GPT-2's 1024, the rows of its position table; the Llama-style 4096
+// (RoPE: no table), config.json's max_position_embeddings.
+#define GPT2_MAX_SEQ_LEN (model_spec(MODEL_FAMILY_GPT2)->max_seq_len)
+#define LLAMA_MAX_SEQ_LEN (model_spec(MODEL_FAMILY_LLAMA)->max_seq_len)
 
 static int is_llama(const TrainConfig* c) { return strcmp(c->model, "llama") == 0; }
 static int max_seq_len(const TrainConfig* c) { return is_llama(c) ? LLAMA_MAX_SEQ_LEN : GPT2_MAX_SEQ_LEN; }
@@ -182,7 +183,7 @@ static const char* const STARTER_SHARDS[][3] = {
 #define BAD(flag, ...) do { snprintf(msg, n, __VA_ARGS__); return flag; } while (0)
 static const char* resolve_model(TrainConfig* c, int argc, char** argv, char* msg, size_t n) {
     int llama = is_llama(c);
-    LlamaConfig lc;
+    ModelConfig lc;
     if (!llama && strcmp(c->model, "gpt2") != 0) BAD("-model", "-model %s: choose gpt2 or llama", c->model);
     if (strcmp(c->encoding, "auto") == 0) c->encoding = llama ? "o200k_base" : "gpt2";
     const TokenizerEncoding* enc = tokenizer_find_encoding(c->encoding);
@@ -201,7 +202,7 @@ static const char* resolve_model(TrainConfig* c, int argc, char** argv, char* ms
     if (llama && flag_given(argc, argv, "-depth"))
         BAD("-depth", "-depth %d: a GPT-2 size; the Llama-style model's is -size (%s)%s", c->depth, LLAMA_SIZE_NAMES,
             c->init[0] ? ", and the -init file is a Llama-style model" : ", or leave -model out for GPT-2");
-    if (llama && llama_config_named(&lc, c->size, enc->vocab_size, LLAMA_MAX_SEQ_LEN) != 0)
+    if (llama && model_config_named(&lc, MODEL_FAMILY_LLAMA, c->size, enc->vocab_size, LLAMA_MAX_SEQ_LEN) != 0)
         BAD("-size", "-size %s: the Llama-style sizes are %s", c->size, LLAMA_SIZE_NAMES);
     if (llama && c->recompute != 0)
         BAD("-recompute", "-recompute %d: recomputes GPT-2's GELU; the Llama-style model has nothing to recompute, "
@@ -355,7 +356,7 @@ static void settings_resume(TrainConfig* c, char* text, const char* path, int ar
 // here, before the data and the GPU, naming the file and both families.
 static void model_from_checkpoint(TrainConfig* c, const CheckpointReader* r, const char* path, int argc, char** argv) {
     int family = r->state.model.family;
-    const char* name = family == CHECKPOINT_FAMILY_LLAMA ? "llama" : "gpt2";
+    const char* name = model_spec(family)->flag;  // the reader knows the family
     if (!flag_given(argc, argv, "-model")) c->model = name;
     if (strcmp(c->model, name) == 0) return;
     fprintf(stderr, "error: -model %s: the checkpoint %s holds a %s model (-model %s), another model family\n  hint: "
@@ -401,10 +402,11 @@ static void check_outputs(const TrainConfig* c, const TokenizerEncoding* enc) {
     } else if (is_llama(c)) {
         rc = hf_export_check(c->export_hf, err, sizeof(err));
     } else {
-        GptConfig g;
+        ModelConfig g;
         memset(&g, 0, sizeof(g));
+        g.family = MODEL_FAMILY_GPT2;
         g.vocab_size = enc->vocab_size;
-        rc = gpt_hf_export_check(c->export_hf, &g, c->vocab_path, err, sizeof(err));
+        rc = hf_model_export_check(c->export_hf, &g, c->vocab_path, err, sizeof(err));
     }
     if (rc != 0) {
         fprintf(stderr, "error: -export_hf %s: %s\n  hint: the export is written when the run ends; pass -export_hf "
@@ -509,7 +511,7 @@ static FILE* log_open(const char* dir, int64_t resume_step, int argc, char** arg
 
 // The checkpoint after `step` steps: the file, then the `latest` marker, then older ones pruned. Every
 // rank calls it (the state is gathered from their shards); rank 0 writes.
-static void save_checkpoint(TrainModel* m, const TrainConfig* c, int64_t step, uint64_t sample_rng,
+static void save_checkpoint(Model* m, const TrainConfig* c, int64_t step, uint64_t sample_rng,
                             DataLoaderPosition data, const char* settings, FILE* log_file, const GpuContext* ctx) {
     CheckpointState s;
     memset(&s, 0, sizeof(s));
@@ -520,7 +522,7 @@ static void save_checkpoint(TrainModel* m, const TrainConfig* c, int64_t step, u
     char path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN];
     checkpoint_path(path, sizeof(path), c->out_dir, step);
     double t0 = dist_now();
-    checkpoint_check(err, train_model_save_checkpoint(m, path, &s, err, sizeof(err), ctx));  // every rank: it gathers
+    checkpoint_check(err, model_save_checkpoint(m, path, &s, err, sizeof(err), ctx));  // every rank: it gathers
     if (m->comm->rank != 0) return;
     checkpoint_check(err, checkpoint_mark_latest(c->out_dir, path, err, sizeof(err)));
     checkpoint_check(err, checkpoint_prune(c->out_dir, c->keep, step, err, sizeof(err)));
@@ -533,7 +535,7 @@ static void save_checkpoint(TrainModel* m, const TrainConfig* c, int64_t step, u
 // `what` and `hint`. every_rank: all ranks met the fault together (too many bad steps: they share the
 // flags), so they can gather the state; a fault of one rank (its data) ends a multi-GPU run without a
 // checkpoint: that rank exits, and the control channel stops the others (llmc/dist/dist_control.h).
-static void stop_with_checkpoint(TrainModel* m, const TrainConfig* c, int64_t step, int64_t start_step, uint64_t sample_rng,
+static void stop_with_checkpoint(Model* m, const TrainConfig* c, int64_t step, int64_t start_step, uint64_t sample_rng,
                                  DataLoaderPosition data, const char* settings, FILE* log_file, const char* what,
                                  const char* hint, int every_rank, const GpuContext* ctx) {
     fprintf(log_file, "step %lld stopped fault\n", (long long)step);
@@ -562,7 +564,7 @@ static void test_nan_steps(int* from, int* to) {
     printf("test: a NaN is injected into the gradient at steps %d..%d (LLMC_TEST_NAN_STEP)\n", *from, *to);
 }
 
-// --- Hugging Face interop: -init (llmc/io/gpt_hf_import.h, llmc/io/llama_hf_import.h), -export_hf ------
+// --- Hugging Face interop: -init (llmc/io/hf_model_import.h), -export_hf ---------------------------------
 
 // The -init file, of either family, opened before the GPU is touched.
 typedef struct {
@@ -599,14 +601,14 @@ static void init_family(TrainConfig* c, int argc, char** argv) {
 // -encoding from its vocabulary, -rope_theta from its rope_theta; a flag given must agree.
 static void init_open_llama(LlamaHfReader* r, TrainConfig* c, int argc, char** argv) {
     if (llama_hf_open(r, c->init) != 0) init_fail(c, r->err);
-    const LlamaConfig* f = &r->config;
-    const char* size = llama_size_name(f);
+    const ModelConfig* f = &r->config;
+    const char* size = model_size_name(f);
     const TokenizerEncoding* enc = tokenizer_encoding_of_vocab(f->vocab_size);
-    LlamaConfig named;
+    ModelConfig named;
     char msg[768] = "";
     if (!size)
         snprintf(msg, sizeof(msg), "a model of %d layers, %d channels, %d heads (%d key/value) and FFN %d, not one of "
-                 "this program's sizes\n  hint: the Llama-style sizes are %s (llmc/model/llama_config.h has their shapes)",
+                 "this program's sizes\n  hint: the Llama-style sizes are %s (llmc/model/spec.h has their shapes)",
                  f->num_layers, f->channels, f->num_heads, f->num_kv_heads, f->ffn_hidden, LLAMA_SIZE_NAMES);
     else if (flag_given(argc, argv, "-size") && strcmp(c->size, size) != 0)
         snprintf(msg, sizeof(msg), "a %s model, which is not -size %s\n  hint: leave -size out to take it from the "
@@ -621,7 +623,7 @@ static void init_open_llama(LlamaHfReader* r, TrainConfig* c, int argc, char** a
     else if (flag_given(argc, argv, "-rope_theta") && fabs(c->rope_theta - f->rope_theta) > 1e-6 * f->rope_theta)
         snprintf(msg, sizeof(msg), "rope_theta %g, which is not -rope_theta %g\n  hint: leave -rope_theta out to take "
                  "it from the file", f->rope_theta, c->rope_theta);
-    else if (llama_config_named(&named, size, f->vocab_size, LLAMA_MAX_SEQ_LEN) != 0 ||
+    else if (model_config_named(&named, MODEL_FAMILY_LLAMA, size, f->vocab_size, LLAMA_MAX_SEQ_LEN) != 0 ||
              fabs(f->norm_eps - named.norm_eps) > 1e-6 * named.norm_eps)
         snprintf(msg, sizeof(msg), "rms_norm_eps %g (transformers' 1e-6 where config.json leaves it out); this "
                  "program's Llama-style models use %g", f->norm_eps, named.norm_eps);
@@ -648,29 +650,29 @@ static void init_open_gpt(GptHfReader* r, TrainConfig* c, int argc, char** argv)
 }
 
 // The -init weights of the model mc, read into host memory before the GPU is touched: every value is
-// checked to be finite as it is read (llmc/io/gpt_hf_import.h, llama_hf_import.h), as a checkpoint's are
-// before -resume loads it. The caller gives them to the model (train_model_set_params: master and bf16
-// parameters; AdamW's moments zero, a fresh start) and frees them.
-static float* init_read(InitFile* f, const TrainModelConfig* mc, const TrainConfig* c) {
-    size_t n = (size_t)train_model_checkpoint_of(mc).num_params;
+// checked to be finite as it is read (llmc/io/hf_model_import.h), as a checkpoint's are before -resume
+// loads it. The caller gives them to the model (model_set_params: master and bf16 parameters; AdamW's
+// moments zero, a fresh start) and frees them.
+static float* init_read(InitFile* f, const ModelConfig* mc, const TrainConfig* c) {
+    size_t n = model_num_params(mc);
     float* values = (float*)malloc_check(n * sizeof(float));
-    int rc = f->llama ? llama_hf_load(&f->lm, &mc->llama, values) : gpt_hf_load(&f->gpt, &mc->gpt, values);
+    int rc = f->llama ? llama_hf_load(&f->lm, mc, values) : gpt_hf_load(&f->gpt, mc, values);
     if (rc != 0) init_fail(c, f->llama ? f->lm.err : f->gpt.err);
     return values;
 }
 
 // The model's fp32 master weights to dir, through the export tool's code (GPT-2: build/export_hf).
 // Every rank calls it (the weights are gathered from their shards); rank 0 writes.
-static void export_hf(TrainModel* m, const char* dir, const char* vocab_path, int eot, const GpuContext* ctx) {
+static void export_hf(Model* m, const char* dir, const char* vocab_path, int eot, const GpuContext* ctx) {
     char err[HF_ERR_LEN];
     double t0 = dist_now();
-    if (train_model_export_hf(m, dir, vocab_path, eot, err, sizeof(err), ctx) != 0) {
+    if (model_export_hf(m, dir, vocab_path, eot, err, sizeof(err), ctx) != 0) {
         fprintf(stderr, "error: -export_hf %s: %s\n", dir, err);
         exit(EXIT_FAILURE);
     }
     if (m->comm->rank == 0)
         printf("exported to %s/ for Hugging Face transformers (%s, fp32 master weights, %.1f MiB, %.1f s)\n", dir,
-               m->family == CHECKPOINT_FAMILY_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
+               m->spec->family == MODEL_FAMILY_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
                mib(m->num_params * sizeof(float)), dist_now() - t0);
 }
 
@@ -785,21 +787,15 @@ int main(int argc, char** argv) {
     }
     Tokenizer tok;
     if (cfg.sample_tokens > 0) tokenizer_init_encoding(&tok, cfg.encoding, cfg.vocab_path);
-    TrainModelConfig mc;
-    memset(&mc, 0, sizeof(mc));
+    ModelConfig mc;  // a known size: resolve_model and validate
     if (is_llama(&cfg)) {
-        mc.family = CHECKPOINT_FAMILY_LLAMA;
-        llama_config_named(&mc.llama, cfg.size, encoding->vocab_size, LLAMA_MAX_SEQ_LEN);  // a known size: resolve_model
-        mc.llama.rope_theta = cfg.rope_theta;
+        model_config_named(&mc, MODEL_FAMILY_LLAMA, cfg.size, encoding->vocab_size, LLAMA_MAX_SEQ_LEN);
+        mc.rope_theta = cfg.rope_theta;
     } else {
-        mc.family = CHECKPOINT_FAMILY_GPT2;
-        GptConfig* g = &mc.gpt;
-        g->max_seq_len = GPT2_MAX_SEQ_LEN; g->vocab_size = encoding->vocab_size; g->padded_vocab_size = GPT2_PADDED_VOCAB;
-        g->num_layers = cfg.depth;
-        gpt2_size(cfg.depth, &g->channels, &g->num_heads);
+        model_config_gpt2(&mc, cfg.depth, encoding->vocab_size, GPT2_MAX_SEQ_LEN);
     }
     if (resumed) {  // the checkpoint's sizes, checksum and values, before the GPU is touched
-        CheckpointModel want = train_model_checkpoint_of(&mc);
+        CheckpointModel want = checkpoint_model_of(&mc);
         checkpoint_check(ckpt.err, checkpoint_check_model(&ckpt, &want));
         checkpoint_check(ckpt.err, checkpoint_reader_verify(&ckpt));
         if (ckpt.version < CHECKPOINT_VERSION)
@@ -818,23 +814,23 @@ int main(int argc, char** argv) {
     const char* peak_source = "";
     double peak = gpu_peak_bf16_flops(device, &peak_source);
 
-    TrainModel model;
+    Model model;
     FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "staged") ? FLCE_PATH_STAGED
                   : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS
                   : FLCE_PATH_UNFUSED;
-    train_model_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20, dist_comm(&dist));
+    model_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20, dist_comm(&dist));
     // the sampler's own stream, advanced by every sample and kept in checkpoints
     uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);
     if (resumed) {
-        checkpoint_check(ckpt.err, train_model_load_checkpoint(&model, &ckpt, &ctx));
+        checkpoint_check(ckpt.err, model_load_checkpoint(&model, &ckpt, &ctx));
         checkpoint_reader_close(&ckpt);
         sample_rng = ckpt.state.rng;
         if (train_steps > 0) dataloader_check(&train, dataloader_restore(&train, &ckpt.state.data));
-    } else if (cfg.init[0]) {  // init_values: train_model_checkpoint_of's count, the model's (as -resume's)
-        train_model_set_params(&model, init_values, &ctx);
+    } else if (cfg.init[0]) {  // init_values: model_num_params(&mc), the model's (as -resume's)
+        model_set_params(&model, init_values, &ctx);
         free(init_values);
     } else {
-        train_model_init_params(&model, (uint64_t)cfg.seed, &ctx);
+        model_init_params(&model, (uint64_t)cfg.seed, &ctx);
     }
     // nothing is written before here: every check has passed and the GPU has started
     // rank 0 alone writes: the others log to /dev/null
@@ -844,15 +840,15 @@ int main(int argc, char** argv) {
                    : fopen_check("/dev/null", "w");
 
     // FLOPs per token: 6 per parameter (forward + backward) plus attention's 6·L·C·T (llm.c's count;
-    // the Llama-style model's untied embedding, a lookup, is left out: train_model_flops_per_token)
-    double flops_per_token = train_model_flops_per_token(&model, cfg.T);
+    // the Llama-style model's untied embedding, a lookup, is left out: model_flops_per_token)
+    double flops_per_token = model_flops_per_token(&model, cfg.T);
 
     const char* rule = "+----------------------+--------------------------------------------------+\n";
     printf("%s", rule);
     table_row("train shards", "%s (%lld tokens, uint%d ids)", cfg.train_pattern, (long long)train.total_windows * cfg.T,
               8 * train.token_bytes);
     table_row("val shards", "%s", cfg.val_pattern);
-    const LlamaConfig* lc = &mc.llama;
+    const ModelConfig* lc = &mc;
     if (is_llama(&cfg)) {
         table_row("model", "Llama-style %s: %d layers, %d channels, FFN %d", cfg.size, lc->num_layers, lc->channels,
                   lc->ffn_hidden);
@@ -860,11 +856,11 @@ int main(int argc, char** argv) {
                   lc->channels / lc->num_heads, lc->rope_theta);
         table_row("vocab", "%d (padded to %d), embedding and LM head untied", lc->vocab_size, lc->padded_vocab_size);
         table_row("parameters", "%zu; %zu without the two tables", model.num_params,
-                  model.num_params - model.embed_params - model.head_params);
+                  model.num_params - model_embed_params(&model) - model_head_params(&model));
     } else {
-        table_row("model", "GPT-2 d%d: %d layers, %d channels, %d heads", cfg.depth, mc.gpt.num_layers, mc.gpt.channels,
-                  mc.gpt.num_heads);
-        table_row("vocab", "%d (padded to %d)", mc.gpt.vocab_size, mc.gpt.padded_vocab_size);
+        table_row("model", "GPT-2 d%d: %d layers, %d channels, %d heads", cfg.depth, mc.num_layers, mc.channels,
+                  mc.num_heads);
+        table_row("vocab", "%d (padded to %d)", mc.vocab_size, mc.padded_vocab_size);
         table_row("parameters", "%zu", model.num_params);
     }
     table_row("encoding", "%s, <|endoftext|> %d (%s)", cfg.encoding, encoding->eot_id, cfg.vocab_path);
@@ -875,7 +871,7 @@ int main(int argc, char** argv) {
     table_row("AdamW", "beta1 %g, beta2 %g, eps %g, wd %g", cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
     table_row("grad clip", "%g", cfg.clip);
     char head_line[160];
-    fused_lce_describe(model.head, head_line, sizeof(head_line));
+    fused_lce_describe(&model.head, head_line, sizeof(head_line));
     table_row("LM head", "%s", head_line);
     table_row("recompute", "%s", cfg.recompute ? "GELU" : "none");
     table_row("validation", "every %d steps, %d batches", cfg.val_every, val_batches);
@@ -900,7 +896,7 @@ int main(int argc, char** argv) {
     if (peak > 0) table_row("peak bf16", "%.1f TFLOP/s (%s) per GPU, the MFU's base", peak / 1e12, peak_source);
     else table_row("peak bf16", "unknown for this architecture: no MFU");
     printf("%s", rule);
-    size_t n = model.num_params, shard = model.zero->shard_size;
+    size_t n = model.num_params, shard = model.zero.shard_size;
     char zero_note[96] = "";
     size_t optim_bytes = sizeof(int16_t) + 2 * sizeof(float);  // a parameter's: master (its remainder), m, v
     if (world > 1 && cfg.zero)
@@ -908,7 +904,7 @@ int main(int argc, char** argv) {
     printf("memory per GPU: parameters %.1f MiB | gradients %.1f MiB | optimizer (master, m, v) %.1f MiB%s | "
            "activations %.1f MiB | head scratch %.1f MiB\n", mib(n * sizeof(bf16)),
            mib(n * sizeof(float)), mib(shard * optim_bytes), zero_note, mib(model.acts_bytes),
-           mib(model.head->scratch_bytes + 2 * (size_t)model.head->cfg.max_n * sizeof(float)));
+           mib(model.head.scratch_bytes + 2 * (size_t)model.head.cfg.max_n * sizeof(float)));
 
     static Profile prof;  // big (an event per mark): not on the stack
     profile_build(&prof, cfg.profile);
@@ -926,7 +922,7 @@ int main(int argc, char** argv) {
     for (int64_t step = start_step; step < end && !stopped; step++) {
         double t0 = dist_now();
         if (step > start_step) profile_start(&prof, ctx.stream);  // the first step includes warmup
-        train_model_zero_grad(&model, &ctx);
+        model_zero_grad(&model, &ctx);
         DataLoaderPosition step_data = dataloader_save(&train);  // where this step's batches start
         for (int k = 0; k < accum; k++) {
             if (dataloader_next_batch(&train) != 0) {  // a bad shard: keep what was done, name the file
@@ -934,22 +930,23 @@ int main(int argc, char** argv) {
                 stop_with_checkpoint(&model, &cfg, step, start_step, sample_rng, step_data, settings, log_file, what,
                                      hint, 0, &ctx);
             }
-            train_model_forward(&model, train.inputs, cfg.B, cfg.T, &ctx);
+            model_forward(&model, train.inputs, cfg.B, cfg.T, &ctx);
             float dloss = 1.0f / (accum * world);  // the mean over every micro-batch of every rank
-            train_model_backward(&model, train.targets, dloss, k == accum - 1, &ctx);  // the last: + the ranks' sum
+            if (k == accum - 1) model_backward_reduce(&model, train.targets, dloss, &ctx);  // the last: + the ranks' sum
+            else model_backward(&model, train.targets, dloss, &ctx);
         }
         if (step + 1 >= nan_from && step + 1 <= nan_to)
-            cuda_check(cudaMemsetAsync(model.grads, 0xff, sizeof(float), ctx.stream));  // 0xffffffff: NaN
+            cuda_check(cudaMemsetAsync(model.grads_memory, 0xff, sizeof(float), ctx.stream));  // 0xffffffff: NaN
         float lr = lr_at(&cfg, step);
-        train_model_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, (int)(step + 1),
+        model_update(&model, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.clip, (int)(step + 1),
                            stop_signal != 0, &ctx);
         float loss, norm[4];  // norm: ‖g‖, clip scale, skipped, stop (llmc/optim/global_norm.cuh)
-        cuda_check(cudaMemcpyAsync(&loss, model.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
-        cuda_check(cudaMemcpyAsync(norm, model.norm, sizeof(norm), cudaMemcpyDeviceToHost, ctx.stream));
+        cuda_check(cudaMemcpyAsync(&loss, model.acts.loss, sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
+        cuda_check(cudaMemcpyAsync(norm, model.acts.norm, sizeof(norm), cudaMemcpyDeviceToHost, ctx.stream));
         comm_sync(model.comm, ctx.stream);
         profile_step_end(&prof);
-        if (cfg.profile && step > start_step) reduce_ms += train_model_reduce_ms(&model);
-        fused_lce_check(model.head, &ctx);
+        if (cfg.profile && step > start_step) reduce_ms += model_grad_reduce_ms(&model);
+        fused_lce_check(&model.head, &ctx);
         double dt = dist_now() - t0;
         if (step > start_step) { train_time += dt; timed_steps++; }  // the first step includes cuBLASLt's warmup
         double tps = tokens_per_step / dt;
@@ -1032,7 +1029,7 @@ int main(int argc, char** argv) {
         tokenizer_free(&tok);
     }
     if (log_file) fclose_check(log_file);
-    train_model_free(&model);
+    model_free(&model);
     dist_leave(&dist);
     gpu_context_free(&ctx);
     dataloader_free(&val);

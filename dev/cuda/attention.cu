@@ -343,7 +343,7 @@ int main(int argc, char** argv) {
             if (!only || VARIANTS[vi].id == only) ok &= check_variant(&VARIANTS[vi], ctx.stream);
     if (bench) {
         // grouped-query attention: 32 query heads on 8 kv heads (qkv 48 heads wide, not 96); the last two
-        // are llama-125m's and llama-1b's attention (llmc/model/llama_config.h) at B·T = 65536
+        // are llama-125m's and llama-1b's attention (llmc/model/spec.h) at B·T = 65536
         const Shape shapes[] = {{64, 1024, 12, 12, 64}, {4, 4096, 16, 16, 128}, {4, 4096, 32, 32, 128},
                                 {4, 4096, 32, 8, 128}, {64, 1024, 12, 3, 64}, {64, 1024, 16, 4, 128}};
         printf("\n%-26s | %-34s | %8s | %8s | %8s | %6s | %6s | %6s | %s\n", "shape", "variant", "fwd ms", "bwd ms",

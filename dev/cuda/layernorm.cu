@@ -6,7 +6,7 @@
 //   build/dev/layernorm          N = 65536, C = 768 (d12, B = 64) and N = 16384, C = 1600 (d48, B = 16)
 //   build/dev/layernorm N C      one shape
 // The LayerNorm backward runs twice: alone, and with the column sums of the rows it writes (the bias
-// gradient of the projection below it, llmc/model/gpt.cuh), beside the bias kernels (llmc/layers/column_sums.cuh)
+// gradient of the projection below it, llmc/model/model.cuh), beside the bias kernels (llmc/layers/column_sums.cuh)
 // that those sums replace.
 // Bytes per call: forward, residual form: a, b read, r and out written (4·N·C·2); backward: dout, x read,
 // dinp read and written (4·N·C·2), plus mean, rstd and the partial sums.

@@ -13,9 +13,8 @@
 #include <zlib.h>
 #include "fixtures.h"
 #include "../../llmc/io/checkpoint.h"
-#include "../../llmc/io/gpt_hf_import.h"
 #include "../../llmc/io/hf_checkpoint.h"
-#include "../../llmc/io/llama_hf_import.h"
+#include "../../llmc/io/hf_model_import.h"
 
 static char ckpt_path[1100], export_dir[1100], vocab_bpe[1100], pattern[1200];
 
@@ -75,19 +74,19 @@ static void import_back(const CheckpointModel* m, const float* master, size_t to
     if (m->family == CHECKPOINT_FAMILY_GPT2) {
         static GptHfReader r;
         if (gpt_hf_open(&r, export_dir) != 0) FUZZ_FAIL("our import refuses our export: %s", r.err);
-        GptConfig g = {m->max_seq_len, m->vocab_size, m->padded_vocab_size, m->num_layers, m->num_heads, m->channels};
+        ModelConfig g = model_config_gpt2_sizes(m->max_seq_len, m->vocab_size, m->padded_vocab_size, m->num_layers,
+                                                m->num_heads, m->channels);
         if (gpt_hf_load(&r, &g, got) != 0) FUZZ_FAIL("our import refuses our export: %s", r.err);
     } else {
         static LlamaHfReader r;
         if (llama_hf_open(&r, export_dir) != 0) FUZZ_FAIL("our import refuses our export: %s", r.err);
-        LlamaConfig l = r.config;
+        ModelConfig l = r.config;
         l.padded_vocab_size = m->padded_vocab_size;
         l.max_seq_len = m->max_seq_len;
         if (llama_hf_load(&r, &l, got) != 0) FUZZ_FAIL("our import refuses our export: %s", r.err);
-        size_t s[LLAMA_NUM_TENSORS], off = 0;
-        llama_tensor_sizes(s, &l);
-        for (int i = 0; i < LLAMA_LM_HEAD; i++) off += s[i];
-        pad_at[1] = off + V * C;
+        size_t s[MODEL_MAX_TENSORS], off[MODEL_MAX_TENSORS];
+        model_tensor_layout(&l, s, off);
+        pad_at[1] = off[model_tensor_index(model_spec(MODEL_FAMILY_LLAMA), MODEL_ROLE_LM_HEAD)] + V * C;
         heads = 2;
     }
     for (size_t i = 0; i < total; i++) {
@@ -149,13 +148,11 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static CheckpointReader r;
     if (checkpoint_reader_open(&r, ckpt_path) != 0) { FUZZ_NAMES(r.err, ckpt_path); return 0; }
     CheckpointModel want = r.state.model;
-    GptConfig g;
-    LlamaConfig l;
-    memset(&g, 0, sizeof(g));
-    memset(&l, 0, sizeof(l));
+    ModelConfig c;
+    memset(&c, 0, sizeof(c));
     size_t total = 0;
     char why[512];
-    int sane = hf_checkpoint_config(&want, &g, &l, &total, why, sizeof(why));
+    int sane = hf_checkpoint_config(&want, &c, &total, why, sizeof(why));
     want.num_params = (int64_t)total;
     if (!sane) { checkpoint_reader_close(&r); return 0; }  // sizes that make no model: export_hf refuses them
     if (checkpoint_check_model(&r, &want) != 0) { FUZZ_NAMES(r.err, ckpt_path); return 0; }

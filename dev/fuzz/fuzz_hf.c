@@ -1,5 +1,5 @@
 // fuzz_hf.c: a model in Hugging Face's layout read by train_gpt -init's import: gpt_hf_open and
-// gpt_hf_load (llmc/io/gpt_hf_import.h), llama_hf_open and llama_hf_load (llmc/io/llama_hf_import.h), over
+// gpt_hf_load, llama_hf_open and llama_hf_load (llmc/io/hf_model_import.h), over
 // one safetensors file or a split model's index.json and files (llmc/io/hf_weights.h), with the
 // config.json beside them.
 // The input is parts (fuzz.h): settings, config.json (an empty part: none), then model.safetensors, or
@@ -12,8 +12,7 @@
 #define FUZZ_MUTATE_NUMBERS
 #include "fuzz.h"
 #include <math.h>
-#include "../../llmc/io/gpt_hf_import.h"
-#include "../../llmc/io/llama_hf_import.h"
+#include "../../llmc/io/hf_model_import.h"
 
 #define MAX_PARAMS ((size_t)16 << 20)  // larger models open, but are not loaded: memory and time
 
@@ -39,13 +38,11 @@ static void check_finite(const float* v, size_t n) {
 static void load_gpt(const char* path) {
     static GptHfReader r;
     if (gpt_hf_open(&r, path) != 0) { FUZZ_NAMES(r.err, dir); return; }
-    GptConfig c = {r.positions, r.vocab_rows, (r.vocab_rows + 127) / 128 * 128, r.num_layers, r.num_heads ? r.num_heads : 1,
-                   r.channels};
-    size_t s[GPT_NUM_TENSORS], total = 0;
-    gpt_tensor_sizes(s, &c);
-    for (int i = 0; i < GPT_NUM_TENSORS; i++) total += s[i];
+    ModelConfig c = model_config_gpt2_sizes(r.positions, r.vocab_rows, (r.vocab_rows + 127) / 128 * 128, r.num_layers,
+                                            r.num_heads ? r.num_heads : 1, r.channels);
+    size_t total = model_num_params(&c);
     if (total > MAX_PARAMS) {
-        gpt_hf_close(&r);
+        hf_model_close(&r);
         return;
     }
     float* v = (float*)malloc(total * sizeof(float));
@@ -57,11 +54,11 @@ static void load_gpt(const char* path) {
 static void load_llama(const char* path) {
     static LlamaHfReader r;
     if (llama_hf_open(&r, path) != 0) { FUZZ_NAMES(r.err, dir); return; }
-    LlamaConfig c = r.config;
+    ModelConfig c = r.config;
     c.padded_vocab_size = (c.vocab_size + 127) / 128 * 128;
     c.max_seq_len = 64;
-    size_t total = llama_num_params(&c);
-    if (total > MAX_PARAMS) { llama_hf_close(&r); return; }
+    size_t total = model_num_params(&c);
+    if (total > MAX_PARAMS) { hf_model_close(&r); return; }
     float* v = (float*)malloc(total * sizeof(float));
     if (llama_hf_load(&r, &c, v) != 0) FUZZ_NAMES(r.err, dir);
     else check_finite(v, total);

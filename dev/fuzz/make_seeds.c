@@ -4,7 +4,7 @@
 //   OUT/checkpoint/        checkpoints (llmc/io/checkpoint.h's writer) of small GPT-2 and Llama-style models,
 //                          one GPT-2 of the real vocabulary (the one family whose export needs it), one in
 //                          format version 1; the data position is the fixture stream's (fixtures.h)
-//   OUT/safetensors/       the small models' safetensors (llmc/io/gpt_hf.h, llama_hf.h), and a file of
+//   OUT/safetensors/       the small models' safetensors (llmc/io/hf_model.h), and a file of
 //                          every dtype, a scalar and an empty tensor, with metadata
 //   OUT/hf/                fuzz_hf.c's inputs: settings, config.json, model.safetensors or the index and
 //                          files of a split model (dev/test/hf_split.h)
@@ -18,8 +18,7 @@
 #include <sys/stat.h>
 #include "fixtures.h"
 #include "../../llmc/io/checkpoint.h"
-#include "../../llmc/io/gpt_hf.h"
-#include "../../llmc/io/llama_hf.h"
+#include "../../llmc/io/hf_model.h"
 #include "../../llmc/data/tokenizer.h"
 #include "../test/hf_split.h"
 
@@ -101,28 +100,9 @@ static void write_checkpoint(const char* name, const CheckpointModel* m, int ver
     }
 }
 
-static CheckpointModel gpt_model(const GptConfig* g) {
-    CheckpointModel m;
-    memset(&m, 0, sizeof(m));
-    m.family = CHECKPOINT_FAMILY_GPT2;
-    m.num_layers = g->num_layers; m.channels = g->channels; m.num_heads = g->num_heads;
-    m.vocab_size = g->vocab_size; m.padded_vocab_size = g->padded_vocab_size; m.max_seq_len = g->max_seq_len;
-    size_t s[GPT_NUM_TENSORS];
-    gpt_tensor_sizes(s, g);
-    for (int i = 0; i < GPT_NUM_TENSORS; i++) m.num_params += (int64_t)s[i];
-    return m;
-}
+static CheckpointModel gpt_model(const ModelConfig* g) { return checkpoint_model_of(g); }
 
-static CheckpointModel llama_model(const LlamaConfig* l) {
-    CheckpointModel m;
-    memset(&m, 0, sizeof(m));
-    m.family = CHECKPOINT_FAMILY_LLAMA;
-    m.num_layers = l->num_layers; m.channels = l->channels; m.num_heads = l->num_heads;
-    m.vocab_size = l->vocab_size; m.padded_vocab_size = l->padded_vocab_size; m.max_seq_len = l->max_seq_len;
-    m.num_kv_heads = l->num_kv_heads; m.ffn_hidden = l->ffn_hidden; m.rope_theta = l->rope_theta; m.norm_eps = l->norm_eps;
-    m.num_params = (int64_t)llama_num_params(l);
-    return m;
-}
+static CheckpointModel llama_model(const ModelConfig* l) { return checkpoint_model_of(l); }
 
 // --- safetensors and Hugging Face directories -------------------------------------------------------
 
@@ -191,17 +171,15 @@ static void write_hf_seed(const char* name, int mode, const char* dir, int split
 static void write_models(void) {
     char err[HF_ERR_LEN], dir[1200], split[1200], path[1300];
     // GPT-2: no config.json, the tensors only; and with one, split in two
-    GptConfig g = {8, 32, 128, 2, 2, 8};  // maxT, V, Vp, L, NH, C
-    size_t s[GPT_NUM_TENSORS], n = 0;
-    gpt_tensor_sizes(s, &g);
-    for (int i = 0; i < GPT_NUM_TENSORS; i++) n += s[i];
+    ModelConfig g = model_config_gpt2_sizes(8, 32, 128, 2, 2, 8);  // maxT, V, Vp, L, NH, C
+    size_t n = model_num_params(&g);
     float* v = values_of(n);
     snprintf(dir, sizeof(dir), "%s/tmp_gpt", out);
     if (hf_make_dir(dir, err, sizeof(err)) != 0) die(dir, err);
     snprintf(path, sizeof(path), "%s/%s", dir, HF_WEIGHTS_FILE);
-    if (gpt_hf_write_safetensors(path, &g, v, err, sizeof(err)) != 0) die(path, err);
+    if (hf_model_write_safetensors(path, &g, v, err, sizeof(err)) != 0) die(path, err);
     snprintf(path, sizeof(path), "%s/safetensors/gpt2.safetensors", out);
-    if (gpt_hf_write_safetensors(path, &g, v, err, sizeof(err)) != 0) die(path, err);
+    if (hf_model_write_safetensors(path, &g, v, err, sizeof(err)) != 0) die(path, err);
     write_hf_seed("gpt2_file", 0, dir, 0);
     if (hf_write_json(dir, "config.json", gpt_hf_config_json(&g), err, sizeof(err)) != 0) die(dir, err);
     write_hf_seed("gpt2_dir_config", 2, dir, 0);
@@ -211,38 +189,36 @@ static void write_models(void) {
     free(v);
     // a smaller vocabulary than channels: a shape our own writer writes; and the smallest model, whose
     // config.json is most of the file
-    GptConfig more[2] = {{4, 16, 16, 1, 2, 8}, {2, 4, 4, 1, 1, 1}};
+    ModelConfig more[2] = {model_config_gpt2_sizes(4, 16, 16, 1, 2, 8), model_config_gpt2_sizes(2, 4, 4, 1, 1, 1)};
     const char* more_names[2] = {"gpt2_narrow_vocab", "gpt2_tiny"};
     for (int m = 0; m < 2; m++) {
-        gpt_tensor_sizes(s, &more[m]);
-        n = 0;
-        for (int i = 0; i < GPT_NUM_TENSORS; i++) n += s[i];
+        n = model_num_params(&more[m]);
         v = values_of(n);
         snprintf(dir, sizeof(dir), "%s/tmp_%s", out, more_names[m]);
         if (hf_make_dir(dir, err, sizeof(err)) != 0) die(dir, err);
         snprintf(path, sizeof(path), "%s/%s", dir, HF_WEIGHTS_FILE);
-        if (gpt_hf_write_safetensors(path, &more[m], v, err, sizeof(err)) != 0) die(path, err);
+        if (hf_model_write_safetensors(path, &more[m], v, err, sizeof(err)) != 0) die(path, err);
         if (hf_write_json(dir, "config.json", gpt_hf_config_json(&more[m]), err, sizeof(err)) != 0) die(dir, err);
         write_hf_seed(more_names[m], 2, dir, 0);
         free(v);
     }
     // Llama-style: a directory, and its split index named as a file
-    LlamaConfig l = {20, 128, 16, 2, 8, 2, 1, 16, 10000.0, 1e-5};  // V, Vp, maxT, L, C, NH, NKV, F, theta, eps
-    n = llama_num_params(&l);
+    ModelConfig l = model_config_llama_sizes(20, 128, 16, 2, 8, 2, 1, 16, 10000.0, 1e-5);  // V, Vp, maxT, L, C, NH, NKV, F, theta, eps
+    n = model_num_params(&l);
     v = values_of(n);
     snprintf(dir, sizeof(dir), "%s/tmp_llama", out);
-    if (llama_hf_export(dir, &l, v, -1, err, sizeof(err)) != 0) die(dir, err);
+    if (hf_model_export(dir, &l, v, NULL, -1, err, sizeof(err)) != 0) die(dir, err);
     snprintf(path, sizeof(path), "%s/safetensors/llama.safetensors", out);
-    if (llama_hf_write_safetensors(path, &l, v, err, sizeof(err)) != 0) die(path, err);
+    if (hf_model_write_safetensors(path, &l, v, err, sizeof(err)) != 0) die(path, err);
     write_hf_seed("llama_dir", 1 | 2, dir, 0);
     snprintf(split, sizeof(split), "%s/tmp_llama_split", out);
     if (hf_split_model(dir, split, 3, err, sizeof(err)) != 0) die(split, err);
     write_hf_seed("llama_split_index", 1 | 6, split, 3);
     free(v);
-    LlamaConfig tiny = {3, 3, 2, 1, 2, 1, 1, 2, 10000.0, 1e-5};
-    v = values_of(llama_num_params(&tiny));
+    ModelConfig tiny = model_config_llama_sizes(3, 3, 2, 1, 2, 1, 1, 2, 10000.0, 1e-5);
+    v = values_of(model_num_params(&tiny));
     snprintf(dir, sizeof(dir), "%s/tmp_llama_tiny", out);
-    if (llama_hf_export(dir, &tiny, v, -1, err, sizeof(err)) != 0) die(dir, err);
+    if (hf_model_export(dir, &tiny, v, NULL, -1, err, sizeof(err)) != 0) die(dir, err);
     write_hf_seed("llama_tiny", 1 | 2, dir, 0);
     free(v);
 }
@@ -316,7 +292,8 @@ int main(int argc, char** argv) {
     const char* subs[] = {"checkpoint", "safetensors", "hf", "tokenizer_files"};
     for (int i = 0; i < 4; i++) dir_of(d, sizeof(d), subs[i]);
 
-    GptConfig small = {8, 64, 128, 1, 2, 8}, tiny = {1, 2, 2, 1, 1, 1}, real_vocab = {4, GPT2_VOCAB, 50304, 1, 1, 1};
+    ModelConfig small = model_config_gpt2_sizes(8, 64, 128, 1, 2, 8), tiny = model_config_gpt2_sizes(1, 2, 2, 1, 1, 1),
+                real_vocab = model_config_gpt2_sizes(4, GPT2_VOCAB, 50304, 1, 1, 1);
     CheckpointModel m = gpt_model(&small);
     write_checkpoint("gpt2_small.bin", &m, 2, -1);
     write_checkpoint("gpt2_small_v1.bin", &m, 1, -1);
@@ -324,7 +301,7 @@ int main(int argc, char** argv) {
     write_checkpoint("gpt2_tiny_late.bin", &m, 2, (int64_t)1 << 40);
     m = gpt_model(&real_vocab);
     write_checkpoint("gpt2_vocab.bin", &m, 2, -1);
-    LlamaConfig l = {20, 128, 8, 1, 8, 2, 1, 8, 10000.0, 1e-5};
+    ModelConfig l = model_config_llama_sizes(20, 128, 8, 1, 8, 2, 1, 8, 10000.0, 1e-5);
     m = llama_model(&l);
     write_checkpoint("llama_small.bin", &m, 2, -1);
 

@@ -1,13 +1,13 @@
-// dump.h: host-only. What the two dump tools of the check against transformers share, each of which
-// runs one forward and backward of one model family (dev/interop/gpt_dump.cu: GPT-2,
-// dev/interop/llama_dump.cu: Llama-style; dev/interop/hf_check.py runs them):
-//   build/dev/<tool> CKPT TOKENS OUT_DIR
-//   dump_open_checkpoint  CKPT as -resume takes it, opened; a checkpoint of the other family is refused
+// dump.h: host-only. The parts of the dump tool of the check against transformers
+// (dev/interop/model_dump.cu, which runs one forward and backward of a checkpoint's model of either
+// family; dev/interop/hf_check.py runs it) that need no GPU:
+//   build/dev/model_dump CKPT TOKENS OUT_DIR
+//   dump_open_checkpoint  CKPT as -resume takes it, opened (the reader refuses an unknown family)
 //   dump_read_tokens      TOKENS: a safetensors file with "tokens", I32 or I64 (B, T+1), split into the
 //                         inputs [:, :T] and the targets [:, 1:]
 //   dump_write_outputs    OUT_DIR (created) / outputs.safetensors: "logits" F32 (B, T, V), "loss" F32 (1,)
-// The gradients go to OUT_DIR/grads.safetensors through the family's Hugging Face export
-// (llmc/io/gpt_hf.h, llmc/io/llama_hf.h), so that their names and layouts are those of the exported weights.
+// The gradients go to OUT_DIR/grads.safetensors through the Hugging Face export (llmc/io/hf_model.h),
+// so that their names and layouts are those of the exported weights.
 // Every error prints "error: WHAT: why" and exits non-zero.
 #pragma once
 #include <stdio.h>
@@ -35,18 +35,11 @@ static inline void dump_check_args(int argc, const char* tool) {
 }
 
 // Resolves arg as -resume does (a ckpt_<step>.bin file, a run's -out directory, or latest of out/) into
-// path (CHECKPOINT_PATH_LEN) and opens it; it must hold a model of `family`, the one the tool dumps.
-static inline void dump_open_checkpoint(CheckpointReader* ck, char* path, const char* arg, int family) {
+// path (CHECKPOINT_PATH_LEN) and opens it.
+static inline void dump_open_checkpoint(CheckpointReader* ck, char* path, const char* arg) {
     char err[CHECKPOINT_ERR_LEN];
     if (checkpoint_resolve(path, CHECKPOINT_PATH_LEN, arg, "out", err, sizeof(err)) != 0) dump_die("CKPT", err);
     checkpoint_check(ck->err, checkpoint_reader_open(ck, path));
-    int found = ck->state.model.family;
-    if (found != family) {
-        snprintf(err, sizeof(err), "holds a %s model; this tool dumps %s models (%s: build/dev/%s)",
-                 checkpoint_family_name(found), checkpoint_family_name(family), checkpoint_family_name(found),
-                 found == CHECKPOINT_FAMILY_LLAMA ? "llama_dump" : "gpt_dump");
-        dump_die(path, err);
-    }
 }
 
 // The tokens of path for a model of vocabulary `vocab` and context `max_t`; t->inputs and t->targets

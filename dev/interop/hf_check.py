@@ -6,7 +6,7 @@ that this project did not write. Needs a GPU, PyTorch, transformers and safetens
 
 --ckpt is a train_gpt checkpoint (a ckpt_<step>.bin or a run's -out directory), --hf its export
 (build/export_hf or train_gpt -export_hf). The family is the export's: config.json's model_type gpt2
-(GPT2LMHeadModel, this program's side build/dev/gpt_dump) or llama (LlamaForCausalLM, build/dev/llama_dump).
+(GPT2LMHeadModel) or llama (LlamaForCausalLM); this program's side is build/dev/model_dump, either family.
 The script
   1. loads the export with from_pretrained, as a user would, and checks that nothing was missing or left
      over; GPT-2: also AutoTokenizer.from_pretrained, which must give GPT-2's ids, and lm_head tied to wte;
@@ -32,10 +32,10 @@ logits inherit it: about 1% relative L2, 2e-2 leaves a factor of two. The roundi
 after RoPE, v, the attention output, gate|up, the SwiGLU product in the Llama-style one) reach the
 stream through one more matrix each and add less. The loss is a mean over B·T rows of fp32 softmax math
 from those logits: errors average out to ~1e-3 or less. Gradients pass through about a dozen more
-roundings in the backward (the residual gradient is bf16 too): test_gpt.cu and test_llama.cu check 5e-2
+roundings in the backward (the residual gradient is bf16 too): test_gpt.cu checks 5e-2
 against the CPU references. A wrong formula (the attention scale, the GELU, a transposed weight, a
 shifted target) is off by O(1) relative in some tensor. So is a wrong mapping of the Llama-style export
-(llmc/io/llama_hf.h): gate and up swapped computes silu(up)·gate, a different MLP; q, k or v cut at the
+(llmc/io/hf_model.h): gate and up swapped computes silu(up)·gate, a different MLP; q, k or v cut at the
 wrong rows makes attention read keys as values; a q/k row permutation for the other RoPE convention
 (pairs 2i, 2i+1 instead of i, i + hs/2) rotates the pairs by other frequencies, which moves every
 attention score of a trained model. Each shows in the logits, and the gradients are compared name by
@@ -152,8 +152,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="train_gpt checkpoint: ckpt_<step>.bin or a run's -out directory")
     p.add_argument("--hf", required=True, help="its export: a directory with model.safetensors, config.json ...")
-    p.add_argument("--dump", default=None, help="train_gpt's side (default: build/dev/gpt_dump or build/dev/llama_dump, "
-                   "dev/interop/*_dump.cu, after the export's family)")
+    p.add_argument("--dump", default="build/dev/model_dump",
+                   help="train_gpt's side (default: build/dev/model_dump, dev/interop/model_dump.cu)")
     p.add_argument("--b", type=int, default=4, help="sequences")
     p.add_argument("--t", type=int, default=64, help="tokens per sequence")
     p.add_argument("--seed", type=int, default=0)
@@ -173,7 +173,7 @@ def main():
         check(False, f"{args.hf}/config.json: model_type {family!r}, this script knows gpt2 and llama")
         finish("hf_check")
     llama = family == "llama"
-    dump = args.dump or ("build/dev/llama_dump" if llama else "build/dev/gpt_dump")
+    dump = args.dump
     model, shown, prompt, eos, decode = (load_llama if llama else load_gpt2)(args.hf)
     V = model.config.vocab_size
 

@@ -1,5 +1,5 @@
 """llama_check.py: the Llama-style model's CPU reference (dev/ref/llama_ref.h) and its export
-(llmc/io/llama_hf.h) against Hugging Face transformers' LlamaForCausalLM, an implementation of the same
+(llmc/io/hf_model.h) against Hugging Face transformers' LlamaForCausalLM, an implementation of the same
 architecture that this project did not write. Needs PyTorch and transformers (a GPU is not needed).
 
     make build/dev/llama_ref_dump && python3 dev/interop/llama_check.py
@@ -11,7 +11,7 @@ The script
   2. loads DIR/hf with LlamaForCausalLM.from_pretrained as a user would (nothing missing or left over),
      in float64 with eager attention, and runs the same tokens;
   3. compares: logits relative L2 error <= 1e-5, loss relative difference <= 1e-6;
-  4. the import (llmc/io/llama_hf_import.h, train_gpt's -init): moves every weight a little, saves the model
+  4. the import (llmc/io/hf_model_import.h, train_gpt's -init): moves every weight a little, saves the model
      with transformers' own save_pretrained (fp32), and runs build/dev/llama_ref_dump DIR --init on that
      directory: the reference's loss on the same tokens against transformers', within the same 1e-6;
   5. saves that model again split into several files with an index (max_shard_size a third of it), and

@@ -1,5 +1,5 @@
 // llama_ref_dump.c: the CPU reference of the Llama-style model (dev/ref/llama_ref.h, in double) on a
-// small random model, exported to Hugging Face's layout with llmc/io/llama_hf.h, and its logits and loss
+// small random model, exported to Hugging Face's layout with llmc/io/hf_model.h, and its logits and loss
 // on random tokens: what dev/interop/llama_check.py compares with transformers' LlamaForCausalLM, an
 // implementation this project did not write (doc/interop.md).
 //   build/dev/llama_ref_dump DIR
@@ -8,7 +8,7 @@
 // DIR/loss.txt (the mean cross-entropy, %.17g).
 //   build/dev/llama_ref_dump DIR --init HF_DIR
 // the import's side: the model of HF_DIR (a LlamaForCausalLM of the sizes below, e.g. transformers'
-// save_pretrained) read by llmc/io/llama_hf_import.h, its loss on DIR/tokens.bin to DIR/loss_init.txt.
+// save_pretrained) read by llmc/io/hf_model_import.h, its loss on DIR/tokens.bin to DIR/loss_init.txt.
 // The model: V = 997 padded to 1024, L = 2, C = 128, NH = 4, NKV = 2 (grouped-query), hs = 32, F = 344,
 // θ = 5e5, eps 1e-5; B = 2, T = 33. The weights are the reference's init scaled so that the layers do
 // something measurable (matrices N(0, 0.2) before scaling by the init's depth factor, norm weights
@@ -17,8 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../llmc/io/llama_hf.h"
-#include "../../llmc/io/llama_hf_import.h"
+#include "../../llmc/io/hf_model_import.h"
 #include "../ref/llama_ref.h"
 
 #define B_ 2
@@ -31,7 +30,7 @@ static void write_file(const char* path, const void* data, size_t bytes) {
 }
 
 // The import's side (usage above): the loss of HF_DIR's weights on DIR/tokens.bin.
-static int init_loss(llama_ref_model* m, const LlamaConfig* c, const char* dir, const char* hf) {
+static int init_loss(llama_ref_model* m, const ModelConfig* c, const char* dir, const char* hf) {
     char path[1024];
     float* values = (float*)malloc_check(m->num_params * sizeof(float));
     LlamaHfReader r;
@@ -76,7 +75,9 @@ int main(int argc, char** argv) {
     rc.max_seq_len = 64; rc.vocab_size = 997; rc.padded_vocab_size = 1024; rc.num_layers = 2;
     rc.num_heads = 4; rc.num_kv_heads = 2; rc.channels = 128; rc.ffn_hidden = 344;
     rc.rope_theta = 5e5; rc.rms_norm_eps = 1e-5;
-    LlamaConfig c;
+    ModelConfig c;
+    memset(&c, 0, sizeof(c));
+    c.family = MODEL_FAMILY_LLAMA;
     c.vocab_size = rc.vocab_size; c.padded_vocab_size = rc.padded_vocab_size; c.max_seq_len = rc.max_seq_len;
     c.num_layers = rc.num_layers; c.channels = rc.channels; c.num_heads = rc.num_heads;
     c.num_kv_heads = rc.num_kv_heads; c.ffn_hidden = rc.ffn_hidden; c.rope_theta = rc.rope_theta;
@@ -84,9 +85,9 @@ int main(int argc, char** argv) {
 
     llama_ref_model m;
     llama_ref_build(&m, &rc, B_, T_);
-    if (m.num_params != llama_num_params(&c)) {
-        fprintf(stderr, "error: the reference has %zu parameters, llmc/model/llama_config.h counts %zu\n", m.num_params,
-                llama_num_params(&c));
+    if (m.num_params != model_num_params(&c)) {
+        fprintf(stderr, "error: the reference has %zu parameters, llmc/model/spec.h counts %zu\n", m.num_params,
+                model_num_params(&c));
         return 1;
     }
     if (init) {
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
 
     char err[HF_ERR_LEN], path[1024];
     snprintf(path, sizeof(path), "%s/hf", dir);
-    if (llama_hf_export(path, &c, values, -1, err, sizeof(err)) != 0) {
+    if (hf_model_export(path, &c, values, NULL, -1, err, sizeof(err)) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }

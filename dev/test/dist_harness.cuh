@@ -1,5 +1,5 @@
-// dist_harness.cuh: the harness of the data-parallel tests (dev/test/test_dist.cu for GPT-2,
-// dev/test/test_llama_dist.cu for the Llama-style model). A job is one training run by `world` ranks,
+// dist_harness.cuh: the harness of the data-parallel test (dev/test/test_dist.cu, both model families).
+// A job is one training run by `world` ranks,
 // threads of this process on one GPU, talking through the communicator's test double (comm_local.cuh).
 // The including test defines rank_main, its model's side of one rank's run; this header starts the
 // ranks, brings the job's losses and tensors back from rank 0 and compares two runs.

@@ -1,7 +1,6 @@
-// model_testing.cuh: what the whole-model tests (test_gpt.cu for GPT-2, dev/test/test_llama.cu for the
-// Llama-style model) share to compare a CUDA model with its CPU reference and with itself: reading its
-// buffers back, the per-tensor error, and the resume check. They take plain buffers, so they serve
-// either model.
+// model_testing.cuh: what the whole-model test (test_gpt.cu, both families) uses to compare a CUDA model
+// with its CPU reference and with itself: reading its buffers back, the per-tensor error, and the resume
+// check. They take plain buffers, so they serve either family.
 #pragma once
 #include <math.h>
 #include <stdio.h>

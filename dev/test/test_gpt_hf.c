@@ -1,5 +1,5 @@
 // test_gpt_hf.c: CPU tests of the export to and the import from Hugging Face's GPT-2 layout
-// (llmc/io/gpt_hf.h, llmc/io/gpt_hf_import.h), on a synthetic checkpoint (L=2, C=16, NH=2, V=50257 padded to
+// (llmc/io/hf_model.h, llmc/io/hf_model_import.h), on a synthetic checkpoint (L=2, C=16, NH=2, V=50257 padded to
 // 50304, context 32) in a temporary directory. Every parameter has its own value, so a misplaced element
 // shows.
 // Checks:
@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "../../llmc/io/gpt_hf_import.h"
+#include "../../llmc/io/hf_model_import.h"
 #include "../../llmc/io/hf_checkpoint.h"
 #include "hf_split.h"
 #include "testing.h"
@@ -39,29 +39,28 @@
 
 static char dir[256];
 
-static GptConfig tiny_config(void) {
-    GptConfig c;
-    c.num_layers = 2; c.channels = 16; c.num_heads = 2;
-    c.vocab_size = 50257; c.padded_vocab_size = 50304; c.max_seq_len = 32;
-    return c;
-}
+// GPT-2's tensors in llm.c's order (llmc/model/spec.h's table), written out here
+enum {
+    GPT_WTE, GPT_WPE, GPT_LN1W, GPT_LN1B, GPT_QKVW, GPT_QKVB, GPT_ATTPROJW, GPT_ATTPROJB, GPT_LN2W, GPT_LN2B,
+    GPT_FCW, GPT_FCB, GPT_FCPROJW, GPT_FCPROJB, GPT_LNFW, GPT_LNFB, GPT_NUM_TENSORS
+};
 
-static size_t num_params(const GptConfig* c, size_t off[GPT_NUM_TENSORS]) {
-    size_t size[GPT_NUM_TENSORS], n = 0;
-    gpt_tensor_sizes(size, c);
-    for (int i = 0; i < GPT_NUM_TENSORS; i++) { off[i] = n; n += size[i]; }
-    return n;
+static ModelConfig tiny_config(void) { return model_config_gpt2_sizes(32, 50257, 50304, 2, 2, 16); }
+
+static size_t num_params(const ModelConfig* c, size_t off[MODEL_MAX_TENSORS]) {
+    size_t size[MODEL_MAX_TENSORS];
+    return model_tensor_layout(c, size, off);
 }
 
 // Distinct values (i-dependent, both signs, a -0.0), wte's padded rows zero as the trainer keeps them.
-static void synthetic_values(float* v, size_t n, const GptConfig* c) {
+static void synthetic_values(float* v, size_t n, const ModelConfig* c) {
     for (size_t i = 0; i < n; i++) v[i] = (float)((double)(i % 100003) * 1e-4 + (double)i * 1e-9) * (i % 3 ? 1.0f : -1.0f);
     v[0] = -0.0f;
     memset(v + (size_t)c->vocab_size * c->channels, 0,
            (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels * sizeof(float));
 }
 
-static int write_checkpoint(const char* path, const GptConfig* c, const float* master, size_t n) {
+static int write_checkpoint(const char* path, const ModelConfig* c, const float* master, size_t n) {
     CheckpointState s;
     memset(&s, 0, sizeof(s));
     s.model.num_layers = c->num_layers; s.model.channels = c->channels; s.model.num_heads = c->num_heads;
@@ -121,7 +120,7 @@ static float hf_element(SafetensorsReader* r, const char* name, int i, int j) {
     return x;
 }
 
-static void check_config(const char* out, const GptConfig* c) {
+static void check_config(const char* out, const ModelConfig* c) {
     char path[512];
     snprintf(path, sizeof(path), "%s/config.json", out);
     cJSON* j = read_json(path);
@@ -167,14 +166,14 @@ static void check_config(const char* out, const GptConfig* c) {
     }
 }
 
-static void check_layout(const char* out, const GptConfig* c, const float* v) {
+static void check_layout(const char* out, const ModelConfig* c, const float* v) {
     char path[512];
     snprintf(path, sizeof(path), "%s/model.safetensors", out);
     SafetensorsReader r;
     int rc = safetensors_open(&r, path);
     EXPECT(rc == 0, "%s", r.err);
     if (rc != 0) return;
-    size_t off[GPT_NUM_TENSORS];
+    size_t off[MODEL_MAX_TENSORS];
     num_params(c, off);
     int C = c->channels, L = c->num_layers;
     EXPECT(r.num_tensors == 4 + 12 * L, "%d tensors, expected %d", r.num_tensors, 4 + 12 * L);
@@ -241,10 +240,11 @@ static uint16_t to_f16(float f) {  // the values here are normal fp16 numbers or
     return (uint16_t)(sign | h);
 }
 
-static int write_variant(const char* path, const GptConfig* c, const float* v, const Variant* o) {
-    int n = gpt_hf_num_tensors(c), total = 0;
+static int write_variant(const char* path, const ModelConfig* c, const float* v, const Variant* o) {
+    int n = hf_model_num_tensors(c), total = 0;
+    if (n < 1) return -1;
     HfTensor* hf = (HfTensor*)calloc((size_t)n, sizeof(HfTensor));
-    gpt_hf_tensors(hf, c);
+    hf_model_tensors(hf, c);
     SafetensorsTensor* st = (SafetensorsTensor*)calloc((size_t)n + 4 + (size_t)c->num_layers, sizeof(SafetensorsTensor));
     const float** src = (const float**)calloc((size_t)n + 4 + (size_t)c->num_layers, sizeof(float*));
     int* transpose = (int*)calloc((size_t)n + 4 + (size_t)c->num_layers, sizeof(int));
@@ -261,7 +261,7 @@ static int write_variant(const char* path, const GptConfig* c, const float* v, c
         transpose[total] = hf[k].transpose && !wrong ? k : -1;
         total++;
     }
-    size_t off[GPT_NUM_TENSORS];
+    size_t off[MODEL_MAX_TENSORS];
     num_params(c, off);
     int64_t cshape[1] = {c->channels}, wshape[2] = {c->vocab_size, c->channels}, mshape[4] = {1, 1, c->max_seq_len, c->max_seq_len};
     int64_t swapped[2] = {c->channels, c->vocab_size};
@@ -297,17 +297,17 @@ static int write_variant(const char* path, const GptConfig* c, const float* v, c
 }
 
 // Imports path into a buffer pre-filled with a NaN pattern; returns the rc and leaves the message in err.
-static int import(const char* path, const GptConfig* c, float* out, size_t n, char* err, size_t errlen) {
+static int import(const char* path, const ModelConfig* c, float* out, size_t n, char* err, size_t errlen) {
     memset(out, 0xff, n * sizeof(float));
     GptHfReader r;
     int rc = gpt_hf_open(&r, path);
     if (rc == 0) rc = gpt_hf_load(&r, c, out);
     snprintf(err, errlen, "%s", rc ? r.err : "");
-    gpt_hf_close(&r);
+    hf_model_close(&r);
     return rc;
 }
 
-static void expect_import_error(const char* what, const char* path, const GptConfig* c, float* out, size_t n,
+static void expect_import_error(const char* what, const char* path, const ModelConfig* c, float* out, size_t n,
                                 const char* frag1, const char* frag2) {
     char err[HF_ERR_LEN];
     int rc = import(path, c, out, n, err, sizeof(err));
@@ -341,27 +341,24 @@ static void write_text_file(const char* dir, const char* name, const char* text)
 // An export replaces an earlier one in its directory whole (none of the other family's files stay), is
 // refused where the directory holds anything else, and a failed one leaves nothing: neither the
 // directory, nor the parents it made, nor its temporary directory.
-static void test_export_dir(const GptConfig* c, const float* v) {
+static void test_export_dir(const ModelConfig* c, const float* v) {
     printf("the export's directory:\n");
     char root[300], d[400], got[2048], err[HF_ERR_LEN];
     snprintf(root, sizeof(root), "%s/exports", dir);
     EXPECT(hf_make_dir(root, err, sizeof(err)) == 0, "%s", err);
-    LlamaConfig l;
-    memset(&l, 0, sizeof(l));
-    l.vocab_size = 50; l.padded_vocab_size = 64; l.max_seq_len = 16; l.num_layers = 1; l.channels = 16;
-    l.num_heads = 4; l.num_kv_heads = 2; l.ffn_hidden = 24; l.rope_theta = 10000.0; l.norm_eps = 1e-6;
-    float* lv = (float*)calloc(llama_num_params(&l), sizeof(float));
+    ModelConfig l = model_config_llama_sizes(50, 64, 16, 1, 16, 4, 2, 24, 10000.0, 1e-6);
+    float* lv = (float*)calloc(model_num_params(&l), sizeof(float));
     // GPT-2's export, then a Llama-style one in the same directory, then GPT-2's again
     snprintf(d, sizeof(d), "%s/both", root);
-    EXPECT(gpt_hf_export(d, c, v, VOCAB_BPE, err, sizeof(err)) == 0, "GPT-2 export: %s", err);
+    EXPECT(hf_model_export(d, c, v, VOCAB_BPE, -1, err, sizeof(err)) == 0, "GPT-2 export: %s", err);
     dir_listing(got, sizeof(got), d);
     EXPECT(!strcmp(got, "config.json merges.txt model.safetensors special_tokens_map.json tokenizer_config.json vocab.json"),
            "GPT-2's export holds: %s", got);
-    EXPECT(llama_hf_export(d, &l, lv, 49, err, sizeof(err)) == 0, "Llama-style export over GPT-2's: %s", err);
+    EXPECT(hf_model_export(d, &l, lv, NULL, 49, err, sizeof(err)) == 0, "Llama-style export over GPT-2's: %s", err);
     dir_listing(got, sizeof(got), d);
     printf("  a Llama-style export over GPT-2's leaves: %s\n", got);
     EXPECT(!strcmp(got, "config.json model.safetensors"), "a Llama-style export over GPT-2's leaves: %s", got);
-    EXPECT(gpt_hf_export(d, c, v, VOCAB_BPE, err, sizeof(err)) == 0, "GPT-2 export over a Llama-style one: %s", err);
+    EXPECT(hf_model_export(d, c, v, VOCAB_BPE, -1, err, sizeof(err)) == 0, "GPT-2 export over a Llama-style one: %s", err);
     dir_listing(got, sizeof(got), d);
     EXPECT(strstr(got, "vocab.json") != NULL, "GPT-2's export over a Llama-style one: %s", got);
     dir_listing(got, sizeof(got), root);
@@ -370,7 +367,7 @@ static void test_export_dir(const GptConfig* c, const float* v) {
     char link[450];
     snprintf(link, sizeof(link), "%s/link", root);
     EXPECT(symlink("both", link) == 0, "symlink %s", link);
-    EXPECT(llama_hf_export(link, &l, lv, 49, err, sizeof(err)) == 0, "export through a link: %s", err);
+    EXPECT(hf_model_export(link, &l, lv, NULL, 49, err, sizeof(err)) == 0, "export through a link: %s", err);
     dir_listing(got, sizeof(got), d);
     struct stat st;
     EXPECT(!strcmp(got, "config.json model.safetensors") && lstat(link, &st) == 0 && S_ISLNK(st.st_mode),
@@ -380,7 +377,7 @@ static void test_export_dir(const GptConfig* c, const float* v) {
     snprintf(d, sizeof(d), "%s/notes", root);
     EXPECT(hf_make_dir(d, err, sizeof(err)) == 0, "%s", err);
     write_text_file(d, "notes.txt", "mine\n");
-    int rc = llama_hf_export(d, &l, lv, 49, err, sizeof(err));
+    int rc = hf_model_export(d, &l, lv, NULL, 49, err, sizeof(err));
     dir_listing(got, sizeof(got), d);
     printf("  refused, a directory holding notes.txt: %s\n", err);
     EXPECT(rc != 0 && strstr(err, "holds notes.txt, which no export writes") && !strcmp(got, "notes.txt"),
@@ -393,21 +390,21 @@ static void test_export_dir(const GptConfig* c, const float* v) {
     snprintf(enc, sizeof(enc), "%s/encoder.json", vocab_dir);
     EXPECT(hf_make_dir(bpe, err, sizeof(err)) == 0 && hf_copy_file(ENCODER_JSON, enc, "", err, sizeof(err)) == 0, "%s", err);
     snprintf(d, sizeof(d), "%s/new/a/b", root);
-    rc = gpt_hf_export(d, c, v, bpe, err, sizeof(err));
+    rc = hf_model_export(d, c, v, bpe, -1, err, sizeof(err));
     printf("  a failed export (%s): %s\n", err, rc ? "refused" : "ACCEPTED");
     snprintf(d, sizeof(d), "%s/new", root);
     dir_listing(got, sizeof(got), d);
     EXPECT(rc != 0 && !strcmp(got, "(absent)"), "a failed export left %s: %s", d, got);
     // a missing tokenizer file, and a directory that cannot be made: refused before anything is written
     snprintf(d, sizeof(d), "%s/new/c", root);
-    rc = gpt_hf_export(d, c, v, "no/such/vocab.bpe", err, sizeof(err));
+    rc = hf_model_export(d, c, v, "no/such/vocab.bpe", -1, err, sizeof(err));
     snprintf(d, sizeof(d), "%s/new", root);
     dir_listing(got, sizeof(got), d);
     EXPECT(rc != 0 && strstr(err, "cannot read no/such/vocab.bpe") && !strcmp(got, "(absent)"),
            "an export without its tokenizer files: rc %d (%s), %s: %s", rc, err, d, got);
     char file_dir[450];
     snprintf(file_dir, sizeof(file_dir), "%s/notes/notes.txt/hf", root);
-    rc = llama_hf_export(file_dir, &l, lv, 49, err, sizeof(err));
+    rc = hf_model_export(file_dir, &l, lv, NULL, 49, err, sizeof(err));
     EXPECT(rc != 0 && strstr(err, "notes.txt"), "an export under a file: rc %d (%s)", rc, err);
     dir_listing(got, sizeof(got), root);
     EXPECT(!strcmp(got, "both notes vocab"), "the failed exports left in %s: %s", root, got);
@@ -428,8 +425,8 @@ int main(void) {
         fprintf(stderr, "FAIL: %s or %s missing: run `make data` (make test does)\n", VOCAB_BPE, ENCODER_JSON);
         return 1;
     }
-    GptConfig c = tiny_config();
-    size_t off[GPT_NUM_TENSORS], n = num_params(&c, off);
+    ModelConfig c = tiny_config();
+    size_t off[MODEL_MAX_TENSORS], n = num_params(&c, off);
     float* v = (float*)malloc(n * sizeof(float));
     float* got = (float*)malloc(n * sizeof(float));
     synthetic_values(v, n, &c);
@@ -502,10 +499,10 @@ int main(void) {
             GptHfReader r;
             int orc = gpt_hf_open(&r, path);
             EXPECT(orc != 0, "%s: refused by gpt_hf_open, before any value is read", bad[k].what);
-            if (orc == 0) gpt_hf_close(&r);
+            if (orc == 0) hf_model_close(&r);
         }
     }
-    GptConfig deeper = c;
+    ModelConfig deeper = c;
     deeper.num_layers = 3;
     expect_import_error("another depth", out, &deeper, got, n, "a model of 2 layers and 16 channels", "3 layers");
     // a config.json beside the weights with settings that change the math
@@ -530,7 +527,7 @@ int main(void) {
         rc = gpt_hf_open(&r, out);
         EXPECT(rc != 0 && strstr(r.err, heads_said[k]), "config.json n_head %s: %s, expected \"%s\"", heads[k],
                rc ? r.err : "opened", heads_said[k]);
-        if (rc == 0) gpt_hf_close(&r);
+        if (rc == 0) hf_model_close(&r);
         else printf("  refused, config.json n_head %s: %s\n", heads[k], r.err);
     }
     EXPECT(hf_write_json(out, "config.json", gpt_hf_config_json(&c), err, sizeof(err)) == 0, "%s", err);
@@ -543,7 +540,7 @@ int main(void) {
         rc = gpt_hf_open(&r, path);
         EXPECT(rc != 0 && strstr(r.err, "no tensor \"h.0.ln_1.weight\": a GPT-2 has at least one layer") &&
                !strstr(r.err, "h.-1"), "a file without h.0.ln_1.weight: %s", rc ? r.err : "opened");
-        if (rc == 0) gpt_hf_close(&r);
+        if (rc == 0) hf_model_close(&r);
         else printf("  refused, no layer 0: %s\n", r.err);
     }
     snprintf(path, sizeof(path), "%s/nothing", dir);
@@ -560,20 +557,20 @@ int main(void) {
         memcpy(poisoned, v, n * sizeof(float));
         poisoned[bad_values[k].at] = bad_values[k].value;
         snprintf(path, sizeof(path), "%s/nonfinite.safetensors", dir);
-        EXPECT(gpt_hf_write_safetensors(path, &c, poisoned, err, sizeof(err)) == 0, "writing: %s", err);
+        EXPECT(hf_model_write_safetensors(path, &c, poisoned, err, sizeof(err)) == 0, "writing: %s", err);
         expect_import_error("a value not finite", path, &c, got, n, bad_values[k].frag, NULL);
     }
     free(poisoned);
 
     // a vocabulary smaller than 4 C (V = 4, C = 4): the transposed c_fc and c_proj (4C x C) are larger
     // than wte, and the import transposes them through its scratch
-    GptConfig small = {4, 4, 4, 1, 1, 4};  // maxT, V, Vp, L, NH, C
-    size_t small_off[GPT_NUM_TENSORS], sn = num_params(&small, small_off);
+    ModelConfig small = model_config_gpt2_sizes(4, 4, 4, 1, 1, 4);  // maxT, V, Vp, L, NH, C
+    size_t small_off[MODEL_MAX_TENSORS], sn = num_params(&small, small_off);
     float* sv = (float*)malloc_check(sn * sizeof(float));
     float* sgot = (float*)malloc_check(sn * sizeof(float));
     for (size_t i = 0; i < sn; i++) sv[i] = (float)i + 0.5f;
     snprintf(path, sizeof(path), "%s/small.safetensors", dir);
-    EXPECT(gpt_hf_write_safetensors(path, &small, sv, err, sizeof(err)) == 0, "writing the V = 4 model: %s", err);
+    EXPECT(hf_model_write_safetensors(path, &small, sv, err, sizeof(err)) == 0, "writing the V = 4 model: %s", err);
     rc = import(path, &small, sgot, sn, err, sizeof(err));
     diff = rc == 0 ? first_difference(sgot, sv, sn) : sn;
     printf("V = 4, C = 4 (4C x C weights larger than wte): %s\n", rc == 0 && diff == sn ? "read back bitwise" : "WRONG");

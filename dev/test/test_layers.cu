@@ -90,7 +90,7 @@ static int same_bits(const void* a, const void* b, size_t bytes) {
 }
 
 // with_sum: the backward also adds the column sums of the dinp it writes into ds (the bias gradient of
-// the layer below, llmc/model/gpt.cuh); both runs do, and the repeat must match bitwise, ds included.
+// the layer below, llmc/model/model.cuh); both runs do, and the repeat must match bitwise, ds included.
 static void test_layernorm(int N, int C, int with_sum, float* scratch, const GpuContext* ctx) {
     cudaStream_t st = ctx->stream;
     std::vector<double> x, w, b, dout, dinp0, dw0, db0, ds0;

@@ -1,12 +1,12 @@
-// test_llama_hf.c: the Llama-style model's export to Hugging Face's layout (llmc/io/llama_hf.h) and its
-// import (llmc/io/llama_hf_import.h), on the CPU. Export: every tensor's name, shape and data (our values
+// test_llama_hf.c: the Llama-style model's export to Hugging Face's layout (llmc/io/hf_model.h) and its
+// import (llmc/io/hf_model_import.h), on the CPU. Export: every tensor's name, shape and data (our values
 // are their own indices, so each tensor's data says exactly which part of our array it came from), and
 // config.json's fields. Import: the export read back is our array bitwise (the padded rows zero), from
 // one file and split into 3 with an index (dev/test/hf_split.h); a tied head is embed's copy; each
 // setting of config.json this program cannot compute, a missing, unknown or misshapen tensor and a model
 // of other sizes, and a NaN or an inf among the values, are refused, naming what; every size of config.json is bounded (num_hidden_layers
 // 954437177, whose 3 + 9 L tensors wrap an int, and 2,000,000 are refused before any table is sized);
-// llama_qkv_dim is exact near 2^30; the named sizes are found by their layers. transformers
+// model_qkv_dim is exact near 2^30; the named sizes are found by their layers. transformers
 // loading the export, and its logits against the reference's, is dev/interop/llama_check.py (needs
 // PyTorch).
 #include <math.h>
@@ -14,22 +14,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/core/check.h"
-#include "../../llmc/io/llama_hf.h"
-#include "../../llmc/io/llama_hf_import.h"
+#include "../../llmc/io/hf_model_import.h"
 #include "../../llmc/io/hf_checkpoint.h"
 #include "hf_split.h"
 #include "testing.h"
 
-static LlamaConfig tiny(void) {
-    LlamaConfig c;
-    c.vocab_size = 50; c.padded_vocab_size = 64; c.max_seq_len = 16; c.num_layers = 2; c.channels = 16;
-    c.num_heads = 4; c.num_kv_heads = 2; c.ffn_hidden = 24; c.rope_theta = 10000.0; c.norm_eps = 1e-6;
-    return c;
+// The Llama-style tensors in the order of llmc/model/spec.h's table, written out here
+enum {
+    LLAMA_EMBED, LLAMA_ATTN_NORM, LLAMA_WQKV, LLAMA_WO, LLAMA_FFN_NORM, LLAMA_WGATEUP, LLAMA_WDOWN,
+    LLAMA_FINAL_NORM, LLAMA_LM_HEAD, LLAMA_NUM_TENSORS
+};
+
+static ModelConfig tiny(void) { return model_config_llama_sizes(50, 64, 16, 2, 16, 4, 2, 24, 10000.0, 1e-6); }
+
+static void llama_tensor_sizes(size_t s[MODEL_MAX_TENSORS], const ModelConfig* c) {
+    size_t off[MODEL_MAX_TENSORS];
+    model_tensor_layout(c, s, off);
 }
 
 // Our offset of element (row, col) of HF's tensor `name` of layer l, by the layout in the header.
-static size_t expected_offset(const LlamaConfig* c, const char* what, int l, size_t row, size_t col) {
-    size_t s[LLAMA_NUM_TENSORS], off[LLAMA_NUM_TENSORS], o = 0;
+static size_t expected_offset(const ModelConfig* c, const char* what, int l, size_t row, size_t col) {
+    size_t s[MODEL_MAX_TENSORS], off[MODEL_MAX_TENSORS], o = 0;
     llama_tensor_sizes(s, c);
     for (int i = 0; i < LLAMA_NUM_TENSORS; i++) { off[i] = o; o += s[i]; }
     size_t C = c->channels, F = c->ffn_hidden, hs = C / c->num_heads, q = c->num_heads * hs, kv = c->num_kv_heads * hs;
@@ -49,7 +54,7 @@ static size_t expected_offset(const LlamaConfig* c, const char* what, int l, siz
     return (size_t)-1;
 }
 
-static void check_tensor(SafetensorsReader* r, const LlamaConfig* c, const char* name, const char* what, int l,
+static void check_tensor(SafetensorsReader* r, const ModelConfig* c, const char* name, const char* what, int l,
                          int64_t rows, int64_t cols) {
     const SafetensorsTensor* t = safetensors_find(r, name);
     EXPECT(t != NULL, "%s is missing", name);
@@ -74,12 +79,12 @@ static void check_tensor(SafetensorsReader* r, const LlamaConfig* c, const char*
 // dir/model.safetensors of values (c's tensors in HF's layout, but `drop` left out, `extra` (C,) added,
 // layer 0's k_proj given the transposed shape when swap_k, lm_head's rows [0, V) embed's when
 // head_is_embed), and config (consumed) as dir/config.json unless NULL.
-static void write_model(const char* dir, const LlamaConfig* c, const float* values, const char* drop,
+static void write_model(const char* dir, const ModelConfig* c, const float* values, const char* drop,
                         const char* extra, int swap_k, int head_is_embed, cJSON* config) {
     char err[HF_ERR_LEN], path[512];
-    int n = llama_hf_num_tensors(c), m = 0;
+    int n = hf_model_num_tensors(c), m = 0;
     HfTensor* t = (HfTensor*)calloc((size_t)n + 1, sizeof(HfTensor));
-    llama_hf_tensors(t, c);
+    hf_model_tensors(t, c);
     for (int i = 0; i < n; i++) {
         if (drop && !strcmp(t[i].name, drop)) continue;
         t[m] = t[i];
@@ -104,7 +109,7 @@ static void write_model(const char* dir, const LlamaConfig* c, const float* valu
 }
 
 // config.json as the export writes it, with key set to the JSON value `json` (NULL: key removed).
-static cJSON* config_with(const LlamaConfig* c, const char* key, const char* json) {
+static cJSON* config_with(const ModelConfig* c, const char* key, const char* json) {
     cJSON* j = llama_hf_config_json(c, 49);
     cJSON_DeleteItemFromObjectCaseSensitive(j, key);
     if (json) cJSON_AddItemToObject(j, key, cJSON_Parse(json));
@@ -116,18 +121,18 @@ static void expect_open_error(const char* dir, const char* frag, const char* wha
     int rc = llama_hf_open(&r, dir);
     EXPECT(rc != 0 && strstr(r.err, frag), "%s: open returned %d (%s), expected an error with \"%s\"", what, rc,
            rc ? r.err : "no error", frag);
-    if (rc == 0) llama_hf_close(&r);
+    if (rc == 0) hf_model_close(&r);
     else printf("  refused, %s: %s\n", what, r.err);
 }
 
 // Opens dir, loads it as the model c into out (n floats); returns the load's status, r->err its message.
-static int load(LlamaHfReader* r, const char* dir, const LlamaConfig* c, float* out) {
+static int load(LlamaHfReader* r, const char* dir, const ModelConfig* c, float* out) {
     if (llama_hf_open(r, dir) != 0) return -2;
     return llama_hf_load(r, c, out);
 }
 
 // open (-2 when it fails) then load (-1) refuse dir with the message fragment; `at` says which must
-static void expect_import_error(const char* dir, const LlamaConfig* c, float* out, int at, const char* frag,
+static void expect_import_error(const char* dir, const ModelConfig* c, float* out, int at, const char* frag,
                                 const char* what) {
     LlamaHfReader r;
     int rc = load(&r, dir, c, out);
@@ -138,8 +143,8 @@ static void expect_import_error(const char* dir, const LlamaConfig* c, float* ou
 
 // out holds values, but for the padded rows of embed and lm_head, which are 0 (head_from_embed: lm_head's
 // rows [0, V) are embed's).
-static int same_as_values(const LlamaConfig* c, const float* values, const float* out, int head_from_embed) {
-    size_t s[LLAMA_NUM_TENSORS], n = llama_num_params(c), C = c->channels, V = c->vocab_size;
+static int same_as_values(const ModelConfig* c, const float* values, const float* out, int head_from_embed) {
+    size_t s[MODEL_MAX_TENSORS], n = model_num_params(c), C = c->channels, V = c->vocab_size;
     llama_tensor_sizes(s, c);
     size_t head = n - s[LLAMA_LM_HEAD];
     for (size_t i = 0; i < n; i++) {
@@ -153,8 +158,8 @@ static int same_as_values(const LlamaConfig* c, const float* values, const float
     return 1;
 }
 
-static void test_import(const char* dir, const LlamaConfig* c, const float* values) {
-    size_t n = llama_num_params(c);
+static void test_import(const char* dir, const ModelConfig* c, const float* values) {
+    size_t n = model_num_params(c);
     float* out = (float*)malloc_check(n * sizeof(float));
     char path[512], sub[512];
     LlamaHfReader r;
@@ -163,7 +168,7 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
     for (size_t i = 0; i < n; i++) out[i] = NAN;
     int rc = load(&r, path, c, out);
     EXPECT(rc == 0, "import of the export: %s", r.err);
-    const LlamaConfig* f = &r.config;
+    const ModelConfig* f = &r.config;
     EXPECT(f->num_layers == c->num_layers && f->channels == c->channels && f->num_heads == c->num_heads &&
            f->num_kv_heads == c->num_kv_heads && f->ffn_hidden == c->ffn_hidden && f->vocab_size == c->vocab_size &&
            f->rope_theta == c->rope_theta && f->norm_eps == c->norm_eps, "the sizes read from config.json");
@@ -182,7 +187,7 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
 
     // another model: its sizes, RoPE base or eps
     snprintf(path, sizeof(path), "%s/out", dir);
-    LlamaConfig o = *c;
+    ModelConfig o = *c;
     o.num_kv_heads = 4;
     expect_import_error(path, &o, out, -1, "this run's has 2 layers, 16 channels, 4 heads (4 key/value)", "other kv heads");
     o = *c;
@@ -232,7 +237,7 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
     free(longpath);
 
     // RoPE's base in rope_parameters (transformers 5's config.json), without rope_theta: read from there
-    LlamaConfig t5 = *c;
+    ModelConfig t5 = *c;
     t5.rope_theta = 500000.0;
     struct { const char* params; const char* theta; const char* frag; } rp[] = {
         {"{\"rope_type\": \"default\", \"rope_theta\": 500000.0}", NULL, NULL},
@@ -305,7 +310,7 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
 
     // a value that is not finite: refused on load, naming the tensor and the element (as HF stores it)
     float* poisoned = (float*)malloc_check(n * sizeof(float));
-    size_t sizes[LLAMA_NUM_TENSORS], off[LLAMA_NUM_TENSORS], at = 0;
+    size_t sizes[MODEL_MAX_TENSORS], off[MODEL_MAX_TENSORS], at = 0;
     llama_tensor_sizes(sizes, c);
     for (int i = 0; i < LLAMA_NUM_TENSORS; i++) { off[i] = at; at += sizes[i]; }
     size_t C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
@@ -328,10 +333,10 @@ static void test_import(const char* dir, const LlamaConfig* c, const float* valu
 // build/export_hf's code (llmc/io/hf_checkpoint.h), read back by the import: bitwise the master weights,
 // and config.json's eos_token_id the encoding's of its vocabulary (gpt2's here).
 static void test_checkpoint_export(const char* dir) {
-    LlamaConfig c = tiny();
+    ModelConfig c = tiny();
     c.vocab_size = 50257;
     c.padded_vocab_size = 50304;
-    size_t n = llama_num_params(&c), s[LLAMA_NUM_TENSORS];
+    size_t n = model_num_params(&c), s[MODEL_MAX_TENSORS];
     llama_tensor_sizes(s, &c);
     float* master = (float*)malloc_check(n * sizeof(float));
     float* mv = (float*)malloc_check(n * sizeof(float));
@@ -380,46 +385,47 @@ static void test_checkpoint_export(const char* dir) {
     free(master); free(mv); free(out);
 }
 
-// llama_qkv_dim of sizes near 2^30 (what config.json could say before its sizes were bounded): exact in
+// model_qkv_dim of sizes near 2^30 (what config.json could say before its sizes were bounded): exact in
 // 64 bits, where (NH + 2 NKV) * hs overflowed an int.
 static void test_qkv_dim(void) {
-    LlamaConfig c;
+    ModelConfig c;
     memset(&c, 0, sizeof(c));
+    c.family = MODEL_FAMILY_LLAMA;
     c.channels = 1 << 30; c.num_heads = 1 << 29; c.num_kv_heads = 1 << 29;
-    EXPECT(llama_qkv_dim(&c) == (int64_t)3 << 30, "llama_qkv_dim of C 2^30, NH = NKV = 2^29: %lld, expected %lld",
-           (long long)llama_qkv_dim(&c), (long long)3 << 30);
+    EXPECT(model_qkv_dim(&c) == (int64_t)3 << 30, "model_qkv_dim of C 2^30, NH = NKV = 2^29: %lld, expected %lld",
+           (long long)model_qkv_dim(&c), (long long)3 << 30);
     c.channels = 2048; c.num_heads = 16; c.num_kv_heads = 4;  // llama-1b's
-    EXPECT(llama_qkv_dim(&c) == 3072, "llama_qkv_dim of llama-1b: %lld", (long long)llama_qkv_dim(&c));
+    EXPECT(model_qkv_dim(&c) == 3072, "model_qkv_dim of llama-1b: %lld", (long long)model_qkv_dim(&c));
 }
 
-// llama_size_name: each named size found by its layers, whatever the vocabulary; another width none.
+// model_size_name: each named size found by its layers, whatever the vocabulary; another width none.
 static void test_size_names(void) {
     const char* names[] = {"llama-30m", "llama-125m", "llama-350m", "llama-1b"};
     for (int i = 0; i < 4; i++) {
-        LlamaConfig c;
+        ModelConfig c;
         memset(&c, 0, sizeof(c));
-        EXPECT(llama_config_named(&c, names[i], 100277, 4096) == 0, "%s is a size", names[i]);
-        const char* got = llama_size_name(&c);
-        EXPECT(got && !strcmp(got, names[i]), "llama_size_name of %s: %s", names[i], got ? got : "NULL");
+        EXPECT(model_config_named(&c, MODEL_FAMILY_LLAMA, names[i], 100277, 4096) == 0, "%s is a size", names[i]);
+        const char* got = model_size_name(&c);
+        EXPECT(got && !strcmp(got, names[i]), "model_size_name of %s: %s", names[i], got ? got : "NULL");
         c.ffn_hidden += 256;
-        EXPECT(llama_size_name(&c) == NULL, "%s with another FFN width has no name", names[i]);
+        EXPECT(model_size_name(&c) == NULL, "%s with another FFN width has no name", names[i]);
     }
 }
 
 int main(void) {
-    LlamaConfig c = tiny();
-    size_t n = llama_num_params(&c);
+    ModelConfig c = tiny();
+    size_t n = model_num_params(&c);
     float* values = (float*)malloc_check(n * sizeof(float));
     for (size_t i = 0; i < n; i++) values[i] = (float)i;  // exact below 2^24
     char dir[] = "/tmp/test_llama_hf.XXXXXX", err[HF_ERR_LEN], path[256];
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     snprintf(path, sizeof(path), "%s/out", dir);
-    EXPECT(llama_hf_export(path, &c, values, 49, err, sizeof(err)) == 0, "export: %s", err);
+    EXPECT(hf_model_export(path, &c, values, NULL, 49, err, sizeof(err)) == 0, "export: %s", err);
 
     SafetensorsReader r;
     snprintf(path, sizeof(path), "%s/out/model.safetensors", dir);
     EXPECT(safetensors_open(&r, path) == 0, "open: %s", r.err);
-    EXPECT(r.num_tensors == llama_hf_num_tensors(&c), "%d tensors, expected %d", r.num_tensors, llama_hf_num_tensors(&c));
+    EXPECT(r.num_tensors == hf_model_num_tensors(&c), "%d tensors, expected %d", r.num_tensors, hf_model_num_tensors(&c));
     int64_t C = c.channels, F = c.ffn_hidden, V = c.vocab_size, hs = C / c.num_heads;
     check_tensor(&r, &c, "model.embed_tokens.weight", "embed", 0, V, C);
     check_tensor(&r, &c, "lm_head.weight", "lm_head", 0, V, C);

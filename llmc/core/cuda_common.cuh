@@ -218,3 +218,27 @@ __device__ __forceinline__ void row_load_residual(float x[K][8], bf16* r, const 
         }
     }
 }
+
+// The norms' backward: a warp's groups of 8 channels (as row_load_residual's, groups = C / 8 of them in a
+// row) of the weight w, zero past the row's end.
+template <int K>
+__device__ __forceinline__ void row_load_weight(Bf16x8 wr[K], const bf16* w, int groups, int lane) {
+    for (int k = 0; k < K; k++) {
+        int gi = lane + 32 * k;
+        wr[k] = gi < groups ? load128(w + 8 * gi) : zero128();
+    }
+}
+
+// ... and of row `row` of dout, x (inp) and dinp (its row dxrow), loaded together (zero past the row's end).
+template <int K>
+__device__ __forceinline__ void row_load_backward(Bf16x8 dr[K], Bf16x8 xr[K], Bf16x8 dx[K], const bf16* dout,
+                                                  const bf16* inp, const bf16* dxrow, int row, int C, int lane) {
+    const bf16* drow = dout + (size_t)row * C;
+    const bf16* xrow = inp + (size_t)row * C;
+    int groups = C / 8;
+    for (int k = 0; k < K; k++) {
+        int gi = lane + 32 * k;
+        dr[k] = xr[k] = dx[k] = zero128();
+        if (gi < groups) { dr[k] = load128(drow + 8 * gi); xr[k] = load128(xrow + 8 * gi); dx[k] = load128(dxrow + 8 * gi); }
+    }
+}

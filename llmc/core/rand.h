@@ -50,7 +50,7 @@ static inline double rand_uniform_open(uint64_t* state) {
 }
 
 // Standard normal by Box-Muller, one value per call (two draws): simple and the same on every machine.
-// The model init (llmc/model/gpt.cuh) and its CPU reference both draw from it, so a seed is one model.
+// The model init (llmc/model/spec.h's model_init_values) and its CPU references both draw from it, so a seed is one model.
 static inline double rand_normal(uint64_t* state) {
     double u1 = rand_uniform_open(state), u2 = rand_uniform_open(state);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);

@@ -2,7 +2,7 @@
 // included at the end) its checking reader. The
 // checkpoint directory (file names, the `latest` marker, keeping the last K) is llmc/io/checkpoint_dir.h;
 // the GPU side (copying a model's optimizer state in and out) is llmc/io/optim_checkpoint.cuh, used by
-// llmc/io/gpt_checkpoint.cuh and llmc/io/llama_checkpoint.cuh.
+// llmc/io/model_checkpoint.cuh.
 //
 // The file, ckpt_<step, 8 digits>.bin, all little-endian:
 //   int32 header[256]  [0] magic 20251202, [1] version 2,
@@ -18,7 +18,7 @@
 //                      [34..35] RMSNorm eps (float64): Llama-style only, 0 for GPT-2, the rest 0
 //   char settings[S]   the run's flags as text ("-depth 6 -lr 0.001 ..."), zero-padded to a multiple of 4
 //   float master[P], m[P], v[P]   fp32 master weights, AdamW first and second moments, in the model's
-//                      parameter order (llmc/model/gpt_config.h, llmc/model/llama_config.h)
+//                      parameter order (the family's table, llmc/model/spec.h)
 // GPT-2 (family 0) leaves slots 29..35 at 0, as every unused slot, so a GPT-2 checkpoint's bytes do not
 // depend on the Llama-style fields, and a version 2 header whose slots 29..35 are 0 reads as GPT-2.
 // The bf16 parameters are not stored: they are the master's high halves (llmc/optim/master_split.h: nearest,
@@ -55,6 +55,7 @@
 #include "../core/atomic_file.h"
 #include "../core/check.h"
 #include "../data/dataloader.h"  // DataLoaderPosition
+#include "../model/spec.h"       // ModelConfig, the families
 
 #define CHECKPOINT_MAGIC 20251202
 #define CHECKPOINT_VERSION 2          // 2: with the checksum; 1 is still read
@@ -70,8 +71,8 @@
 #define CHECKPOINT_ERR_LEN 4608
 #define CHECKPOINT_PATH_LEN 4096
 
-#define CHECKPOINT_FAMILY_GPT2 0
-#define CHECKPOINT_FAMILY_LLAMA 1
+#define CHECKPOINT_FAMILY_GPT2 MODEL_FAMILY_GPT2    // 0
+#define CHECKPOINT_FAMILY_LLAMA MODEL_FAMILY_LLAMA  // 1
 
 // The sizes that identify the model: a checkpoint loads only into a model with all of them equal.
 // num_kv_heads, ffn_hidden, rope_theta and norm_eps belong to the Llama-style family (0 for GPT-2).
@@ -84,7 +85,43 @@ typedef struct {
 } CheckpointModel;
 
 static inline const char* checkpoint_family_name(int32_t family) {
-    return family == CHECKPOINT_FAMILY_GPT2 ? "GPT-2" : family == CHECKPOINT_FAMILY_LLAMA ? "Llama-style" : "unknown";
+    const ModelSpec* s = model_spec(family);
+    return s ? s->name : "unknown";
+}
+
+// The header's model of config c: the family's sizes; NKV, F, RoPE theta and eps only where the family's
+// header carries them (ModelSpec.header_sizes), else 0, so that a GPT-2 checkpoint's bytes do not
+// depend on them.
+static inline CheckpointModel checkpoint_model_of(const ModelConfig* c) {
+    CheckpointModel k;
+    memset(&k, 0, sizeof(k));
+    k.family = c->family;
+    k.num_layers = c->num_layers;
+    k.channels = c->channels;
+    k.num_heads = c->num_heads;
+    k.vocab_size = c->vocab_size;
+    k.padded_vocab_size = c->padded_vocab_size;
+    k.max_seq_len = c->max_seq_len;
+    k.num_params = (int64_t)model_num_params(c);
+    const ModelSpec* s = model_spec(c->family);
+    if (s && s->header_sizes) {
+        k.num_kv_heads = c->num_kv_heads;
+        k.ffn_hidden = c->ffn_hidden;
+        k.rope_theta = c->rope_theta;
+        k.norm_eps = c->norm_eps;
+    }
+    return k;
+}
+
+// The config of a header's model (its family known: model_spec(k->family) not NULL). A header without
+// NKV and F is GPT-2's: NKV = NH, F = 4C, LayerNorm's eps 1e-5.
+static inline ModelConfig checkpoint_config_of(const CheckpointModel* k) {
+    const ModelSpec* s = model_spec(k->family);
+    if (s && s->header_sizes)
+        return model_config_sizes(k->family, k->vocab_size, k->padded_vocab_size, k->max_seq_len, k->num_layers,
+                                  k->channels, k->num_heads, k->num_kv_heads, k->ffn_hidden, k->rope_theta, k->norm_eps);
+    return model_config_sizes(k->family, k->vocab_size, k->padded_vocab_size, k->max_seq_len, k->num_layers,
+                              k->channels, k->num_heads, k->num_heads, 4 * k->channels, 0.0, 1e-5);
 }
 
 // Everything a checkpoint holds besides the tensors.

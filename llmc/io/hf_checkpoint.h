@@ -1,6 +1,6 @@
 // hf_checkpoint.h: host-only. A train_gpt checkpoint of either family exported to a directory that
-// Hugging Face transformers loads (llmc/io/gpt_hf.h: GPT2LMHeadModel with GPT-2's tokenizer files;
-// llmc/io/llama_hf.h: LlamaForCausalLM): its fp32 master weights, read through llmc/io/checkpoint.h's reader
+// Hugging Face transformers loads (llmc/io/hf_model.h: GPT2LMHeadModel with GPT-2's tokenizer files, or
+// LlamaForCausalLM): its fp32 master weights, read through llmc/io/checkpoint.h's reader
 // once the header's sizes, the checksum and every value are checked, so that nothing is written from a
 // damaged file. build/export_hf's code (data/export_hf.c); no GPU. Host memory: the master weights, 4
 // bytes per parameter. Errors: 0, or -1 with the message in err; nothing exits.
@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "checkpoint.h"
-#include "gpt_hf.h"
-#include "llama_hf.h"
+#include "hf_model.h"
 #include "../data/tokenizer_tiktoken.h"  // a Llama export's end-of-text id, by its vocabulary
 
 // What an export wrote.
@@ -25,11 +24,11 @@ typedef struct {
 // What the export advises for a checkpoint it cannot read (the checkpoint reader's messages end with it).
 #define HF_CHECKPOINT_ADVICE "export another checkpoint (an earlier ckpt_<step>.bin of its directory)"
 
-// The model sizes of a checkpoint's header as the family's config; 0 when they make no model (a
-// corrupt header), with why (n bytes) saying which sizes and what is wrong. *num_params: what those
-// sizes hold.
-static inline int hf_checkpoint_config(const CheckpointModel* m, GptConfig* g, LlamaConfig* l, size_t* num_params,
-                                       char* why, size_t n) {
+// The model sizes of a checkpoint's header as its family's config (checkpoint_config_of); 0 when they
+// make no model (a corrupt header), with why (n bytes) saying which sizes and what is wrong.
+// *num_params: what those sizes hold.
+static inline int hf_checkpoint_config(const CheckpointModel* m, ModelConfig* c, size_t* num_params, char* why,
+                                       size_t n) {
     const int32_t most = 1 << 20;  // bounds every size, so that no product below overflows
     int len = snprintf(why, n, "%s, %d layers, %d channels, %d heads, vocabulary %d (padded %d), context %d",
                        checkpoint_family_name(m->family), m->num_layers, m->channels, m->num_heads, m->vocab_size,
@@ -55,20 +54,8 @@ static inline int hf_checkpoint_config(const CheckpointModel* m, GptConfig* g, L
         snprintf(why + len, n - (size_t)len, ": %s", bad);
         return 0;
     }
-    if (m->family == CHECKPOINT_FAMILY_GPT2) {
-        g->num_layers = m->num_layers; g->channels = m->channels; g->num_heads = m->num_heads;
-        g->vocab_size = m->vocab_size; g->padded_vocab_size = m->padded_vocab_size; g->max_seq_len = m->max_seq_len;
-        size_t size[GPT_NUM_TENSORS];
-        gpt_tensor_sizes(size, g);
-        *num_params = 0;
-        for (int i = 0; i < GPT_NUM_TENSORS; i++) *num_params += size[i];
-        return 1;
-    }
-    l->num_layers = m->num_layers; l->channels = m->channels; l->num_heads = m->num_heads;
-    l->num_kv_heads = m->num_kv_heads; l->ffn_hidden = m->ffn_hidden; l->vocab_size = m->vocab_size;
-    l->padded_vocab_size = m->padded_vocab_size; l->max_seq_len = m->max_seq_len;
-    l->rope_theta = m->rope_theta; l->norm_eps = m->norm_eps;
-    *num_params = llama_num_params(l);
+    *c = checkpoint_config_of(m);
+    *num_params = model_num_params(c);
     return 1;
 }
 
@@ -82,13 +69,11 @@ static inline int hf_export_checkpoint(const char* ckpt, const char* dir, const 
         return -1;
     }
     CheckpointModel want = r.state.model;
-    GptConfig g;
-    LlamaConfig l;
-    memset(&g, 0, sizeof(g));
-    memset(&l, 0, sizeof(l));
+    ModelConfig c;
+    memset(&c, 0, sizeof(c));
     size_t total = 0;
     char why[512];
-    if (!hf_checkpoint_config(&want, &g, &l, &total, why, sizeof(why))) {
+    if (!hf_checkpoint_config(&want, &c, &total, why, sizeof(why))) {
         snprintf(err, errlen, "checkpoint %s: corrupt header: model sizes that make no model (%s); %s", ckpt, why,
                  HF_CHECKPOINT_ADVICE);
         checkpoint_reader_close(&r);
@@ -117,11 +102,9 @@ static inline int hf_export_checkpoint(const char* ckpt, const char* dir, const 
     memset(out, 0, sizeof(*out));
     out->model = want;
     out->step = r.state.step;
-    const TokenizerEncoding* enc = tokenizer_encoding_of_vocab(l.vocab_size);
+    const TokenizerEncoding* enc = tokenizer_encoding_of_vocab(c.vocab_size);
     out->eos = want.family == CHECKPOINT_FAMILY_LLAMA && enc ? enc->eot_id : -1;
-    if (rc == 0)
-        rc = want.family == CHECKPOINT_FAMILY_GPT2 ? gpt_hf_export(dir, &g, values, vocab_bpe, err, errlen)
-                                                   : llama_hf_export(dir, &l, values, out->eos, err, errlen);
+    if (rc == 0) rc = hf_model_export(dir, &c, values, vocab_bpe, out->eos, err, errlen);
     free(values);
     return rc;
 }

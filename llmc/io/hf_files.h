@@ -1,8 +1,8 @@
-// hf_files.h: host-only. The files of a Hugging Face export, whichever the model family (llmc/io/gpt_hf.h,
-// llmc/io/llama_hf.h; dev/interop/dump.h's output directory too): the directory made as mkdir -p does, a
+// hf_files.h: host-only. The files of a Hugging Face export, whichever the model family (llmc/io/hf_model.h;
+// dev/interop/dump.h's output directory too): the directory made as mkdir -p does, a
 // file written or copied atomically (llmc/core/atomic_file.h: temporary file, fsync, rename), a cJSON value
 // written formatted, and the weights' safetensors file from a family's list of tensors (HfTensor); for
-// an import (llmc/io/gpt_hf_import.h, llmc/io/llama_hf_import.h), the config.json beside its weights
+// an import (llmc/io/hf_model_import.h), the config.json beside its weights
 // (llmc/io/hf_weights.h reads those) and a tensor checked against its HfTensor.
 //
 // An export's directory appears whole or not at all (HfExportDir): the files are written into a
@@ -31,7 +31,7 @@
 #define HF_NAME_MAX 96
 
 // One tensor of a model in Hugging Face's layout and where its values are in our fp32 parameter array
-// (llmc/io/gpt_hf.h and llmc/io/llama_hf.h list them in file order).
+// (llmc/io/hf_model.h lists a family's in file order).
 typedef struct {
     char name[HF_NAME_MAX];
     size_t offset;     // of its first element in our parameter array

@@ -1,5 +1,5 @@
-// hf_weights.h: host-only. The weights of a Hugging Face model, read by an import (llmc/io/gpt_hf_import.h,
-// llmc/io/llama_hf_import.h) as one set of tensors however they are stored:
+// hf_weights.h: host-only. The weights of a Hugging Face model, read by an import (llmc/io/hf_model_import.h)
+// as one set of tensors however they are stored:
 //   - a safetensors file, named by its path;
 //   - a directory holding model.safetensors;
 //   - a directory holding model.safetensors.index.json and the files it names (or the index's own path):

@@ -1,6 +1,6 @@
 // optim_checkpoint.cuh: a model's optimizer state (llmc/optim/optim.cuh) to and from a checkpoint file (format
-// and atomic writing in llmc/io/checkpoint.h), for every model family: llmc/io/gpt_checkpoint.cuh and
-// llmc/io/llama_checkpoint.cuh say what their model is (CheckpointModel) and call these. Saved: fp32 master
+// and atomic writing in llmc/io/checkpoint.h), for every model family: llmc/io/model_checkpoint.cuh says what the model is (CheckpointModel)
+// and calls these. Saved: fp32 master
 // weights, AdamW m and v. On load the master weights are split again (llmc/optim/master.cuh), into the same
 // bf16 parameters and remainders every AdamW step writes (llmc/optim/adamw.cuh), so the loaded model computes
 // bitwise what the saved one would have.

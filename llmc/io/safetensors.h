@@ -1,6 +1,6 @@
 // safetensors.h: host-only. Reading and writing safetensors files, Hugging Face's tensor format, with
 // cJSON (Debian libcjson-dev; link -lcjson) for the header. Used by the export to and the import from
-// Hugging Face's GPT-2 layout (llmc/io/gpt_hf.h, llmc/io/gpt_hf_import.h).
+// Hugging Face's layouts (llmc/io/hf_model.h, llmc/io/hf_model_import.h).
 //
 // The file, all little-endian:
 //   uint64 N          bytes of the JSON header that follows

@@ -77,21 +77,12 @@ rmsnorm_backward_kernel(bf16* dinp, float* partial, const bf16* dout, const bf16
     for (int i = lane; i < C; i += 32) mine[i] = 0.0f;
     __syncwarp();
     Bf16x8 wr[K];
-    for (int k = 0; k < K; k++) {
-        int gi = lane + 32 * k;
-        wr[k] = gi < groups ? load128(w + 8 * gi) : zero128();
-    }
+    row_load_weight<K>(wr, w, groups, lane);
     for (int row = blockIdx.x * RMS_BWD_WARPS + warp; row < N; row += gridDim.x * RMS_BWD_WARPS) {
-        const bf16* drow = dout + (size_t)row * C;
-        const bf16* xrow = inp + (size_t)row * C;
         bf16* dxrow = dinp + (size_t)row * C;
         float rs = rstd[row];
         Bf16x8 dr[K], xr[K], dx[K];
-        for (int k = 0; k < K; k++) {
-            int gi = lane + 32 * k;
-            dr[k] = xr[k] = dx[k] = zero128();
-            if (gi < groups) { dr[k] = load128(drow + 8 * gi); xr[k] = load128(xrow + 8 * gi); dx[k] = load128(dxrow + 8 * gi); }
-        }
+        row_load_backward<K>(dr, xr, dx, dout, inp, dxrow, row, C, lane);
         float sgx = 0.0f;
         for (int k = 0; k < K; k++) {
             int gi = lane + 32 * k;

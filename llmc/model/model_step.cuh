@@ -1,5 +1,5 @@
-// model_step.cuh: the parts of a training step that do not depend on the model's layers, shared by the
-// model families (llmc/model/gpt.cuh, llmc/model/llama.cuh):
+// model_step.cuh: the parts of a training step that do not depend on the model's layers
+// (llmc/model/model.cuh uses them):
 //   ModelStaging  the batch on its way to the GPU: pinned host buffers, and the host's half of the token
 //                 embedding's backward (positions grouped by token, llmc/layers/encoder.cuh)
 //   ModelReduce   with world > 1, the reduce-scatter of each bucket of gradients (and with -zero 0 the

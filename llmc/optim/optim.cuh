@@ -1,5 +1,4 @@
-// optim.cuh: a model's optimizer state as the model families share it (GPT-2, llmc/model/gpt.cuh; Llama-style,
-// llmc/model/llama.cuh): the parameters and their fp32 gradients, whole on every rank, and the fp32 master
+// optim.cuh: a model's optimizer state as every model family has it (llmc/model/model.cuh): the parameters and their fp32 gradients, whole on every rank, and the fp32 master
 // weights and AdamW moments, this rank's share of them (ZeRO-1, llmc/optim/zero.cuh). The master weights are
 // kept split (llmc/optim/master.cuh): the bf16 parameters are their high halves, and the state holds only
 // their int16 remainders. A model fills in an OptimState with pointers into its own blocks; what is done

@@ -38,7 +38,7 @@
 typedef struct {
     size_t offset;  // first element in the flat parameter (and gradient) array
     size_t size;    // elements, a multiple of world
-    int bucket;     // when its gradient is complete: the backward's bucket (see gpt.cuh), -1: at the end
+    int bucket;     // when its gradient is complete: the backward's bucket (see llmc/model/model.cuh), -1: at the end
     int decay;      // 1: AdamW's weight decay applies
 } ZeroSlice;
 
