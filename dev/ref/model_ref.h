@@ -112,9 +112,9 @@ typedef struct {
     ref_real* v_memory;                         // (num_params,) AdamW second moment
     ref_model_tensors params;                   // into params_memory
     ref_model_tensors grads;                    // into grads_memory
-    ref_real* acts_memory;
-    ref_model_acts acts;
-    ref_real* bwd_memory;
+    ref_real* acts_memory;                      // the activations for max_B x max_T, carved into acts
+    ref_model_acts acts;                        // dense for the last forward's (B, T)
+    ref_real* bwd_memory;                       // the backward's scratch, carved into bwd
     ref_model_bwd bwd;
     int* inputs;                                // (max_B * max_T) the last forward's inputs, for the backward
     int* targets;                               // (max_B * max_T) and its targets
