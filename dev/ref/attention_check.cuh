@@ -152,8 +152,9 @@ static AttCheck att_check_rope(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, in
         for (size_t i = 0; i < nqkv; i++)
             if (i % W < (size_t)(NH + NKV) * hs) r_qkv[i] = __bfloat162float(__double2bfloat16(r_qkv[i]));
     }
-    // reference: out and the probabilities, lse recomputed in fp64, dqkv (the reference accumulates)
-    double* r_att = (double*)malloc_check((size_t)B * NH * T * T * sizeof(double));
+    // reference: out and the probabilities, lse recomputed in fp64, dqkv (the reference accumulates);
+    // att zeroed, though the forward writes all of it, so that gcc need not prove that it does
+    double* r_att = (double*)calloc_check((size_t)B * NH * T * T, sizeof(double));
     double* r_out = (double*)malloc_check(nout * sizeof(double));
     double* r_lse = (double*)malloc_check(nrow * sizeof(double));
     double* r_dqkv = (double*)calloc_check(nqkv, sizeof(double));
