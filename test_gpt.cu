@@ -1,6 +1,6 @@
 // test_gpt.cu: the CUDA model (llmc/model/model.cuh) of each family against its CPU reference, float
-// build: GPT-2 (dev/ref/gpt_ref.h) on a small GPT with the real vocabulary: L=2, C=128, NH=2, V=50257
-// padded to 50304; and the Llama-style model (dev/ref/llama_ref.h) on a small model with o200k_base's
+// build (dev/ref/model_ref.h): GPT-2 on a small GPT with the real vocabulary: L=2, C=128, NH=2, V=50257
+// padded to 50304; and the Llama-style model on a small model with o200k_base's
 // vocabulary: L=2, C=256, NH=4, NKV=2 (hs 64: the flash kernels; two kv heads, each shared by two query
 // heads), F=680 (a multiple of 8, not of 64), V=200019 padded to 200064. Both at B=4, T=80 (not a
 // multiple of the attention tile).
@@ -28,8 +28,7 @@
 #include "llmc/model/model.cuh"
 #include "llmc/io/model_checkpoint.cuh"
 #include "llmc/io/checkpoint_dir.h"
-#include "dev/ref/gpt_ref.h"
-#include "dev/ref/llama_ref.h"
+#include "dev/ref/model_ref.h"
 #include "dev/test/gpu_testing.cuh"
 #include "dev/test/model_testing.cuh"
 #include "dev/test/testing.h"
@@ -47,9 +46,7 @@ static ModelConfig llama_config(void) {
 // --- the CPU reference of either family --------------------------------------------------------------
 
 typedef struct {
-    int family;
-    gpt_ref_model gpt;
-    llama_ref_model llama;
+    ref_model model;
     size_t num_params;
     float* params;  // (num_params) the reference's parameters, its gradients: the model's layout
     float* grads;
@@ -57,54 +54,19 @@ typedef struct {
 
 static void ref_build(Ref* r, const ModelConfig* c, uint64_t seed) {
     memset(r, 0, sizeof(*r));
-    r->family = c->family;
-    if (c->family == MODEL_FAMILY_GPT2) {
-        gpt_ref_config rc;
-        rc.max_seq_len = c->max_seq_len; rc.vocab_size = c->vocab_size; rc.padded_vocab_size = c->padded_vocab_size;
-        rc.num_layers = c->num_layers; rc.num_heads = c->num_heads; rc.channels = c->channels;
-        gpt_ref_build(&r->gpt, &rc, B_, T_);
-        gpt_ref_init_params(&r->gpt, seed);
-        r->num_params = r->gpt.num_params; r->params = r->gpt.params_memory; r->grads = r->gpt.grads_memory;
-    } else {
-        llama_ref_config rc;
-        rc.max_seq_len = c->max_seq_len; rc.vocab_size = c->vocab_size; rc.padded_vocab_size = c->padded_vocab_size;
-        rc.num_layers = c->num_layers; rc.num_heads = c->num_heads; rc.num_kv_heads = c->num_kv_heads;
-        rc.channels = c->channels; rc.ffn_hidden = c->ffn_hidden; rc.rope_theta = c->rope_theta;
-        rc.rms_norm_eps = c->norm_eps;
-        llama_ref_build(&r->llama, &rc, B_, T_);
-        llama_ref_init_params(&r->llama, seed);
-        r->num_params = r->llama.num_params; r->params = r->llama.params_memory; r->grads = r->llama.grads_memory;
-    }
+    ref_model_build(&r->model, c, B_, T_);
+    ref_model_init_params(&r->model, seed);
+    r->num_params = r->model.num_params;
+    r->params = r->model.params_memory;
+    r->grads = r->model.grads_memory;
 }
 
-static double ref_forward(Ref* r, const int* in, const int* tg) {
-    return r->family == MODEL_FAMILY_GPT2 ? gpt_ref_forward(&r->gpt, in, tg, B_, T_) : llama_ref_forward(&r->llama, in, tg, B_, T_);
-}
-
-static void ref_backward(Ref* r) {
-    if (r->family == MODEL_FAMILY_GPT2) gpt_ref_backward(&r->gpt);
-    else llama_ref_backward(&r->llama);
-}
-
-// The gradient clipping (gpt_ref_clip_grad_norm's, for the Llama-style reference too): returns the
-// norm before clipping.
-static double ref_clip(Ref* r, double max_norm) {
-    if (r->family == MODEL_FAMILY_GPT2) return gpt_ref_clip_grad_norm(&r->gpt, max_norm);
-    double norm = llama_ref_grad_norm(&r->llama);
-    if (norm > max_norm)
-        for (size_t i = 0; i < r->num_params; i++) r->grads[i] = (float)(r->grads[i] * (max_norm / norm));
-    return norm;
-}
-
-static void ref_adamw_step(Ref* r, int t) {
-    if (r->family == MODEL_FAMILY_GPT2) gpt_ref_adamw_step(&r->gpt, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
-    else llama_ref_adamw_step(&r->llama, 1e-3, 0.9, 0.95, 1e-8, 0.1, t);
-}
-
-static void ref_free(Ref* r) {
-    if (r->family == MODEL_FAMILY_GPT2) gpt_ref_free(&r->gpt);
-    else llama_ref_free(&r->llama);
-}
+static double ref_forward(Ref* r, const int* in, const int* tg) { return ref_model_forward(&r->model, in, tg, B_, T_); }
+static void ref_backward(Ref* r) { ref_model_backward(&r->model); }
+// The gradient clipping (llm.c's rule): returns the norm before clipping.
+static double ref_clip(Ref* r, double max_norm) { return ref_model_clip_grad_norm(&r->model, max_norm); }
+static void ref_adamw_step(Ref* r, int t) { ref_model_adamw_step(&r->model, 1e-3, 0.9, 0.95, 1e-8, 0.1, t); }
+static void ref_free(Ref* r) { ref_model_free(&r->model); }
 
 // --- the model ------------------------------------------------------------------------------------
 

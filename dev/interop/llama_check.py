@@ -1,4 +1,4 @@
-"""llama_check.py: the Llama-style model's CPU reference (dev/ref/llama_ref.h) and its export
+"""llama_check.py: the Llama-style model's CPU reference (dev/ref/model_ref.h) and its export
 (llmc/io/hf_model.h) against Hugging Face transformers' LlamaForCausalLM, an implementation of the same
 architecture that this project did not write. Needs PyTorch and transformers (a GPU is not needed).
 

@@ -1,5 +1,5 @@
-// llama_ref_dump.c: the CPU reference of the Llama-style model (dev/ref/llama_ref.h, in double) on a
-// small random model, exported to Hugging Face's layout with llmc/io/hf_model.h, and its logits and loss
+// llama_ref_dump.c: the CPU reference model (dev/ref/model_ref.h, in double) of the Llama-style family,
+// a small random model, exported to Hugging Face's layout with llmc/io/hf_model.h, and its logits and loss
 // on random tokens: what dev/interop/llama_check.py compares with transformers' LlamaForCausalLM, an
 // implementation this project did not write (doc/interop.md).
 //   build/dev/llama_ref_dump DIR
@@ -13,12 +13,12 @@
 // θ = 5e5, eps 1e-5; B = 2, T = 33. The weights are the reference's init scaled so that the layers do
 // something measurable (matrices N(0, 0.2) before scaling by the init's depth factor, norm weights
 // 1 + N(0, 0.1)), then rounded to fp32, the precision of the export, so both sides hold the same numbers.
-#define GPT_REF_DOUBLE
+#define REF_DOUBLE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/io/hf_model_import.h"
-#include "../ref/llama_ref.h"
+#include "../ref/model_ref.h"
 
 #define B_ 2
 #define T_ 33
@@ -30,7 +30,7 @@ static void write_file(const char* path, const void* data, size_t bytes) {
 }
 
 // The import's side (usage above): the loss of HF_DIR's weights on DIR/tokens.bin.
-static int init_loss(llama_ref_model* m, const ModelConfig* c, const char* dir, const char* hf) {
+static int init_loss(ref_model* m, const ModelConfig* c, const char* dir, const char* hf) {
     char path[1024];
     float* values = (float*)malloc_check(m->num_params * sizeof(float));
     LlamaHfReader r;
@@ -49,7 +49,7 @@ static int init_loss(llama_ref_model* m, const ModelConfig* c, const char* dir, 
             in[b * T_ + t] = tokens[b * (T_ + 1) + t];
             tg[b * T_ + t] = tokens[b * (T_ + 1) + t + 1];
         }
-    double loss = llama_ref_forward(m, in, tg, B_, T_);
+    double loss = ref_model_forward(m, in, tg, B_, T_);
     snprintf(path, sizeof(path), "%s/loss_init.txt", dir);
     f = fopen_check(path, "w");
     fprintf(f, "%.17g\n", loss);
@@ -70,53 +70,34 @@ int main(int argc, char** argv) {
         fprintf(stderr, "error: %s: a directory path of at most 900 bytes, please\n", dir);
         return 2;
     }
-    llama_ref_config rc;
-    memset(&rc, 0, sizeof(rc));
-    rc.max_seq_len = 64; rc.vocab_size = 997; rc.padded_vocab_size = 1024; rc.num_layers = 2;
-    rc.num_heads = 4; rc.num_kv_heads = 2; rc.channels = 128; rc.ffn_hidden = 344;
-    rc.rope_theta = 5e5; rc.rms_norm_eps = 1e-5;
-    ModelConfig c;
-    memset(&c, 0, sizeof(c));
-    c.family = MODEL_FAMILY_LLAMA;
-    c.vocab_size = rc.vocab_size; c.padded_vocab_size = rc.padded_vocab_size; c.max_seq_len = rc.max_seq_len;
-    c.num_layers = rc.num_layers; c.channels = rc.channels; c.num_heads = rc.num_heads;
-    c.num_kv_heads = rc.num_kv_heads; c.ffn_hidden = rc.ffn_hidden; c.rope_theta = rc.rope_theta;
-    c.norm_eps = rc.rms_norm_eps;
-
-    llama_ref_model m;
-    llama_ref_build(&m, &rc, B_, T_);
-    if (m.num_params != model_num_params(&c)) {
-        fprintf(stderr, "error: the reference has %zu parameters, llmc/model/spec.h counts %zu\n", m.num_params,
-                model_num_params(&c));
-        return 1;
-    }
+    ModelConfig c = model_config_llama_sizes(997, 1024, 64, 2, 128, 4, 2, 344, 5e5, 1e-5);
+    ref_model m;
+    ref_model_build(&m, &c, B_, T_);
     if (init) {
         int rc = init_loss(&m, &c, dir, argv[3]);
-        llama_ref_free(&m);
+        ref_model_free(&m);
         return rc;
     }
-    llama_ref_init_params(&m, 1234);
-    size_t sizes[LLAMA_REF_NUM_TENSORS], off = 0;
-    llama_ref_tensor_sizes(sizes, &rc);
+    ref_model_init_params(&m, 1234);
     uint64_t rng = 99;
     float* values = (float*)malloc_check(m.num_params * sizeof(float));
-    for (int t = 0; t < LLAMA_REF_NUM_TENSORS; t++) {
-        for (size_t j = 0; j < sizes[t]; j++) {
-            double p = m.params_memory[off + j];
-            p = llama_ref_tensor_is_norm(t) ? 1.0 + 0.1 * rand_normal(&rng) : 10.0 * p;
-            values[off + j] = (float)p;
-            m.params_memory[off + j] = (double)values[off + j];
+    for (int t = 0; t < m.spec->num_tensors; t++) {
+        int norm = m.spec->tensors[t].init == MODEL_INIT_ONES;
+        for (size_t j = m.tensor_offset[t]; j < m.tensor_offset[t] + m.tensor_size[t]; j++) {
+            double p = m.params_memory[j];
+            p = norm ? 1.0 + 0.1 * rand_normal(&rng) : 10.0 * p;
+            values[j] = (float)p;
+            m.params_memory[j] = (double)values[j];
         }
-        off += sizes[t];
     }
     int tokens[B_ * (T_ + 1)], in[B_ * T_], tg[B_ * T_];
-    for (int i = 0; i < B_ * (T_ + 1); i++) tokens[i] = (int)(rand_next(&rng) % (uint64_t)rc.vocab_size);
+    for (int i = 0; i < B_ * (T_ + 1); i++) tokens[i] = (int)(rand_next(&rng) % (uint64_t)c.vocab_size);
     for (int b = 0; b < B_; b++)
         for (int t = 0; t < T_; t++) {
             in[b * T_ + t] = tokens[b * (T_ + 1) + t];
             tg[b * T_ + t] = tokens[b * (T_ + 1) + t + 1];
         }
-    double loss = llama_ref_forward(&m, in, tg, B_, T_);
+    double loss = ref_model_forward(&m, in, tg, B_, T_);
 
     char err[HF_ERR_LEN], path[1024];
     snprintf(path, sizeof(path), "%s/hf", dir);
@@ -126,12 +107,12 @@ int main(int argc, char** argv) {
     }
     snprintf(path, sizeof(path), "%s/tokens.bin", dir);
     write_file(path, tokens, sizeof(tokens));
-    double* logits = (double*)malloc_check((size_t)B_ * T_ * rc.vocab_size * sizeof(double));
+    double* logits = (double*)malloc_check((size_t)B_ * T_ * c.vocab_size * sizeof(double));
     for (int r = 0; r < B_ * T_; r++)
-        memcpy(logits + (size_t)r * rc.vocab_size, m.acts.logits + (size_t)r * rc.padded_vocab_size,
-               (size_t)rc.vocab_size * sizeof(double));
+        memcpy(logits + (size_t)r * c.vocab_size, m.acts.logits + (size_t)r * c.padded_vocab_size,
+               (size_t)c.vocab_size * sizeof(double));
     snprintf(path, sizeof(path), "%s/logits.bin", dir);
-    write_file(path, logits, (size_t)B_ * T_ * rc.vocab_size * sizeof(double));
+    write_file(path, logits, (size_t)B_ * T_ * c.vocab_size * sizeof(double));
     snprintf(path, sizeof(path), "%s/loss.txt", dir);
     FILE* f = fopen_check(path, "w");
     fprintf(f, "%.17g\n", loss);
@@ -139,6 +120,6 @@ int main(int argc, char** argv) {
     printf("llama_ref_dump: %s/hf, tokens (%d x %d), logits, loss %.9f\n", dir, B_, T_ + 1, loss);
     free(logits);
     free(values);
-    llama_ref_free(&m);
+    ref_model_free(&m);
     return 0;
 }

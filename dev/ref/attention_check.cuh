@@ -1,9 +1,9 @@
 // attention_check.cuh: checks one causal-attention implementation (forward out and lse, backward
-// dq, dk, dv) against the CPU fp64 reference on random bf16 inputs: multi-head attention (NKV == NH,
-// GPT-2's qkv) against dev/ref/gpt_ref_layers.h, grouped-query attention (NKV < NH: qkv (B, T,
-// (NH + 2·NKV)·hs)) against dev/ref/llama_ref_layers.h; with RoPE (att_check_rope) the reference rotates
-// q and k first and the gradients back last, as the CPU model does. Shared by dev/cuda/attention.cu (every variant)
-// and dev/test/test_attention{,_gqa}.cu. Outputs are poisoned (0xFF bytes: bf16/fp32 NaN) before each
+// dq, dk, dv) against the CPU fp64 reference (dev/ref/ref_layers.h) on random bf16 inputs: multi-head
+// attention (NKV == NH, GPT-2's qkv) and grouped-query attention (NKV < NH: qkv (B, T, (NH + 2·NKV)·hs)),
+// one reference function for both; with RoPE (att_check_rope) the reference rotates q and k first and
+// the gradients back last, as the CPU model does. Shared by dev/cuda/attention.cu (every variant) and
+// dev/test/test_attention{,_gqa}.cu. Outputs are poisoned (0xFF bytes: bf16/fp32 NaN) before each
 // run, so unwritten elements show up as non-finite; errors are relative L2 (‖x − ref‖ / ‖ref‖) and max
 // abs with its location.
 #pragma once
@@ -11,9 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#define GPT_REF_DOUBLE
-#include "gpt_ref_layers.h"
-#include "llama_ref_layers.h"
+#define REF_DOUBLE
+#include "ref_layers.h"
 #include "../../llmc/core/cuda_common.cuh"
 
 // One implementation under test: self carries any scratch it needs. C = NH·hs; qkv is (B, T, C + 2·NKV·hs),
@@ -149,23 +148,19 @@ static AttCheck att_check_rope(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, in
         // the rotated q and k (q heads, then k heads), rounded to bf16: the layer keeps them so (the
         // backward reads them back), and without this rounding the reference would differ from any bf16
         // implementation by ~2^-9 of each score (lse off by ~5e-3, past its tolerance) whatever its kernels
-        llama_ref_rope_forward(r_qkv, r_qkv, B, T, NH + NKV, hs, (int)W, theta);
+        ref_rope_forward(r_qkv, r_qkv, B, T, NH + NKV, hs, (int)W, theta);
         for (size_t i = 0; i < nqkv; i++)
             if (i % W < (size_t)(NH + NKV) * hs) r_qkv[i] = __bfloat162float(__double2bfloat16(r_qkv[i]));
     }
-    // reference: out and the probabilities, lse recomputed in fp64, dqkv (the reference accumulates)
-    double* r_att = (double*)malloc_check((size_t)B * NH * T * T * sizeof(double));
+    // reference: out and the probabilities, lse recomputed in fp64, dqkv (the reference accumulates);
+    // att zeroed, though the forward writes all of it, so that gcc need not prove that it does
+    double* r_att = (double*)calloc_check((size_t)B * NH * T * T, sizeof(double));
     double* r_out = (double*)malloc_check(nout * sizeof(double));
     double* r_lse = (double*)malloc_check(nrow * sizeof(double));
     double* r_dqkv = (double*)calloc_check(nqkv, sizeof(double));
-    if (NKV == NH) {
-        gpt_ref_attention_forward(r_out, r_att, r_qkv, B, T, C, NH);
-        gpt_ref_attention_backward(r_dqkv, r_dout, r_qkv, r_att, B, T, C, NH);
-    } else {
-        gpt_ref_attention_gqa_forward(r_out, r_att, r_qkv, B, T, NH, NKV, hs);
-        gpt_ref_attention_gqa_backward(r_dqkv, r_dout, r_qkv, r_att, B, T, NH, NKV, hs);
-    }
-    if (theta > 0) llama_ref_rope_backward(r_dqkv, r_dqkv, B, T, NH + NKV, hs, (int)W, theta);
+    ref_attention_forward(r_out, r_att, r_qkv, B, T, NH, NKV, hs);
+    ref_attention_backward(r_dqkv, r_dout, r_qkv, r_att, B, T, NH, NKV, hs);
+    if (theta > 0) ref_rope_backward(r_dqkv, r_dqkv, B, T, NH + NKV, hs, (int)W, theta);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
@@ -173,7 +168,7 @@ static AttCheck att_check_rope(AttFwdFn fwd, AttBwdFn bwd, void* self, int B, in
                 const double* k = r_qkv + (size_t)b * T * W + (size_t)(NH + h / G) * hs;
                 double s[8192], mx = -INFINITY, sum = 0;  // T ≤ 8192 in the checks
                 for (int t2 = 0; t2 <= t; t2++) {
-                    s[t2] = gpt_ref_dot(q, k + (size_t)t2 * W, hs) / sqrt((double)hs);
+                    s[t2] = ref_dot(q, k + (size_t)t2 * W, hs) / sqrt((double)hs);
                     mx = s[t2] > mx ? s[t2] : mx;
                 }
                 for (int t2 = 0; t2 <= t; t2++) sum += exp(s[t2] - mx);

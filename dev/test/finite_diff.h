@@ -8,25 +8,29 @@
 #include "../../llmc/core/rand.h"
 #include "testing.h"
 
-// Central differences, h = 1e-5, as in test_gpt_ref.c: truncation h^2/6 f''' ~ 1e-11, and round-off
-// ~ 1e-16 * (sum of the magnitudes of the loss's terms) / h: ~1e-10 for a mean cross-entropy of ~3 (the
-// model), ~1e-9 for sum(out * R) over a few hundred outputs (a layer). An element's error is
-// |analytic - fd| / max(|analytic|, |fd|, 1e-2): relative for gradients of normal size (~0.1 .. 5
-// here), absolute / 1e-2 for small ones, whose fd is mostly that noise (test_gpt_ref.c's floor 1e-3
-// would leave a margin of only ~3 here). The correct code stays below 4e-8, a 25th of FD_TOL; a wrong
-// formula gives errors of order 1e-2 .. 1, and an absolute error above 1e-8 on any element fails.
+// Central differences, h = 1e-5: truncation h^2/6 f''' ~ 1e-11, and round-off ~ 1e-16 * (sum of the
+// magnitudes of the loss's terms) / h: ~1e-10 for a mean cross-entropy of ~3 (a model), ~1e-9 for
+// sum(out * R) over a few hundred outputs (a layer). An element's error is |analytic - fd| /
+// max(|analytic|, |fd|, floor): relative for gradients of normal size, absolute / floor for small ones,
+// whose fd is mostly that noise. Each check picks its floor (FD_FLOOR, 1e-2, for the layers: the correct
+// code stays below 4e-8 there, a 25th of FD_TOL; the model test says its own); a wrong formula gives
+// errors of order 1e-2 .. 1, and an absolute error above 1e-8 on any element fails.
 #define FD_H 1e-5
-#ifndef FD_FLOOR // test_gpt_ref.c keeps its 1e-3
 #define FD_FLOOR 1e-2
-#endif
 #define FD_TOL 1e-6
 
 typedef double (*loss_fn)(void* ctx);
 
 typedef struct {
-    double max_err, max_abs, max_grad; // over the elements so far (start from all 0)
+    double floor;                      // the error's floor (fd_stats_start)
+    double max_err, max_abs, max_grad; // over the elements so far
     size_t worst;                      // the element of max_err
 } fd_stats;
+
+static inline void fd_stats_start(fd_stats* s, double floor) {
+    memset(s, 0, sizeof(*s));
+    s->floor = floor;
+}
 
 // Folds element j into s: grad against the central difference of f over x[j] (x[j] is restored).
 static inline void fd_element(fd_stats* s, double* x, size_t j, double grad, loss_fn f, void* ctx) {
@@ -37,7 +41,7 @@ static inline void fd_element(fd_stats* s, double* x, size_t j, double grad, los
     double lm = f(ctx);
     x[j] = p;
     double fd = (lp - lm) / (2 * FD_H), diff = fabs(grad - fd);
-    double err = diff / fmax(fmax(fabs(grad), fabs(fd)), FD_FLOOR);
+    double err = diff / fmax(fmax(fabs(grad), fabs(fd)), s->floor);
     if (err > s->max_err) { s->max_err = err; s->worst = j; }
     s->max_abs = fmax(s->max_abs, diff);
     s->max_grad = fmax(s->max_grad, fabs(grad));
@@ -52,10 +56,11 @@ static inline void fd_report(const char* what, const fd_stats* s, size_t n) {
 }
 
 // Every element of x (n of them, analytic gradient grad) against finite differences of f, reported as
-// the one tensor what.
-static inline void fd_check_array(const char* what, double* x, const double* grad, size_t n, loss_fn f, void* ctx) {
+// the one tensor what, with the error's floor `floor`.
+static inline void fd_check_array(const char* what, double* x, const double* grad, size_t n, double floor, loss_fn f,
+                                  void* ctx) {
     fd_stats s;
-    memset(&s, 0, sizeof(s));
+    fd_stats_start(&s, floor);
     for (size_t j = 0; j < n; j++) fd_element(&s, x, j, grad[j], f, ctx);
     fd_report(what, &s, n);
 }

@@ -1,14 +1,14 @@
-// ref_model_checks.h: the checks that test_gpt_ref.c and test_llama_ref.c run the same way on either CPU
-// reference model (double builds): the random batches, and the verdicts on padded vocabulary rows,
-// causality, the loss at init, a short AdamW run and a decay-only AdamW step. Each test keeps what is its
-// model's own (which tensors are padded, what init sets, the training step) and hands these the numbers,
-// so that both models are held to one definition of each property.
+// ref_model_checks.h: what test_model_ref.c asks of the CPU reference model (dev/ref/model_ref.h, the
+// double build: define REF_DOUBLE before the first include): the random batches, and the verdicts on
+// padded vocabulary rows, causality, the loss at init, a short AdamW run and a decay-only AdamW step,
+// one definition of each property for every family.
 #pragma once
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include "../../llmc/core/rand.h"
+#include "../ref/model_ref.h"
 #include "testing.h"
 
 // n random ids in [0, V) for inputs and targets, drawn alternately from seed.
@@ -85,16 +85,15 @@ static inline void ref_expect_loss_descent(const double* losses, int steps) {
 }
 
 // An AdamW step with zero gradients leaves m and v at 0, so the Adam term is 0 exactly and the step only
-// decays: the num_tensors tensors laid out back to back (sizes[i] elements each) must be before * (1 - lr
-// wd) where decays(i), and untouched elsewhere.
-static inline void ref_expect_decay_only(const double* params, const double* before, const size_t sizes[],
-                                         int num_tensors, int (*decays)(int), const char* (*name)(int),
-                                         double lr, double wd) {
-    size_t off = 0;
-    for (int i = 0; i < num_tensors; i++) {
-        double max_err = 0, f = decays(i) ? 1.0 - lr * wd : 1.0;
-        for (size_t j = off; j < off + sizes[i]; j++) max_err = fmax(max_err, fabs(params[j] - before[j] * f));
-        EXPECT(max_err < 1e-15, "adamw decay: %s should be scaled by %.3f, error %.3e", name(i), f, max_err);
-        off += sizes[i];
+// decays: m's parameters (before: what they were) must be before * (1 - lr wd) in the tensors whose
+// table entry decays, and untouched elsewhere.
+static inline void ref_expect_decay_only(const ref_model* m, const double* before, double lr, double wd) {
+    for (int i = 0; i < m->spec->num_tensors; i++) {
+        const ModelTensorSpec* t = &m->spec->tensors[i];
+        double max_err = 0, f = t->decay ? 1.0 - lr * wd : 1.0;
+        size_t off = m->tensor_offset[i];
+        for (size_t j = off; j < off + m->tensor_size[i]; j++)
+            max_err = fmax(max_err, fabs(m->params_memory[j] - before[j] * f));
+        EXPECT(max_err < 1e-15, "adamw decay: %s should be scaled by %.3f, error %.3e", t->name, f, max_err);
     }
 }

@@ -1,6 +1,6 @@
 // test_attention.cu: GPU test of the flash attention kernels, mma.sync (llmc/flash_attention{,_backward}.cuh)
 // and, on an sm_90 GPU in an sm_90a build, wgmma (llmc/flash_attention_sm90{,_backward}.cuh), against the CPU
-// fp64 reference (dev/ref/gpt_ref_layers.h, through dev/ref/attention_check.cuh): forward out and lse,
+// fp64 reference (dev/ref/ref_layers.h, through dev/ref/attention_check.cuh): forward out and lse,
 // backward dq, dk, dv, at T = 1, 63, 64, 100, 257 (and two longer ones: many tiles, T not a multiple
 // of 64), NH = 1 and 3, hs = 64 and 128, B = 2, in GPT-2's layout (NKV = NH; grouped-query attention:
 // test_attention_gqa.cu). Outputs are poisoned before each run; the backward runs

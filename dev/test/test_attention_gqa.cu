@@ -2,8 +2,8 @@
 // heads; qkv (B, T, (NH + 2·NKV)·hs)) in the flash kernels (llmc/flash_attention{,_backward}.cuh; on an
 // sm_90 GPU in an sm_90a build also llmc/flash_attention_sm90{,_backward}.cuh, check 1) and the simple ones
 // (llmc/attention/attention_simple.cuh, through the layer's dispatcher llmc/attention/attention.cuh).
-//   1. Against the CPU fp64 reference (dev/ref/llama_ref_layers.h; NKV == NH: gpt_ref_layers.h, through
-//      dev/ref/attention_check.cuh): forward out and lse, backward dq, dk, dv, at every combination of
+//   1. Against the CPU fp64 reference (dev/ref/ref_layers.h, through dev/ref/attention_check.cuh):
+//      forward out and lse, backward dq, dk, dv, at every combination of
 //      NH ∈ {4, 8}, NKV ∈ {1, 2, NH}, hs ∈ {64, 128}, T ∈ {1, 63, 64, 65, 200}, B ∈ {1, 2} (flash), and
 //      the simple kernels at hs = 32 and 96 (lanes owning 1 and 3 channels) with NH = 4, NKV ∈ {1, 2, 4}.
 //      Tolerances as test_attention's, justified in attention_check.cuh (relative L2 1e-2 for out and

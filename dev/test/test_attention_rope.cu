@@ -6,7 +6,7 @@
 //            the backward kernels rotate dq and dk back;
 //   layer    (llmc/attention/attention.cuh at hs = 32 and 96: the simple kernels) a pass on each side.
 //   1. Against the CPU fp64 reference (dev/ref/attention_check.cuh's att_check_rope: the reference
-//      rotates q and k with dev/ref/llama_ref_layers.h's RoPE in double, runs attention, and rotates the
+//      rotates q and k with dev/ref/ref_layers.h's RoPE in double, runs attention, and rotates the
 //      gradients back): out, lse, dq, dk, dv at hs ∈ {64, 128}, (NH, NKV) ∈ {(4, 1), (4, 2), (4, 4),
 //      (8, 2)}, T ∈ {1, 63, 64, 65, 200}, B ∈ {1, 2}, θ ∈ {1e4, 5e5}, T = 1000 (16 tiles of positions,
 //      angles up to ~1000 rad) at θ = 1e4, for mma.sync and sm90; the layer at hs = 32 and 96 with

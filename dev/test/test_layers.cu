@@ -1,5 +1,5 @@
 // test_layers.cu: GPU test of the row and column kernels of llmc/layers/layernorm.cuh and llmc/layers/linear.cuh
-// against the fp64 CPU reference (dev/ref/gpt_ref_layers.h), at widths the model does not reach in
+// against the fp64 CPU reference (dev/ref/ref_layers.h), at widths the model does not reach in
 // test_gpt (C = 8 .. 2048, partial lane groups, N not a multiple of the 8 rows of a block, N = 1):
 //   layernorm_forward: out, mean, rstd (and the residual form: r = bf16(a + b) stored, out);
 //   layernorm_backward: dx ACCUMULATED onto a non-zero dinp, dw and db ACCUMULATED onto non-zero values,
@@ -12,11 +12,11 @@
 // The backward runs twice on the same inputs and must give identical bits. With -gemm_tune's tuned GEMMs
 // (llmc/layers/matmul.cuh) the layer must give the untuned bits, and the tuning rule is checked on its own;
 // a second context tunes into its own table, never into the first's.
-#define GPT_REF_DOUBLE
+#define REF_DOUBLE
 #include <stdlib.h>
 #include <math.h>
 #include <vector>
-#include "../ref/gpt_ref_layers.h"
+#include "../ref/ref_layers.h"
 #include "../../llmc/layers/layernorm.cuh"
 #include "../../llmc/layers/linear.cuh"
 #include "gpu_testing.cuh"
@@ -125,12 +125,12 @@ static void test_layernorm(int N, int C, int with_sum, float* scratch, const Gpu
     cuda_check(cudaStreamSynchronize(st));
 
     std::vector<double> out(N * (size_t)C), mean(N), rstd(N);
-    gpt_ref_layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    ref_layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
     // the backward reference takes the GPU's fp32 statistics, so that dx tests the backward alone
     std::vector<double> gmean = get_f32(d_mean, N), grstd = get_f32(d_rstd, N);
     std::vector<double> dinp = dinp0, dw = dw0, db = db0;
-    gpt_ref_layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), gmean.data(), grstd.data(),
-                               w.data(), N, C);
+    ref_layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), gmean.data(), grstd.data(),
+                           w.data(), N, C);
     double e_out = rel_l2(get_bf16(d_out, (size_t)N * C), out);
     double e_mean = rms_diff(gmean, mean), e_rstd = rel_l2(grstd, rstd);
     double e_dx = rel_l2(get_bf16(d_dinp, (size_t)N * C), dinp);
@@ -160,7 +160,7 @@ static void test_layernorm(int N, int C, int with_sum, float* scratch, const Gpu
     residual_layernorm_forward(d_r, d_out, d_mean, d_rstd, d_x, d_y, d_w, d_b, N, C, ctx);
     cuda_check(cudaStreamSynchronize(st));
     for (size_t i = 0; i < r.size(); i++) r[i] = __bfloat162float(__float2bfloat16((float)(x[i] + y[i])));
-    gpt_ref_layernorm_forward(out.data(), mean.data(), rstd.data(), r.data(), w.data(), b.data(), N, C);
+    ref_layernorm_forward(out.data(), mean.data(), rstd.data(), r.data(), w.data(), b.data(), N, C);
     double e_r = rel_l2(get_bf16(d_r, r.size()), r), e_rout = rel_l2(get_bf16(d_out, r.size()), out);
     printf("residual  N=%5d C=%4d: r %.1e (exact expected) out %.1e\n", N, C, e_r, e_rout);
     EXPECT(e_r == 0.0, "residual layernorm N=%d C=%d: r = bf16(a + b) differs (rel L2 %.2e)", N, C, e_r);
@@ -185,10 +185,10 @@ static void test_linear_backward(int N, int IC, int OC, int gelu, float* scratch
     linear_backward(d_dx, d_dW, d_db, scratch, d_dy, d_x, d_W, N, IC, OC, gelu ? d_u : NULL, ctx);
     cuda_check(cudaStreamSynchronize(ctx->stream));
     std::vector<double> dx((size_t)N * IC, 0.0), dW = dW0, db = db0;  // the layer assigns dx
-    gpt_ref_matmul_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), N, IC, OC);
+    ref_matmul_backward(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), N, IC, OC);
     if (gelu) {
         std::vector<double> du((size_t)N * IC, 0.0);
-        gpt_ref_gelu_backward(du.data(), dx.data(), u.data(), du.size());
+        ref_gelu_backward(du.data(), dx.data(), u.data(), du.size());
         dx = du;
     }
     double e_dx = rel_l2(get_bf16(d_dx, (size_t)N * IC), dx);

@@ -1,5 +1,5 @@
 // test_llama_layers.cu: GPU test of the Llama-style layers' kernels against the CPU reference
-// (dev/ref/llama_ref_layers.h, built in double: the oracle's own rounding stays far below every
+// (dev/ref/ref_layers.h, built in double: the oracle's own rounding stays far below every
 // tolerance here), forward and backward, at awkward sizes:
 //   llmc/layers/rmsnorm.cuh: out, rstd, dx ACCUMULATED onto a non-zero dinp, dw ACCUMULATED onto non-zero
 //     values; the residual form (r = bf16(a + b) exact, also in place); N = 1, N not a multiple of the
@@ -32,12 +32,12 @@
 //   differ in their last bits, which can move a rounding tie), atol 1e-11 (a few double ulps of an
 //   angle up to 4096 rad, seen where cos or sin crosses 0). Inverse: per pair ‖got − x‖ ≤
 //   2^-8·(2 + 2^-8)·‖x‖ + 2·atol (two bf16 roundings; a rotation keeps the norm of an error).
-#define GPT_REF_DOUBLE
+#define REF_DOUBLE
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include <vector>
-#include "../ref/llama_ref_layers.h"
+#include "../ref/ref_layers.h"
 #include "../../llmc/layers/rmsnorm.cuh"
 #include "../../llmc/layers/swiglu.cuh"
 #include "../../llmc/layers/rope.cuh"
@@ -177,10 +177,10 @@ static void test_rmsnorm(int N, int C, double eps, double xscale, float* scratch
     rmsnorm_backward(d_dinp2, d_dw2, scratch, d_dout, d_x, d_rstd, d_w, N, C, ctx);
 
     Vec out(n), rstd(N);
-    llama_ref_rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+    ref_rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
     // the backward reference takes the GPU's rstd, so that dx and dw test the backward alone
     Vec grstd = get_f32(d_rstd, N), dinp = dinp0, dw = dw0;
-    llama_ref_rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), grstd.data(), w.data(), N, C);
+    ref_rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), grstd.data(), w.data(), N, C);
     check_close(label, "out", get_bf16(d_out, n), out, TOL_BF16, ATOL_BF16 * max_abs(out), C);
     check_close(label, "rstd", grstd, rstd, TOL_RSTD, 0, 1);
     check_close(label, "dx", get_bf16(d_dinp, n), dinp, TOL_BF16, ATOL_BF16 * max_abs(dinp), C);
@@ -195,7 +195,7 @@ static void test_rmsnorm(int N, int C, double eps, double xscale, float* scratch
     residual_rmsnorm_forward(d_r, d_out, d_rstd, d_x, d_y, d_w, N, C, (float)eps, ctx);
     Vec r(n);
     for (size_t i = 0; i < n; i++) r[i] = __bfloat162float(__float2bfloat16((float)(x[i] + y[i])));
-    llama_ref_rmsnorm_forward(out.data(), rstd.data(), r.data(), w.data(), N, C, eps);
+    ref_rmsnorm_forward(out.data(), rstd.data(), r.data(), w.data(), N, C, eps);
     check_close(label, "resid r", get_bf16(d_r, n), r, 0, 0, C);  // exact: one fp32 add of two bf16, rounded once
     check_close(label, "resid out", get_bf16(d_out, n), out, TOL_BF16, ATOL_BF16 * max_abs(out), C);
     bf16* d_a = (bf16*)duplicate(d_x, n * sizeof(bf16));
@@ -229,8 +229,8 @@ static void test_swiglu(int N, int F, double gate_range, const GpuContext* ctx) 
     swiglu_backward(d_inplace, d_dout, d_inplace, N, F, ctx);
 
     Vec h(nh), dgu(ng);
-    llama_ref_swiglu_forward(h.data(), gu.data(), N, F);
-    llama_ref_swiglu_backward(dgu.data(), dout.data(), gu.data(), N, F);
+    ref_swiglu_forward(h.data(), gu.data(), N, F);
+    ref_swiglu_backward(dgu.data(), dout.data(), gu.data(), N, F);
     check_close(label, "h", get_bf16(d_h, nh), h, TOL_BF16, ATOL_BF16 * max_abs(h), F);
     check_close(label, "dgate|up", get_bf16(d_dgu, ng), dgu, TOL_BF16, ATOL_BF16 * max_abs(dgu), 2 * F);
     check_bitwise(label, "repeat", same_bits(d_h, d_h2, nh * sizeof(bf16)) && same_bits(d_dgu, d_dgu2, ng * sizeof(bf16)));
@@ -268,8 +268,8 @@ static void test_rope(int B, int T, int NH, int NKV, int hs, double theta, const
 
     double atol = ATOL_ROPE * max_abs(x);
     Vec y = x, dx = dy, got = get_bf16(d_qkv, n);
-    llama_ref_rope_forward(y.data(), y.data(), B, T, heads, hs, stride, theta);
-    llama_ref_rope_backward(dx.data(), dx.data(), B, T, heads, hs, stride, theta);
+    ref_rope_forward(y.data(), y.data(), B, T, heads, hs, stride, theta);
+    ref_rope_backward(dx.data(), dx.data(), B, T, heads, hs, stride, theta);
     check_close(label, "forward", got, y, TOL_BF16, atol, stride);
     check_close(label, "backward", get_bf16(d_dy, n), dx, TOL_BF16, ATOL_ROPE * max_abs(dy), stride);
     // the v heads, and every head at position 0 (cos 1, sin 0), come back bitwise as they went in

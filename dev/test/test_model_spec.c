@@ -1,5 +1,6 @@
 // test_model_spec.c: the families as data (llmc/model/spec.h), against the layouts written out by hand
-// here, tensor by tensor, as llm.c's GPT-2 and dev/ref/llama_ref.h have them:
+// here, tensor by tensor: llm.c's GPT-2, and the Llama-style model in its forward's order (the order in
+// which LlamaForCausalLM applies its modules), as the CPU reference (dev/ref/model_ref.h) walks them:
 //   - each family's tensors: their order, short names, sizes, offsets and the parameter count, for
 //     several configs of each (the named sizes, a small one, GPT-2 with heads that do not divide C, GQA
 //     and MHA); GPT-2 d12 at Vp 50304 has

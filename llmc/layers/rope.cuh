@@ -46,7 +46,7 @@
 
 // --- kernels ---------------------------------------------------------------------------------
 
-// cos_sin[t, i] = (cos, sin)(t · θ^(-2i/hs)) in double, as dev/ref/llama_ref_layers.h writes it, rounded
+// cos_sin[t, i] = (cos, sin)(t · θ^(-2i/hs)) in double, as dev/ref/ref_layers.h writes it, rounded
 // to fp32. One thread per (t, i). --use_fast_math changes only fp32 functions: pow, sincos stay double.
 __global__ void rope_table_kernel(float* cos_sin, int T, int hs, double theta) {
     int half = hs / 2;

@@ -12,7 +12,7 @@
 // the same order and with the same arguments, that its own code would: GPT-2 (LayerNorm, learned
 // positions, GELU in the fc GEMM's epilogue or rerun under recompute, biases whose gradients ride in
 // the LayerNorm and attention backwards, tied head) and Llama-style (RMSNorm, RoPE, SwiGLU, no biases,
-// untied head), the same math as the CPU references dev/ref/gpt_ref.h and dev/ref/llama_ref.h.
+// untied head), the same math as the CPU reference dev/ref/model_ref.h.
 // Precision: bf16 parameters and activations; fp32 master weights (kept as the bf16 parameters and an
 // int16 remainder, exact: llmc/optim/master_split.h), gradients, AdamW moments, norm statistics,
 // attention softmax and every reduction. The residual-stream gradient is bf16 (as llm.c).

@@ -10,7 +10,7 @@
 //   GPT-2 (llm.c's order): wte (Vp, C), wpe (maxT, C), ln1w, ln1b (L, C), qkvw (L, 3C, C), qkvb (L, 3C),
 //     attprojw (L, C, C), attprojb (L, C), ln2w, ln2b (L, C), fcw (L, 4C, C), fcb (L, 4C),
 //     fcprojw (L, C, 4C), fcprojb (L, C), lnfw, lnfb (C)
-//   Llama-style (the order of dev/ref/llama_ref.h): embed (Vp, C), attn_norm (L, C),
+//   Llama-style (the forward's order): embed (Vp, C), attn_norm (L, C),
 //     wqkv (L, (NH + 2 NKV) hs, C), wo (L, C, C), ffn_norm (L, C), w_gateup (L, 2F, C), w_down (L, C, F),
 //     final_norm (C), lm_head (Vp, C)
 // In one config GPT-2 is NKV = NH and F = 4C, so that the shapes above are the same formulas for both:

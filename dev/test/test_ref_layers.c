@@ -1,37 +1,42 @@
-// test_llama_ref_layers.c: CPU tests of the layers of the Llama-style reference (dev/ref/llama_ref_layers.h),
-// built in double; the whole model is test_llama_ref.c. Checks: each backward (RMSNorm input and weight,
-// RoPE, SwiGLU, attention with NKV = 2, 1 and NH) against central finite differences of sum(out * R), at
-// small awkward sizes (5 x 7 rows, odd half head, odd hs, untouched channels after the rotated heads);
-// the RMSNorm and SwiGLU forwards against their definitions on a few numbers; RoPE against the
-// rotate_half definition on one-hot heads at hs 64, the identity at position 0, pair norms kept, scores
-// that depend on relative position only; GQA at NKV = 2 and 1 of NH = 4 equal to multi-head attention
-// (gpt_ref_layers.h) with the kv heads repeated, forward and backward.
-#define GPT_REF_DOUBLE
+// test_ref_layers.c: CPU tests of the layers of the reference model (dev/ref/ref_layers.h), every
+// family's, built in double; the whole model is test_model_ref.c. Checks: each backward (RMSNorm and
+// LayerNorm input and weight, LayerNorm bias, RoPE, SwiGLU, GELU, attention with NKV = 2, 1 and NH)
+// against central finite differences of sum(out * R), at small awkward sizes (5 x 7 rows, odd half
+// head, odd hs, untouched channels after the rotated heads); the RMSNorm and SwiGLU forwards against
+// their definitions on a few numbers; RoPE against the rotate_half definition on one-hot heads at hs
+// 64, the identity at position 0, pair norms kept, scores that depend on relative position only; GQA
+// at NKV = 2 and 1 of NH = 4 equal to multi-head attention (NKV = NH) with the kv heads repeated,
+// forward and backward. (The LayerNorm and GELU forwards are checked through the model, by its
+// fixture's golden values.)
+#define REF_DOUBLE
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../../llmc/core/check.h"
-#include "../ref/llama_ref_layers.h"
+#include "../ref/ref_layers.h"
 #include "finite_diff.h"
 #include "testing.h"
 
 // One layer at small, awkward sizes; the scalar loss is sum(out * R) for a fixed random R, so that the
-// backward gets dout = R. Inputs are N(0, 1), RMSNorm weights 1 + N(0, 0.3).
-enum { LAYER_RMSNORM, LAYER_ROPE, LAYER_SWIGLU, LAYER_ATTENTION };
+// backward gets dout = R. Inputs are N(0, 1), norm weights 1 + N(0, 0.3), LayerNorm's bias N(0, 0.3).
+enum { LAYER_RMSNORM, LAYER_ROPE, LAYER_SWIGLU, LAYER_ATTENTION, LAYER_LAYERNORM, LAYER_GELU };
 
 typedef struct {
     int layer, B, T, C, NH, NKV, hs, stride;
     double theta;
-    double *inp, *weight, *out, *aux, *R; // aux: rstd or att
+    double *inp, *weight, *bias, *out, *aux, *mean, *R; // aux: rstd or att; mean: LayerNorm's
     size_t n_inp, n_out;
 } layer_case;
 
 static void layer_forward(layer_case* k) {
     int BT = k->B * k->T;
-    if (k->layer == LAYER_RMSNORM) llama_ref_rmsnorm_forward(k->out, k->aux, k->inp, k->weight, BT, k->C, 1e-5);
-    if (k->layer == LAYER_ROPE) llama_ref_rope_forward(k->out, k->inp, k->B, k->T, k->NH, k->hs, k->stride, k->theta);
-    if (k->layer == LAYER_SWIGLU) llama_ref_swiglu_forward(k->out, k->inp, BT, k->C);
-    if (k->layer == LAYER_ATTENTION) gpt_ref_attention_gqa_forward(k->out, k->aux, k->inp, k->B, k->T, k->NH, k->NKV, k->hs);
+    if (k->layer == LAYER_RMSNORM) ref_rmsnorm_forward(k->out, k->aux, k->inp, k->weight, BT, k->C, 1e-5);
+    if (k->layer == LAYER_ROPE) ref_rope_forward(k->out, k->inp, k->B, k->T, k->NH, k->hs, k->stride, k->theta);
+    if (k->layer == LAYER_SWIGLU) ref_swiglu_forward(k->out, k->inp, BT, k->C);
+    if (k->layer == LAYER_ATTENTION) ref_attention_forward(k->out, k->aux, k->inp, k->B, k->T, k->NH, k->NKV, k->hs);
+    if (k->layer == LAYER_LAYERNORM)
+        ref_layernorm_forward(k->out, k->mean, k->aux, k->inp, k->weight, k->bias, BT, k->C);
+    if (k->layer == LAYER_GELU) ref_gelu_forward(k->out, k->inp, (size_t)BT * k->C);
 }
 
 static double layer_loss(void* ctx) {
@@ -42,7 +47,7 @@ static double layer_loss(void* ctx) {
     return s;
 }
 
-// C is the row width for RMSNorm and F for SwiGLU; RoPE rotates NH heads of rows of width stride.
+// C is the row width for the norms and GELU, and F for SwiGLU; RoPE rotates NH heads of rows of width stride.
 static void test_layer(const char* name, int layer, int B, int T, int C, int NH, int NKV, int hs, int stride) {
     layer_case k;
     memset(&k, 0, sizeof(k));
@@ -56,21 +61,34 @@ static void test_layer(const char* name, int layer, int B, int T, int C, int NH,
     k.out = (double*)calloc_check(k.n_out, sizeof(double));
     k.R = (double*)malloc_check(k.n_out * sizeof(double));
     k.weight = (double*)malloc_check((size_t)C * sizeof(double));
+    k.bias = (double*)malloc_check((size_t)C * sizeof(double));
+    k.mean = (double*)malloc_check(BT * sizeof(double));
     k.aux = (double*)malloc_check(BT * (NH > 0 ? NH * T : 1) * sizeof(double));
     double* dinp = (double*)calloc_check(k.n_inp, sizeof(double));
     double* dweight = (double*)calloc_check((size_t)C, sizeof(double));
+    double* dbias = (double*)calloc_check((size_t)C, sizeof(double));
     uint64_t rng = 1000 + (uint64_t)layer * 10 + (uint64_t)NKV;
     fill_normal(k.inp, k.n_inp, 0, 1, &rng);
     fill_normal(k.R, k.n_out, 0, 1, &rng);
     fill_normal(k.weight, (size_t)C, 1, 0.3, &rng);
+    if (layer == LAYER_LAYERNORM) fill_normal(k.bias, (size_t)C, 0, 0.3, &rng);
     layer_forward(&k);
-    if (layer == LAYER_RMSNORM) llama_ref_rmsnorm_backward(dinp, dweight, k.R, k.inp, k.aux, k.weight, (int)BT, C);
-    if (layer == LAYER_ROPE) llama_ref_rope_backward(dinp, k.R, B, T, NH, hs, stride, k.theta);
-    if (layer == LAYER_SWIGLU) llama_ref_swiglu_backward(dinp, k.R, k.inp, (int)BT, C);
-    if (layer == LAYER_ATTENTION) gpt_ref_attention_gqa_backward(dinp, k.R, k.inp, k.aux, B, T, NH, NKV, hs);
-    fd_check_array(name, k.inp, dinp, k.n_inp, layer_loss, &k);
-    if (layer == LAYER_RMSNORM) fd_check_array("rmsnorm weight", k.weight, dweight, (size_t)C, layer_loss, &k);
-    free(k.inp); free(k.out); free(k.R); free(k.weight); free(k.aux); free(dinp); free(dweight);
+    if (layer == LAYER_RMSNORM) ref_rmsnorm_backward(dinp, dweight, k.R, k.inp, k.aux, k.weight, (int)BT, C);
+    if (layer == LAYER_ROPE) ref_rope_backward(dinp, k.R, B, T, NH, hs, stride, k.theta);
+    if (layer == LAYER_SWIGLU) ref_swiglu_backward(dinp, k.R, k.inp, (int)BT, C);
+    if (layer == LAYER_ATTENTION) ref_attention_backward(dinp, k.R, k.inp, k.aux, B, T, NH, NKV, hs);
+    if (layer == LAYER_LAYERNORM)
+        ref_layernorm_backward(dinp, dweight, dbias, k.R, k.inp, k.mean, k.aux, k.weight, (int)BT, C);
+    if (layer == LAYER_GELU) ref_gelu_backward(dinp, k.R, k.inp, BT * C);
+    fd_check_array(name, k.inp, dinp, k.n_inp, FD_FLOOR, layer_loss, &k);
+    if (layer == LAYER_RMSNORM)
+        fd_check_array("rmsnorm weight", k.weight, dweight, (size_t)C, FD_FLOOR, layer_loss, &k);
+    if (layer == LAYER_LAYERNORM) {
+        fd_check_array("layernorm weight", k.weight, dweight, (size_t)C, FD_FLOOR, layer_loss, &k);
+        fd_check_array("layernorm bias", k.bias, dbias, (size_t)C, FD_FLOOR, layer_loss, &k);
+    }
+    free(k.inp); free(k.out); free(k.R); free(k.weight); free(k.bias); free(k.aux); free(k.mean);
+    free(dinp); free(dweight); free(dbias);
 }
 
 static void test_layers(void) {
@@ -82,6 +100,8 @@ static void test_layers(void) {
     test_layer("attention NH 4, NKV 2", LAYER_ATTENTION, 2, 5, 0, 4, 2, 3, 0);
     test_layer("attention NH 4, NKV 1", LAYER_ATTENTION, 2, 5, 0, 4, 1, 3, 0);
     test_layer("attention NH 4, NKV 4", LAYER_ATTENTION, 2, 5, 0, 4, 4, 3, 0);
+    test_layer("layernorm input (5 x 7)", LAYER_LAYERNORM, 1, 5, 7, 0, 0, 0, 0);
+    test_layer("gelu (10 x 7)", LAYER_GELU, 2, 5, 7, 0, 0, 0, 0);
 }
 
 // RMSNorm and SwiGLU forwards against their definitions, written out here on a few numbers (the finite
@@ -90,7 +110,7 @@ static void test_layers(void) {
 // gate / (1 + exp(-gate)) * up. Tolerance 1e-15 on values of order 1 (a few roundings).
 static void test_forward_definitions(void) {
     double x[8] = {1, -2, 3, -4, 0.5, 0, 0, 0}, w[4] = {1, 0.5, 2, -1}, y[8], rstd[2], max_err = 0;
-    llama_ref_rmsnorm_forward(y, rstd, x, w, 2, 4, 0.1);
+    ref_rmsnorm_forward(y, rstd, x, w, 2, 4, 0.1);
     double r0 = 1 / sqrt((1 + 4 + 9 + 16) / 4.0 + 0.1), r1 = 1 / sqrt(0.25 / 4 + 0.1);
     for (int i = 0; i < 4; i++) max_err = fmax(max_err, fabs(y[i] - x[i] * r0 * w[i]));
     for (int i = 0; i < 4; i++) max_err = fmax(max_err, fabs(y[4 + i] - x[4 + i] * r1 * w[i]));
@@ -98,7 +118,7 @@ static void test_forward_definitions(void) {
     printf("rmsnorm: forward vs x / sqrt(mean(x^2) + eps) * w: max err %.2e (tol 1e-15)\n", max_err);
     EXPECT(max_err <= 1e-15, "rmsnorm: forward differs from x / sqrt(mean(x^2) + eps) * w by %.3e", max_err);
     double gu[6] = {0, 1, -3, 2, -1, 0.5}, out[3]; // one row of F = 3: gate (0, 1, -3), up (2, -1, 0.5)
-    llama_ref_swiglu_forward(out, gu, 1, 3);
+    ref_swiglu_forward(out, gu, 1, 3);
     max_err = 0;
     for (int i = 0; i < 3; i++) max_err = fmax(max_err, fabs(out[i] - gu[i] / (1 + exp(-gu[i])) * gu[3 + i]));
     printf("swiglu: forward vs gate / (1 + exp(-gate)) * up: max err %.2e (tol 1e-15)\n", max_err);
@@ -115,7 +135,7 @@ static void test_rope_properties(void) {
     for (int i = 0; i < hs; i++) {
         memset(x, 0, sizeof(x));
         x[i] = 1;
-        llama_ref_rope_rotate(y, x, hs, t, theta, 1);
+        ref_rope_rotate(y, x, hs, t, theta, 1);
         int pair = i % half, partner = i < half ? i + half : i - half;
         double a = t * pow(theta, -2.0 * pair / hs);
         for (int j = 0; j < hs; j++) {
@@ -132,7 +152,7 @@ static void test_rope_properties(void) {
     double* out = (double*)malloc_check(n * sizeof(double));
     uint64_t rng = 21;
     fill_normal(inp, n, 0, 1, &rng);
-    llama_ref_rope_forward(out, inp, B, T, NH, hs, stride, theta);
+    ref_rope_forward(out, inp, B, T, NH, hs, stride, theta);
     int pos0_diff = 0;
     double norm_err = 0;
     for (int b = 0; b < B; b++)
@@ -157,13 +177,13 @@ static void test_rope_properties(void) {
     const int shifts[3] = {1, 7, 1000};
     for (int p = 0; p < 5; p++)
         for (int p2 = 0; p2 <= p; p2++) {
-            llama_ref_rope_rotate(rq, q, hs, p, theta, 1);
-            llama_ref_rope_rotate(rk, k, hs, p2, theta, 1);
-            double base = gpt_ref_dot(rq, rk, hs);
+            ref_rope_rotate(rq, q, hs, p, theta, 1);
+            ref_rope_rotate(rk, k, hs, p2, theta, 1);
+            double base = ref_dot(rq, rk, hs);
             for (int s = 0; s < 3; s++) {
-                llama_ref_rope_rotate(rq, q, hs, p + shifts[s], theta, 1);
-                llama_ref_rope_rotate(rk, k, hs, p2 + shifts[s], theta, 1);
-                rel_err = fmax(rel_err, fabs(gpt_ref_dot(rq, rk, hs) - base) / hs);
+                ref_rope_rotate(rq, q, hs, p + shifts[s], theta, 1);
+                ref_rope_rotate(rk, k, hs, p2 + shifts[s], theta, 1);
+                rel_err = fmax(rel_err, fabs(ref_dot(rq, rk, hs) - base) / hs);
             }
         }
     printf("rope: q·k at (p, p') vs (p + s, p' + s), s = 1, 7, 1000: max diff / hs %.2e (tol 1e-12)\n", rel_err);
@@ -172,11 +192,11 @@ static void test_rope_properties(void) {
     free(out);
 }
 
-// GQA at NKV < NH against multi-head attention (GPT-2's entry point, the same function at NKV = NH) on
+// GQA at NKV < NH against multi-head attention (the same function at NKV = NH, GPT-2's attention) on
 // qkv whose kv heads are repeated NH/NKV times: same probabilities and outputs; the query gradient is
 // the same, and each shared kv head's gradient is the sum of its copies'. The tolerance 1e-13 (on
-// values of order 1) allows for the reordered sums. (NKV = NH is not checked: GPT-2's attention is the
-// grouped-query function with NKV = NH, so it would compare the function with itself.)
+// values of order 1) allows for the reordered sums. (NKV = NH is not checked: it would compare the
+// function with itself.)
 static void test_gqa_vs_mha(int NKV) {
     int B = 2, T = 5, NH = 4, hs = 3, C = NH * hs, G = NH / NKV, QKV = (NH + 2 * NKV) * hs;
     size_t BT = (size_t)B * T;
@@ -200,10 +220,10 @@ static void test_gqa_vs_mha(int NKV) {
                 qkv3[r * 3 * C + C + h * hs + i] = qkv[r * QKV + (NH + h / G) * hs + i];
                 qkv3[r * 3 * C + 2 * C + h * hs + i] = qkv[r * QKV + (NH + NKV + h / G) * hs + i];
             }
-    gpt_ref_attention_gqa_forward(y, att, qkv, B, T, NH, NKV, hs);
-    gpt_ref_attention_forward(y3, att3, qkv3, B, T, C, NH);
-    gpt_ref_attention_gqa_backward(dqkv, dy, qkv, att, B, T, NH, NKV, hs);
-    gpt_ref_attention_backward(dqkv3, dy, qkv3, att3, B, T, C, NH);
+    ref_attention_forward(y, att, qkv, B, T, NH, NKV, hs);
+    ref_attention_forward(y3, att3, qkv3, B, T, NH, NH, hs);
+    ref_attention_backward(dqkv, dy, qkv, att, B, T, NH, NKV, hs);
+    ref_attention_backward(dqkv3, dy, qkv3, att3, B, T, NH, NH, hs);
     for (size_t r = 0; r < BT; r++) // fold the repeated heads' gradients back onto the shared ones
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < hs; i++) {
@@ -227,5 +247,5 @@ int main(void) {
     test_rope_properties();
     test_gqa_vs_mha(2);
     test_gqa_vs_mha(1);
-    return test_summary("test_llama_ref_layers");
+    return test_summary("test_ref_layers");
 }
