@@ -6,7 +6,8 @@
 // fused backward, atomic and deterministic, several dx chunks; on Hopper our own dx/dW GEMMs), bitwise
 // determinism, bad targets flagged, and bad configurations refused with an error exit. The staged path
 // (Hopper) in each of its cases: one chunk, several, loss only, per-row upstream gradients, rows whose
-// softmax is too peaked for their reference (staged again), determinism and auto's choice.
+// softmax is too peaked for their reference (their statistics and E taken again, in one chunk of several),
+// determinism and auto's choice.
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../llmc/head/fused_lce.cuh"
@@ -247,6 +248,27 @@ static void check_growing_logits(const GpuContext* ctx) {
     }
 }
 
+// The staged path's fallback, chunk by chunk: the first of three 128-row chunks has its rows of x scaled
+// by 16 (logits ~150 above the rows' mean: the sums relative to R overflow, the chunk is flagged, its
+// statistics are taken again relative to each tile's max and E again relative to lse); the other two
+// are not flagged and must not be staged again (the flag is cleared between chunks).
+static void check_staged_fallback(const GpuContext* ctx) {
+    FlceCase cs = {300, 256, 5000, 5120, options(1e-4f, 0, 0), 0, "rows x16 in the first chunk, z-loss"};
+    if (!staged_runs(&cs)) return;
+    FlceInputs in = flce_inputs_make(&cs, 23);
+    for (size_t i = 0; i < (size_t)128 * cs.C; i++) in.x[i] = bf16_round(in.x[i] * 16.0f);
+    FlceDevice d = flce_device_make(&cs, &in);
+    FusedLce h;
+    build(&h, &cs, FLCE_PATH_STAGED, staged_budget(&cs, 128), 0, 0);
+    printf("  (staged, chunks of %d rows)\n", h.staged.rows);
+    EXPECT(h.staged.rows == 128, "%s: chunks of %d rows, expected 128", cs.what, h.staged.rows);
+    EXPECT(flce_check_mode(&h, FLCE_MODE_TRAIN, &cs, &in, &d, ctx), "%s: training differs", cs.what);
+    EXPECT(flce_check_mode(&h, FLCE_MODE_BACKWARD, &cs, &in, &d, ctx), "%s: backward differs", cs.what);
+    fused_lce_free(&h);
+    flce_device_free(&d);
+    flce_inputs_free(&in);
+}
+
 // A target >= V (not ignore_index) is flagged with its row, and that row counts as ignored.
 static void check_bad_target(FlcePath path, const GpuContext* ctx) {
     FlceCase cs = {50, 64, 500, 512, flce_options_default(), 0, "bad target"};
@@ -368,6 +390,7 @@ int main(void) {
     check_choice();
     check_default_width(&ctx);
     check_growing_logits(&ctx);
+    check_staged_fallback(&ctx);
     gpu_context_free(&ctx);
     return test_summary("test_fused_lce");
 }

@@ -15,13 +15,14 @@
 // logit, x · mean_v(W_v), a GEMV before the chunks: the largest logit is at or above it, so E never
 // underflows where it matters (E_j >= p_j), and it overflows only when lse − R > 60 (a softmax so peaked
 // that e^60 separates it from the mean). Such a row raises a flag, and the chunk is staged again relative
-// to each row's lse (E_j = p_j·c_j <= 1): a second logits GEMM for that chunk only.
+// to each row's lse (E_j = p_j·c_j <= 1): two more logits GEMMs for that chunk only.
 //
 // Per chunk of n rows (x_c, the chunk's rows of x):
 //   1. stage (wgmma, ping-pong, 64 x 256 tiles): E (n, Vp) bf16, TMA-stored; per (row, 256-column tile)
-//      the statistics (max, Σ exp(s − max), Σ s)
+//      the statistics (R, Σ exp(s − R), Σ s): one exp per logit, no max
 //   2. finish (a warp per row): lse, the loss, the target's s_t; the flag
-//   3. restage, only when flagged: E again, relative to lse
+//   3. only when flagged: the statistics again relative to each tile's max (a sum past fp32's range
+//      when a logit lies ~88 above R), the finish again, and E relative to lse
 //   4. prep (a warp per row): α, x' = bf16(α ⊙ x_c), E_t patched
 //   5. dx_c = α ⊙ (E · W) (+ the ε/V term): cuBLASLt into fp32 (n, C), then scaled into bf16
 //   6. dW += Eᵀ · x'                                   cuBLASLt, beta = 1
@@ -67,40 +68,54 @@ typedef struct {
 
 // --- kernels ---------------------------------------------------------------------------------
 
+// What a launch of the stage kernel does:
+//   FLCE_STAGE_REF      E relative to each row's reference R, one exp per logit and no max: the
+//                       statistics are (R, Σ exp(s − R), Σ s), exact unless a logit lies ~88 above R
+//                       (the sum overflows, lse is inf, and the finish flags the chunk)
+//   FLCE_STAGE_MAX      only when flagged: the statistics relative to each tile's max, exact whatever R
+//                       is (E as REF's; the restage replaces it)
+//   FLCE_STAGE_RESTAGE  only when flagged: E relative to lse, no statistics
+enum { FLCE_STAGE_REF = 0, FLCE_STAGE_MAX, FLCE_STAGE_RESTAGE };
+
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
 // One consumer's 64 x 256 tile: E of this warp's 16 rows into the staging buffer at `out` (stmatrix,
-// swizzled for the TMA store), and unless RESTAGE each row's statistics over the tile into part. Register
-// layout as in flce_wgmma_grad_tile (fused_lce_sm90.cuh): this thread's rows row0 and row0 + 8 (within
-// the chunk), its columns c0 + 8j + e. FULL: every column of the tile is < V.
-template <bool CAP, bool FULL, bool RESTAGE>
+// swizzled for the TMA store), and unless RESTAGE each row's statistics over the tile into part (Σ s
+// only with SUM: label smoothing's loss needs it). Register layout as in flce_wgmma_grad_tile
+// (fused_lce_sm90.cuh): this thread's rows row0 and row0 + 8 (within the chunk), its columns c0 + 8j + e.
+// FULL: every column of the tile is < V. Per logit on the REF launch: an FMA, an exp, one or two adds and
+// half a conversion; the max and the rescaling of the MAX launch cost two more.
+template <bool CAP, bool FULL, int MODE, bool SUM>
 __device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int warp, int lane, int row0, int c0, int vt,
                                                 const FlceStageArgs& a) {
+    constexpr bool MAX = MODE == FLCE_STAGE_MAX, STATS = MODE != FLCE_STAGE_RESTAGE;
     float cap = a.softcap, inv_cap = CAP ? 1.0f / cap : 0.0f;
-    // pass 1: s_j (soft-capped, over d) and each row's max over the tile (-inf where no column is < V)
+    // MAX: s_j (soft-capped, over d) and each row's max over the tile (-inf where no column is < V)
     float mx[2] = {-INFINITY, -INFINITY};
-    #pragma unroll
-    for (int j = 0; j < 32; j++)
+    if constexpr (MAX) {
         #pragma unroll
-        for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 32; j++)
             #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float s = d[4 * j + 2 * h + e];
-                if (CAP) { s = cap * flce_tanh(s * inv_cap); d[4 * j + 2 * h + e] = s; }
-                if (!RESTAGE && (FULL || c0 + 8 * j + e < a.V)) mx[h] = fmaxf(mx[h], s);
-            }
-    // E_j = p_j · f with p_j = exp(s_j − m) and f = exp(m − R): one exp per logit, and the statistics
-    // (m, Σ p_j, Σ s_j) exact whatever R is (f overflows only on rows the finish flags for a restage).
-    // The restage: m = R = lse, f = 1.
+            for (int h = 0; h < 2; h++)
+                #pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float s = d[4 * j + 2 * h + e];
+                    if (CAP) { s = cap * flce_tanh(s * inv_cap); d[4 * j + 2 * h + e] = s; }
+                    if (FULL || c0 + 8 * j + e < a.V) mx[h] = fmaxf(mx[h], s);
+                }
+    }
+    // E_j = exp(s_j − R). MAX: p_j = exp(s_j − m) with m the tile's max, E_j = p_j · exp(m − R), so that
+    // the statistics (m, Σ p_j, Σ s_j) are exact whatever R is. RESTAGE: R = lse (a.ref holds it).
     float m2[2], f[2], acc[2] = {0.0f, 0.0f}, su[2] = {0.0f, 0.0f};
     #pragma unroll
     for (int h = 0; h < 2; h++) {
-        if (!RESTAGE)
+        if (MAX)
             #pragma unroll
             for (int o = 1; o <= 2; o <<= 1) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
         float R = row0 + 8 * h < a.n ? a.ref[row0 + 8 * h] : 0.0f;
-        float m = RESTAGE || mx[h] == -INFINITY ? R : mx[h];
+        float m = !MAX || mx[h] == -INFINITY ? R : mx[h];
+        mx[h] = m;  // the statistics' reference
         m2[h] = m * FLCE_LOG2E;
-        f[h] = RESTAGE ? 1.0f : exp2f((m - R) * FLCE_LOG2E);
+        f[h] = MAX ? exp2f((m - R) * FLCE_LOG2E) : 1.0f;
     }
     int i = lane / 8, trow = warp * 16 + 8 * (i % 2) + lane % 8;  // as flce_wgmma_grad_tile's stmatrix
     #pragma unroll
@@ -113,10 +128,12 @@ __device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int 
             #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float s = d[4 * jj + 2 * h + e];
+                if (CAP && !MAX) s = cap * flce_tanh(s * inv_cap);
                 float p = exp2f(fmaf(s, FLCE_LOG2E, -m2[h]));
                 if (!FULL && col + e >= a.V) { p = 0.0f; s = 0.0f; }
-                if (!RESTAGE) { acc[h] += p; su[h] += s; }
-                float x = RESTAGE ? p : p * f[h];
+                if (STATS) acc[h] += p;
+                if (STATS && SUM) su[h] += s;
+                float x = MAX ? p * f[h] : p;
                 if (CAP) { float th = s * inv_cap; x *= 1.0f - th * th; }
                 ev[e] = x;
             }
@@ -125,13 +142,13 @@ __device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int 
         }
         stmatrix_x4(flce_stage_addr(out, trow, 8 * (j + i / 2)), r[0], r[1], r[2], r[3]);
     }
-    if constexpr (!RESTAGE) {
+    if constexpr (STATS) {
         #pragma unroll
         for (int h = 0; h < 2; h++) {
             #pragma unroll
             for (int o = 1; o <= 2; o <<= 1) {  // the 4 lanes that share a row
                 acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], o);
-                su[h] += __shfl_xor_sync(0xffffffffu, su[h], o);
+                if (SUM) su[h] += __shfl_xor_sync(0xffffffffu, su[h], o);
             }
             int row = row0 + 8 * h;
             if (lane % 4 == 0 && row < a.n) {
@@ -145,14 +162,14 @@ __device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int 
 
 // E (n, Vp) bf16 of rows r0 .. r0+n-1 through te (boxes of 64 x 64, clipped to n x Vp), as the
 // gradient kernel of fused_lce_sm90.cuh walks its tiles (ping-pong, one consumer's epilogue beside the
-// other's K loop); columns V .. Vp-1 are written as zeros. RESTAGE: relative to a.ref = lse, no
-// statistics, and only when *a.flag (launched after the finish, without PDL: the flag is read first).
-template <bool CAP, bool RESTAGE>
+// other's K loop); columns V .. Vp-1 are written as zeros. MODE as above: the MAX and RESTAGE launches
+// do nothing unless *a.flag (launched after the finish, without PDL: the flag is read first).
+template <bool CAP, int MODE, bool SUM>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 flce_stage_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                   const __grid_constant__ CUtensorMap te, FlceStageArgs a) {
 #if defined(WG_DEVICE_CODE)
-    if (RESTAGE && *a.flag == 0) return;
+    if (MODE != FLCE_STAGE_REF && *a.flag == 0) return;
     extern __shared__ unsigned char smem_raw[];
     WgRing ring = wg_ring_init(smem_raw, WG_PP_STAGES, FLCE_GRAD_ROWS, 1);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
@@ -180,8 +197,8 @@ flce_stage_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant_
         asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
         int vt = tile / mtiles, cb = vt * WG_BN, c0 = cb + 2 * (lane % 4);
         int rb = tile % mtiles * FLCE_GRAD_ROWS, row0 = rb + warp * 16 + lane / 4;
-        if (cb + WG_BN <= a.V) flce_stage_tile<CAP, true, RESTAGE>(d, out, warp, lane, row0, c0, vt, a);
-        else flce_stage_tile<CAP, false, RESTAGE>(d, out, warp, lane, row0, c0, vt, a);
+        if (cb + WG_BN <= a.V) flce_stage_tile<CAP, true, MODE, SUM>(d, out, warp, lane, row0, c0, vt, a);
+        else flce_stage_tile<CAP, false, MODE, SUM>(d, out, warp, lane, row0, c0, vt, a);
         fence_proxy_async();
         asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
         if (t == 0) {
@@ -237,12 +254,13 @@ __global__ void flce_ref_kernel(float* ref, const bf16* x, const float* wmean, i
 
 // A warp per row of the chunk: the tiles' statistics merged (a fixed order) into lse; the target's s_t
 // by an fp32 dot product (as the fused forward); the loss; the flag when lse − R > FLCE_STAGED_GAP (or
-// is not finite), for every row, ignored ones too, whose E must stay finite.
-__global__ void flce_staged_finish_kernel(float* loss_rows, float* lse_out, float* st_out, int* flag, const float* part,
-                                          const float* ref, const bf16* x, const bf16* W, const int* targets, int n,
-                                          int vtiles, int C, int V, FlceOptions opt) {
+// is not finite), for every row, ignored ones too, whose E must stay finite. gate: NULL, or run only
+// when *gate (the second finish of a flagged chunk).
+__global__ void flce_staged_finish_kernel(float* loss_rows, float* lse_out, float* st_out, int* flag, const int* gate,
+                                          const float* part, const float* ref, const bf16* x, const bf16* W,
+                                          const int* targets, int n, int vtiles, int C, int V, FlceOptions opt) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= n) return;
+    if (row >= n || (gate && *gate == 0)) return;
     float m = -INFINITY, s = 0.0f, sum = 0.0f;
     for (int vt = lane; vt < vtiles; vt += 32) {
         const float* p = part + ((size_t)row * vtiles + vt) * 3;
@@ -346,12 +364,26 @@ static inline int flce_staged_rows(int max_n, int C, int Vp, size_t budget) {
     return ceil_div(max_n, chunks * FLCE_STAGED_ROW_ALIGN) * FLCE_STAGED_ROW_ALIGN;
 }
 
+typedef void (*FlceStageKernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, FlceStageArgs);
+
+// The stage kernel of a launch: soft-capping or not, Σ s (label smoothing) or not; never both, which the
+// blocks run
+template <int MODE>
+static inline FlceStageKernel flce_stage_kernel_for(int cap, int sum) {
+    return cap ? flce_stage_kernel<true, MODE, false>
+               : sum ? flce_stage_kernel<false, MODE, true> : flce_stage_kernel<false, MODE, false>;
+}
+
 // Once per process, as flce_wgmma_setup: the stage kernels' shared memory
 static inline void flce_staged_setup(void) {
-    cuda_check(cudaFuncSetAttribute(flce_stage_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
-    cuda_check(cudaFuncSetAttribute(flce_stage_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
-    cuda_check(cudaFuncSetAttribute(flce_stage_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
-    cuda_check(cudaFuncSetAttribute(flce_stage_kernel<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
+    for (int k = 0; k < 3; k++) {
+        int cap = k == 1, sum = k == 2;
+        FlceStageKernel kernels[] = {flce_stage_kernel_for<FLCE_STAGE_REF>(cap, sum),
+                                     flce_stage_kernel_for<FLCE_STAGE_MAX>(cap, sum),
+                                     flce_stage_kernel_for<FLCE_STAGE_RESTAGE>(cap, 0)};
+        for (FlceStageKernel f : kernels)
+            cuda_check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
+    }
 }
 
 // Allocates the chunk buffers for `rows` rows per chunk (flce_staged_rows) and max_n rows per call
@@ -386,7 +418,7 @@ static void flce_staged_run(const FlceStaged* s, float* loss_rows, float* lse, b
                             const float* dloss_rows, float dloss, const int* n_valid, const bf16* x, const bf16* W,
                             const int* targets, int N, int C, int V, int Vp, FlceOptions opt, const GpuContext* ctx) {
     cudaStream_t st = ctx->stream;
-    int cap = opt.softcap > 0.0f;
+    int cap = opt.softcap > 0.0f, sum = opt.label_smoothing > 0.0f;
     dim3 cgrid(ceil_div(C, 128), FLCE_WMEAN_SPLITS);
     flce_colsum_part_kernel<<<cgrid, 128, 0, st>>>(s->wpart, W, V, C, 0, NULL, NULL, NULL, 0.0f, V, opt);
     cuda_check_launch();
@@ -401,16 +433,22 @@ static void flce_staged_run(const FlceStaged* s, float* loss_rows, float* lse, b
         CUtensorMap te = tma_map_bf16(s->E, n, Vp, Vp, FLCE_GRAD_ROWS);
         int tiles = ceil_div(n, FLCE_GRAD_ROWS) * s->vtiles, grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
         FlceStageArgs a = {s->ref + r0, s->part, s->vtiles, s->flag, r0, n, C, V, Vp, opt.softcap};
-        launch_pdl(cap ? flce_stage_kernel<true, false> : flce_stage_kernel<false, false>, grid, WG_THREADS,
-                   FLCE_GRAD_SMEM, st, tx, tw, te, a);
+        launch_pdl(flce_stage_kernel_for<FLCE_STAGE_REF>(cap, sum), grid, WG_THREADS, FLCE_GRAD_SMEM, st, tx, tw, te, a);
         profile_mark(ctx->prof, "head: stage", st);
-        flce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, s->part,
-                                                                 s->ref + r0, x + (size_t)r0 * C, W, targets + r0, n,
-                                                                 s->vtiles, C, V, opt);
+        flce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, NULL,
+                                                                 s->part, s->ref + r0, x + (size_t)r0 * C, W,
+                                                                 targets + r0, n, s->vtiles, C, V, opt);
+        cuda_check_launch();
+        // a flagged chunk (launches that return at once otherwise): its statistics again, relative to
+        // each tile's max; lse and the loss from them; E relative to lse
+        flce_stage_kernel_for<FLCE_STAGE_MAX>(cap, sum)<<<grid, WG_THREADS, FLCE_GRAD_SMEM, st>>>(tx, tw, te, a);
+        cuda_check_launch();
+        flce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, s->flag,
+                                                                 s->part, s->ref + r0, x + (size_t)r0 * C, W,
+                                                                 targets + r0, n, s->vtiles, C, V, opt);
         cuda_check_launch();
         FlceStageArgs ra = {lse + r0, NULL, s->vtiles, s->flag, r0, n, C, V, Vp, opt.softcap};
-        (cap ? flce_stage_kernel<true, true> : flce_stage_kernel<false, true>)<<<grid, WG_THREADS, FLCE_GRAD_SMEM, st>>>(
-            tx, tw, te, ra);
+        flce_stage_kernel_for<FLCE_STAGE_RESTAGE>(cap, 0)<<<grid, WG_THREADS, FLCE_GRAD_SMEM, st>>>(tx, tw, te, ra);
         cuda_check_launch();
         flce_staged_prep_kernel<<<ceil_div(n, 8), 256, 0, st>>>(s->xs, s->alpha, s->E, Vp, lse + r0, s->st, s->ref + r0,
                                                                s->flag, x + (size_t)r0 * C, targets + r0, n_valid,
