@@ -58,7 +58,6 @@ typedef struct {
     int zero;                   // -zero
 } TrainConfig;
 
-
 // GPT-2's sizes by depth (llmc/model/spec.h's named sizes): channels and heads (head size 64 throughout).
 static int gpt2_size(int depth, int* channels, int* heads) {
     ModelConfig m;
