@@ -5,19 +5,23 @@
 //   ./train_gpt -model llama                 (llama-30m on the starter shards in o200k_base)
 //   ./train_gpt -h                           (every flag with its default)
 // The model and its layers are in llmc/ (llmc/model/spec.h says what each family is, model.cuh wires
-// either); this file is the program around it: flags, the learning-rate schedule, the loop with gradient
-// accumulation, validation and samples (llmc/train/evaluate.cuh), the log, and checkpoints with
-// bitwise-identical resume (Ctrl-C writes one and exits cleanly); -init starts from weights in Hugging
-// Face's layout (llmc/io/hf_model_import.h) and -export_hf writes the model in that layout
-// (llmc/io/hf_model.h, doc/interop.md).
-#include <math.h>
+// either); this file is the algorithm around it: the flag table, then main's flow (flags, data, model,
+// the loop with gradient accumulation: step, validation, samples, checkpoints; then the export), its
+// progress line and its config table. What the flow calls is in llmc/train/: train_config.h (the
+// settings: the family resolved, every value checked, the LR schedule), resume.h (the settings kept in
+// checkpoints: bitwise-identical resume), run.cuh (the log, checkpoints, faults and Ctrl-C, which writes
+// one and exits cleanly, and -export_hf: llmc/io/hf_model.h, doc/interop.md) and evaluate.cuh (the val
+// loss and samples); -init starts from weights in Hugging Face's layout (llmc/io/hf_init.h).
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "llmc/train/run.cuh"              // the run's outputs and stops: -out and -export_hf checked, log, checkpoints, signals, export
+#include "llmc/train/resume.h"             // the settings kept in checkpoints, and how -resume applies them
+#include "llmc/train/train_config.h"       // TrainConfig: the family's flags resolved, every value checked, the LR schedule
 #include "llmc/io/model_checkpoint.cuh"    // Model: GPT-2 or Llama-style, build / step / free, checkpoint, export
-#include "llmc/io/hf_model_import.h"       // -init: weights in Hugging Face's layout
+#include "llmc/io/hf_init.h"               // -init: weights in Hugging Face's layout, opened and checked before the GPU
 #include "llmc/core/flags.h"               // the flag table's parser
 #include "llmc/data/dataloader.h"          // DataLoader: (B, T) batches from shards
 #include "llmc/data/tokenizer_tiktoken.h"  // the encodings (gpt2, cl100k_base, o200k_base): ids and decoding, for samples
@@ -26,58 +30,12 @@
 #include "llmc/dist/dist.cuh"              // data-parallel runs: launch environment, rendezvous, NCCL (doc/multi_gpu.md)
 #include "llmc/dist/launcher.h"            // -gpus N: one process per GPU of this machine
 #include "llmc/dist/dist_socket.h"         // dist_now: the monotonic clock of the timings
-#include "llmc/optim/lr_schedule.h"        // the learning rate of each step: warmup, then cosine or linear decay
-#include "llmc/core/gpu_peak.h"            // the GPU's peak bf16 FLOP/s, for the MFU
+#include "llmc/core/gpu_peak.h"            // the GPU's peak bf16 FLOP/s and the MFU
 
 // config.json says which epsilon the exported model's LayerNorms use: it must be the one we compute with
 static_assert(LN_EPS == (float)GPT_HF_LN_EPS, "llmc/io/hf_model.h's GPT_HF_LN_EPS must equal llmc/layers/layernorm.cuh's LN_EPS");
 
 // --- flags ---------------------------------------------------------------------------------------
-
-typedef struct {
-    const char* train_pattern;  // -train
-    const char* val_pattern;    // -val
-    const char* vocab_path;     // -vocab
-    const char* encoding;       // -encoding
-    const char* model;          // -model
-    int depth;                  // -depth
-    const char* size;           // -size
-    float rope_theta;           // -rope_theta
-    const char* init;           // -init
-    int B, T;                   // -b, -t
-    int total_batch;            // -total_batch: tokens per optimizer step
-    int steps;                  // -steps
-    float lr;                   // -lr
-    int warmup;                 // -warmup
-    const char* schedule;       // -schedule
-    float final_lr_frac;        // -final_lr_frac
-    float weight_decay;         // -wd
-    float beta1, beta2, eps;    // -beta1, -beta2, -eps
-    float clip;                 // -clip
-    const char* head;           // -head
-    int recompute;              // -recompute
-    int head_scratch;           // -head_scratch (MiB)
-    int val_every;              // -val_every
-    int val_batches;            // -val_batches
-    int sample_tokens;          // -sample_tokens
-    int sample_every;           // -sample_every
-    float temperature;          // -temperature
-    int top_k;                  // -top_k
-    const char* out_dir;        // -out
-    int ckpt_every;             // -ckpt_every
-    int keep;                   // -keep
-    const char* resume;         // -resume
-    const char* export_hf;      // -export_hf
-    int seed;                   // -seed
-    int device;                 // -device
-    int profile;                // -profile
-    int gemm_tune;              // -gemm_tune
-    int max_bad_steps;          // -max_bad_steps
-    int gpus;                   // -gpus
-    const char* nccl_init;      // -nccl_init
-    int nccl_timeout;           // -nccl_timeout
-    int zero;                   // -zero
-} TrainConfig;
 
 // The one declaration of every flag: name, destination, default, help.
 static int train_flags(TrainConfig* c, Flag* f) {
@@ -144,308 +102,15 @@ static void usage(const Flag* f, int n) {
     }
 }
 
-static void parse_flags(TrainConfig* c, int argc, char** argv) {
-    Flag f[MAX_FLAGS];
+// Sets c from the defaults and argv through the table f (kept: a checkpoint's settings are read and
+// written through it); -h prints the usage and exits 0, the one exit of a run that is not an error.
+static int parse_flags(TrainConfig* c, Flag* f, int argc, char** argv) {
     int n = train_flags(c, f);
     if (flags_parse(f, n, argc, argv)) { usage(f, n); exit(EXIT_SUCCESS); }
+    return n;
 }
 
-// --- the model family ----------------------------------------------------------------------------
-
-// GPT-2's sizes by depth (llmc/model/spec.h's named sizes): channels and heads (head size 64 throughout).
-static int gpt2_size(int depth, int* channels, int* heads) {
-    ModelConfig m;
-    if (model_config_gpt2(&m, depth, GPT_HF_VOCAB, 1) != 0) return -1;
-    *channels = m.channels;
-    *heads = m.num_heads;
-    return 0;
-}
-
-// The contexts (llmc/model/spec.h): GPT-2's 1024, the rows of its position table; the Llama-style 4096
-// (RoPE: no table), config.json's max_position_embeddings.
-#define GPT2_MAX_SEQ_LEN (model_spec(MODEL_FAMILY_GPT2)->max_seq_len)
-#define LLAMA_MAX_SEQ_LEN (model_spec(MODEL_FAMILY_LLAMA)->max_seq_len)
-
-static int is_llama(const TrainConfig* c) { return strcmp(c->model, "llama") == 0; }
-static int max_seq_len(const TrainConfig* c) { return is_llama(c) ? LLAMA_MAX_SEQ_LEN : GPT2_MAX_SEQ_LEN; }
-
-// The starter shards of each encoding (make data, make data-starter-cl100k, make data-starter-o200k):
-// the defaults of -train and -val.
-static const char* const STARTER_SHARDS[][3] = {
-    {"gpt2", "data/starter/starter_train_*.bin", "data/starter/starter_val_*.bin"},
-    {"cl100k_base", "data/starter_cl100k/starter_train_*.bin", "data/starter_cl100k/starter_val_*.bin"},
-    {"o200k_base", "data/starter_o200k/starter_train_*.bin", "data/starter_o200k/starter_val_*.bin"},
-};
-
-// Checks the flags that depend on the model family and resolves -encoding auto; -train, -val and -vocab
-// left out follow the encoding. Flags told apart from their defaults by argv: a checkpoint's settings
-// never hold one of another family (settings_resume). Returns as validate.
-#define BAD(flag, ...) do { snprintf(msg, n, __VA_ARGS__); return flag; } while (0)
-static const char* resolve_model(TrainConfig* c, int argc, char** argv, char* msg, size_t n) {
-    int llama = is_llama(c);
-    ModelConfig lc;
-    if (!llama && strcmp(c->model, "gpt2") != 0) BAD("-model", "-model %s: choose gpt2 or llama", c->model);
-    if (strcmp(c->encoding, "auto") == 0) c->encoding = llama ? "o200k_base" : "gpt2";
-    const TokenizerEncoding* enc = tokenizer_find_encoding(c->encoding);
-    if (!enc) BAD("-encoding", "-encoding %s: choose %s (or auto)", c->encoding, TOKENIZER_ENCODING_NAMES);
-    if (!llama && strcmp(c->encoding, "gpt2") != 0)
-        BAD("-encoding", "-encoding %s: GPT-2's vocabulary is gpt2's; train -model llama on %s shards, or leave "
-            "-encoding out", c->encoding, c->encoding);
-    if (!llama && flag_given(argc, argv, "-size"))
-        BAD("-size", "-size %s: a Llama-style size; GPT-2's size is -depth (6, 12, 24, 36, 48), or pass -model llama",
-            c->size);
-    if (!llama && flag_given(argc, argv, "-rope_theta"))
-        BAD("-rope_theta", "-rope_theta %g: the Llama-style model's rotary base; GPT-2 has learned positions, so leave "
-            "it out or pass -model llama", c->rope_theta);
-    if (llama && !(c->rope_theta >= 1.0f))
-        BAD("-rope_theta", "-rope_theta %g: RoPE's base must be 1 or more (1e4 and 5e5 are the usual)", c->rope_theta);
-    if (llama && flag_given(argc, argv, "-depth"))
-        BAD("-depth", "-depth %d: a GPT-2 size; the Llama-style model's is -size (%s)%s", c->depth, LLAMA_SIZE_NAMES,
-            c->init[0] ? ", and the -init file is a Llama-style model" : ", or leave -model out for GPT-2");
-    if (llama && model_config_named(&lc, MODEL_FAMILY_LLAMA, c->size, enc->vocab_size, LLAMA_MAX_SEQ_LEN) != 0)
-        BAD("-size", "-size %s: the Llama-style sizes are %s", c->size, LLAMA_SIZE_NAMES);
-    if (llama && c->recompute != 0)
-        BAD("-recompute", "-recompute %d: recomputes GPT-2's GELU; the Llama-style model has nothing to recompute, "
-            "leave it out", c->recompute);
-    for (int i = 0; i < (int)(sizeof(STARTER_SHARDS) / sizeof(STARTER_SHARDS[0])); i++) {
-        if (strcmp(STARTER_SHARDS[i][0], c->encoding) != 0) continue;
-        if (!flag_given(argc, argv, "-train")) c->train_pattern = STARTER_SHARDS[i][1];
-        if (!flag_given(argc, argv, "-val")) c->val_pattern = STARTER_SHARDS[i][2];
-    }
-    if (!flag_given(argc, argv, "-vocab")) c->vocab_path = enc->path;
-    return NULL;
-}
-
-// Checks the flags one at a time. On the first bad value returns its flag and fills msg with
-// "<flag> <value>: what is allowed"; NULL when all are valid. The model's flags are resolved already.
-static const char* validate(const TrainConfig* c, char* msg, size_t n) {
-    int ch, nh;
-    if (!is_llama(c) && gpt2_size(c->depth, &ch, &nh) != 0)
-        BAD("-depth", "-depth %d: GPT-2 sizes are 6, 12, 24, 36, 48", c->depth);
-    if (c->T < 1 || c->T > max_seq_len(c))
-        BAD("-t", "-t %d: the sequence length must be in [1, %d] (the model's context)", c->T, max_seq_len(c));
-    if (c->B < 1) BAD("-b", "-b %d: the batch size must be at least 1", c->B);
-    if ((long long)c->B * c->T > (1LL << 24))
-        BAD("-b", "-b %d -t %d: B*T = %lld tokens per micro-batch is more than 16M", c->B, c->T, (long long)c->B * c->T);
-    if (c->total_batch < 0 || (c->total_batch > 0 && c->total_batch % (c->B * c->T) != 0))
-        BAD("-total_batch", "-total_batch %d must be a positive multiple of B*T = %d (or 0 for B*T)", c->total_batch,
-            c->B * c->T);
-    if (c->steps < 0 || (c->steps == 0 && !c->resume[0] && !c->init[0]))
-        BAD("-steps", "-steps %d: at least one step (-steps 0 only with -resume or -init, to evaluate and sample a "
-            "checkpoint or imported weights)", c->steps);
-    if (!(c->lr > 0.0f)) BAD("-lr", "-lr %g: the learning rate must be above 0", c->lr);
-    if (c->warmup < 0) BAD("-warmup", "-warmup %d: warm-up steps must be 0 or more", c->warmup);
-    if (c->final_lr_frac < 0.0f || c->final_lr_frac > 1.0f)
-        BAD("-final_lr_frac", "-final_lr_frac %g: a fraction of -lr, in [0, 1]", c->final_lr_frac);
-    if (strcmp(c->schedule, "cosine") != 0 && strcmp(c->schedule, "linear") != 0)
-        BAD("-schedule", "-schedule %s: choose cosine or linear", c->schedule);
-    if (c->weight_decay < 0.0f) BAD("-wd", "-wd %g: weight decay must be 0 or more", c->weight_decay);
-    if (c->clip < 0.0f) BAD("-clip", "-clip %g: the clipping norm must be 0 (off) or more", c->clip);
-    if (c->eps <= 0.0f) BAD("-eps", "-eps %g: AdamW's epsilon must be above 0", c->eps);
-    if (c->beta1 < 0.0f || c->beta1 >= 1.0f) BAD("-beta1", "-beta1 %g: must be in [0, 1)", c->beta1);
-    if (c->beta2 < 0.0f || c->beta2 >= 1.0f) BAD("-beta2", "-beta2 %g: must be in [0, 1)", c->beta2);
-    if (strcmp(c->head, "fused") != 0 && strcmp(c->head, "staged") != 0 && strcmp(c->head, "blocks") != 0 &&
-        strcmp(c->head, "chunks") != 0 && strcmp(c->head, "unfused") != 0)
-        BAD("-head", "-head %s: choose fused, staged, blocks, chunks or unfused", c->head);
-    if (c->profile != 0 && c->profile != 1) BAD("-profile", "-profile %d: choose 0 or 1", c->profile);
-    if (c->gemm_tune != 0 && c->gemm_tune != 1) BAD("-gemm_tune", "-gemm_tune %d: choose 0 or 1", c->gemm_tune);
-    if (c->head_scratch < 0 || c->head_scratch > 65536)
-        BAD("-head_scratch", "-head_scratch %d: MiB in [0, 65536] (0: sized by the head; otherwise room for 16 rows of "
-            "logits: at least 4 MiB at this vocabulary)", c->head_scratch);
-    if (c->recompute != 0 && c->recompute != 1) BAD("-recompute", "-recompute %d: choose 0 or 1", c->recompute);
-    if (c->val_every < 0) BAD("-val_every", "-val_every %d: must be 0 (only at the end) or more", c->val_every);
-    if (c->val_batches < -1 || c->val_batches == 0)
-        BAD("-val_batches", "-val_batches %d: must be 1 or more, or -1 (the whole split)", c->val_batches);
-    if (c->sample_tokens < 0) BAD("-sample_tokens", "-sample_tokens %d: must be 0 (none) or more", c->sample_tokens);
-    if (c->sample_every < 0) BAD("-sample_every", "-sample_every %d: must be 0 (only at the end) or more", c->sample_every);
-    if (c->temperature < 0.0f) BAD("-temperature", "-temperature %g: must be 0 (greedy) or more", c->temperature);
-    int V = tokenizer_find_encoding(c->encoding)->vocab_size;
-    if (c->top_k < 0 || c->top_k > V) BAD("-top_k", "-top_k %d: must be in [0, %d] (the vocabulary)", c->top_k, V);
-    if (!c->out_dir[0]) BAD("-out", "-out \"\": an output directory is needed");
-    if (c->ckpt_every < 0) BAD("-ckpt_every", "-ckpt_every %d: must be 0 (only at the end) or more", c->ckpt_every);
-    if (c->keep < 0) BAD("-keep", "-keep %d: must be 0 (write none) or more", c->keep);
-    if (c->max_bad_steps < 1) BAD("-max_bad_steps", "-max_bad_steps %d: must be 1 or more", c->max_bad_steps);
-    if (c->device < 0) BAD("-device", "-device %d: a CUDA device's index, 0 or more (nvidia-smi lists them)", c->device);
-    if (c->gpus < 1 || c->gpus > 64) BAD("-gpus", "-gpus %d: GPUs of this machine, in [1, 64]", c->gpus);
-    if (strcmp(c->nccl_init, "tcp") != 0 && (strncmp(c->nccl_init, "file:", 5) != 0 || !c->nccl_init[5]))
-        BAD("-nccl_init", "-nccl_init %s: choose tcp or file:PATH (a path every rank can read)", c->nccl_init);
-    if (c->nccl_timeout < 1) BAD("-nccl_timeout", "-nccl_timeout %d: seconds, 1 or more", c->nccl_timeout);
-    if (c->zero != 0 && c->zero != 1) BAD("-zero", "-zero %d: choose 1 (ZeRO-1, the default) or 0 (unsharded)", c->zero);
-    return NULL;
-}
-#undef BAD
-
-// --- settings kept in checkpoints -----------------------------------------------------------------
-
-// The flags a checkpoint records. On -resume each one left off the command line is taken from the
-// checkpoint, so `./train_gpt -resume latest` continues the run as it was started. The first seven
-// decide the model and the data stream: given with another value they are an error. The others may be
-// changed (a longer -steps, another -lr ...), with a note that the run then differs from an
-// uninterrupted one. Each family records its own: -depth for GPT-2 (whose settings are what they were
-// before the Llama-style family existed, so its checkpoints are too), -model, -size, -encoding and
-// -rope_theta for llama.
-static const char* const kept_flags[] = {"-model", "-depth", "-size", "-encoding", "-rope_theta", "-b", "-t", "-seed",
-                                         "-total_batch", "-steps", "-lr", "-warmup", "-schedule", "-final_lr_frac",
-                                         "-wd", "-beta1", "-beta2", "-eps", "-clip"};
-#define KEPT_FLAGS_MUST_MATCH 8
-#define N_KEPT_FLAGS ((int)(sizeof(kept_flags) / sizeof(kept_flags[0])))
-
-static int kept_flag_applies(const TrainConfig* c, const char* name) {
-    if (strcmp(name, "-depth") == 0) return !is_llama(c);
-    if (strcmp(name, "-model") == 0 || strcmp(name, "-size") == 0 || strcmp(name, "-encoding") == 0 ||
-        strcmp(name, "-rope_theta") == 0)
-        return is_llama(c);
-    return 1;
-}
-
-// "-depth 6 -b 32 ...": the kept flags of c that apply to its family, for a checkpoint.
-static void settings_text(char* out, size_t n, TrainConfig* c) {
-    Flag f[MAX_FLAGS];
-    int nf = train_flags(c, f);
-    size_t len = 0;
-    out[0] = '\0';
-    for (int i = 0; i < N_KEPT_FLAGS && len < n; i++) {
-        if (!kept_flag_applies(c, kept_flags[i])) continue;
-        char v[64];
-        flag_format(v, sizeof(v), flag_find(f, nf, kept_flags[i]));
-        len += (size_t)snprintf(out + len, n - len, "%s%s %s", len ? " " : "", kept_flags[i], v);
-    }
-}
-
-// Applies the settings text of checkpoint `path` to c (see kept_flags). `text` must outlive c: string
-// flags point into it.
-static void settings_resume(TrainConfig* c, char* text, const char* path, int argc, char** argv) {
-    Flag f[MAX_FLAGS];
-    int nf = train_flags(c, f);
-    char* save = NULL;
-    for (char* name = strtok_r(text, " ", &save); name; name = strtok_r(NULL, " ", &save)) {
-        char* value = strtok_r(NULL, " ", &save);
-        const Flag* fl = flag_find(f, nf, name);
-        int k = 0;
-        while (k < N_KEPT_FLAGS && strcmp(kept_flags[k], name) != 0) k++;
-        if (!fl || !value || k == N_KEPT_FLAGS || !kept_flag_applies(c, name)) {
-            fprintf(stderr, "error: checkpoint %s records %s setting \"%s\"%s: written by another version of "
-                    "train_gpt; start without -resume\n", path, fl && k < N_KEPT_FLAGS ? "the" : "an unknown", name,
-                    fl && k < N_KEPT_FLAGS ? (is_llama(c) ? ", which a Llama-style model does not have"
-                                                          : ", which a GPT-2 model does not have") : "");
-            exit(EXIT_FAILURE);
-        }
-        if (!flag_given(argc, argv, name)) {
-            char origin[CHECKPOINT_PATH_LEN + 160];
-            snprintf(origin, sizeof(origin), " in the settings of the checkpoint %s\n  hint: pass %s with a valid value "
-                     "to override it, or resume another checkpoint", path, name);
-            if (flag_set(fl, value, origin) != 0) exit(EXIT_FAILURE);
-            continue;
-        }
-        char now[64];
-        flag_format(now, sizeof(now), fl);
-        if (strcmp(now, value) == 0 || (strcmp(name, "-steps") == 0 && c->steps == 0)) continue;
-        if (k < KEPT_FLAGS_MUST_MATCH) {
-            fprintf(stderr, "error: %s %s: the checkpoint %s was written with %s %s, which must match to resume (it "
-                    "decides the model or the data stream)\n  hint: leave %s out (it is taken from the checkpoint), "
-                    "or start without -resume\n", name, now, path, name, value, name);
-            exit(EXIT_FAILURE);
-        }
-        printf("note: %s %s, the checkpoint's run had %s %s: the resumed run will differ from an uninterrupted one\n",
-               name, now, name, value);
-    }
-}
-
-// -resume: the checkpoint's header says its family. -model left out is taken from it (a GPT-2
-// checkpoint's settings do not name the family); given, it must be the checkpoint's, else the run stops
-// here, before the data and the GPU, naming the file and both families.
-static void model_from_checkpoint(TrainConfig* c, const CheckpointReader* r, const char* path, int argc, char** argv) {
-    int family = r->state.model.family;
-    const char* name = model_spec(family)->flag;  // the reader knows the family
-    if (!flag_given(argc, argv, "-model")) c->model = name;
-    if (strcmp(c->model, name) == 0) return;
-    fprintf(stderr, "error: -model %s: the checkpoint %s holds a %s model (-model %s), another model family\n  hint: "
-            "leave -model out (it is taken from the checkpoint), or start without -resume\n", c->model, path,
-            checkpoint_family_name(family), name);
-    exit(EXIT_FAILURE);
-}
-
-// Exits when `flag` is not NULL: the first bad flag that resolve_model or validate found, msg its
-// message. A value taken from the checkpoint's settings (ckpt_path, NULL when not resuming) is said to
-// come from there.
-static void exit_if_bad(const char* flag, const char* msg, const char* ckpt_path, int argc, char** argv) {
-    if (!flag) return;
-    fprintf(stderr, "error: %s\n", msg);
-    int kept = 0;
-    for (int k = 0; k < N_KEPT_FLAGS; k++) kept |= strcmp(kept_flags[k], flag) == 0;
-    if (ckpt_path && kept && !flag_given(argc, argv, flag))
-        fprintf(stderr, "  the value is from the settings of the checkpoint %s\n  hint: pass %s with a valid value "
-                "to override it, or resume another checkpoint\n", ckpt_path, flag);
-    exit(EXIT_FAILURE);
-}
-
-// The run's outputs, checked at start-up, before any training it would lose: -out must be a directory
-// this process can create or write in (llmc/io/checkpoint_dir.h), and -export_hf's directory one that
-// an export can be written to (llmc/io/hf_files.h: absent, empty or an earlier export; GPT-2's also
-// needs its tokenizer files), not -out itself. Nothing is created. Exits naming the flag.
-static void check_outputs(const TrainConfig* c, const TokenizerEncoding* enc) {
-    char err[HF_ERR_LEN];
-    if (checkpoint_check_dir(c->out_dir, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: -out %s: %s\n  hint: pass -out a directory you can write to\n", c->out_dir, err);
-        exit(EXIT_FAILURE);
-    }
-    if (!c->export_hf[0]) return;
-    char a[CHECKPOINT_PATH_LEN], b[CHECKPOINT_PATH_LEN];
-    snprintf(a, sizeof(a), "%s", c->export_hf);
-    snprintf(b, sizeof(b), "%s", c->out_dir);
-    for (size_t n = strlen(a); n > 1 && a[n - 1] == '/'; n--) a[n - 1] = '\0';  // the same path with or without
-    for (size_t n = strlen(b); n > 1 && b[n - 1] == '/'; n--) b[n - 1] = '\0';  // trailing slashes
-    int rc = 0;
-    if (strcmp(a, b) == 0) {
-        snprintf(err, sizeof(err), "the directory of -out, which holds the run's log and checkpoints");
-        rc = -1;
-    } else if (is_llama(c)) {
-        rc = hf_export_check(c->export_hf, err, sizeof(err));
-    } else {
-        ModelConfig g;
-        memset(&g, 0, sizeof(g));
-        g.family = MODEL_FAMILY_GPT2;
-        g.vocab_size = enc->vocab_size;
-        rc = hf_model_export_check(c->export_hf, &g, c->vocab_path, err, sizeof(err));
-    }
-    if (rc != 0) {
-        fprintf(stderr, "error: -export_hf %s: %s\n  hint: the export is written when the run ends; pass -export_hf "
-                "a new directory (or an earlier export's)\n", c->export_hf, err);
-        exit(EXIT_FAILURE);
-    }
-}
-
-// --- schedule, throughput ------------------------------------------------------------------------
-
-// Linear warmup over `warmup` steps, then cosine or linear decay to lr · final_lr_frac at the last step
-// (llmc/optim/lr_schedule.h).
-// A step of the loop is below -steps, an int, so it fits the schedule's int.
-static float lr_at(const TrainConfig* c, int64_t step) {
-    return lr_schedule(c->lr, c->warmup, c->steps, c->final_lr_frac, strcmp(c->schedule, "linear") == 0, (int)step);
-}
-
-// Peak dense bf16 tensor FLOP/s of the device, the denominator of MFU (llmc/core/gpu_peak.h): the datasheet's
-// figure for GPUs known by name, else the clock-based estimate; 0 when unknown. *source says which.
-static double gpu_peak_bf16_flops(int device, const char** source) {
-    cudaDeviceProp prop;
-    cuda_check(cudaGetDeviceProperties(&prop, device));
-    double tflops = gpu_peak_tflops_by_name(prop.name);
-    if (tflops > 0.0) {
-        *source = "datasheet";
-        return tflops * 1e12;
-    }
-    int khz = 0;
-    cuda_check(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
-    *source = "SMs x clock x FLOP/clock";
-    return gpu_peak_flops_by_clock(prop.major, prop.minor, prop.multiProcessorCount, khz);
-}
-
-// MFU in percent: tokens/s of all `world` GPUs times the model's FLOPs per token, over their peak
-static double mfu_percent(double tokens_per_s, double flops_per_token, double peak, int world) {
-    return 100.0 * tokens_per_s * flops_per_token / (peak * world);
-}
-
-static double mib(size_t bytes) { return bytes / 1048576.0; }
+// --- the config table ---------------------------------------------------------------------------
 
 // One row of the config table: the value is formatted, then padded to the column.
 static void table_row(const char* name, const char* fmt, ...) {
@@ -457,271 +122,58 @@ static void table_row(const char* name, const char* fmt, ...) {
     printf("| %-20s | %-48s |\n", name, value);
 }
 
-// --- signals -------------------------------------------------------------------------------------
+// --- signals ------------------------------------------------------------------------------------
 
-// Ctrl-C or SIGTERM: the loop finishes its step, writes a checkpoint and exits. SA_RESETHAND: a second
-// Ctrl-C kills at once (a checkpoint being written then is left as a .tmp file, never under its name).
+// Ctrl-C or SIGTERM (llmc/train/run.cuh's catch_stop_signals): the loop finishes its step, writes a
+// checkpoint and exits. The handler reaches nothing but a global, so the flag is the program's.
 static volatile sig_atomic_t stop_signal = 0;
 static void on_stop_signal(int sig) { stop_signal = sig; }
-
-static void catch_stop_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-// --- log, checkpoints ----------------------------------------------------------------------------
-
-// <out>/log.txt, one line per event, `step N key value ...` (lines starting with # are comments):
-//   step 12 train_loss 5.43210983 norm 0.452113628 lr 1.0000e-03 ms 20.9 tok_s 392000
-//   step 50 val_loss 5.77123451
-//   step 50 checkpoint out/ckpt_00000050.bin
-// Losses and norms have 9 significant digits, so two logs compare bitwise. A fresh run starts the log
-// empty; a resumed run keeps the lines up to its checkpoint's step and drops the later ones (the
-// interrupted run's work after its last checkpoint), so the log reads as one uninterrupted run.
-static FILE* log_open(const char* dir, int64_t resume_step, int argc, char** argv) {
-    char path[CHECKPOINT_PATH_LEN + 16], tmp[CHECKPOINT_PATH_LEN + 24];
-    snprintf(path, sizeof(path), "%s/log.txt", dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* out = fopen_check(tmp, "wb");
-    FILE* old = resume_step >= 0 ? fopen(path, "rb") : NULL;
-    if (old) {
-        char* line = NULL;
-        size_t cap = 0;
-        while (getline(&line, &cap, old) > 0) {
-            long long step;
-            if (sscanf(line, "step %lld", &step) != 1 || step <= resume_step) fputs(line, out);
-        }
-        free(line);
-        fclose(old);
-    }
-    fprintf(out, "#");
-    for (int a = 0; a < argc; a++) fprintf(out, " %s", argv[a]);
-    fprintf(out, "\n");
-    fclose_check(out);
-    if (rename(tmp, path) != 0) { perror(path); exit(EXIT_FAILURE); }
-    FILE* f = fopen_check(path, "ab");
-    setvbuf(f, NULL, _IOLBF, 0);  // whole lines reach the file as they are written
-    return f;
-}
-
-// The checkpoint after `step` steps: the file, then the `latest` marker, then older ones pruned. Every
-// rank calls it (the state is gathered from their shards); rank 0 writes.
-static void save_checkpoint(Model* m, const TrainConfig* c, int64_t step, uint64_t sample_rng,
-                            DataLoaderPosition data, const char* settings, FILE* log_file, const GpuContext* ctx) {
-    CheckpointState s;
-    memset(&s, 0, sizeof(s));
-    s.step = step;
-    s.rng = sample_rng;
-    s.data = data;
-    snprintf(s.settings, sizeof(s.settings), "%s", settings);
-    char path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN];
-    checkpoint_path(path, sizeof(path), c->out_dir, step);
-    double t0 = dist_now();
-    checkpoint_check(err, model_save_checkpoint(m, path, &s, err, sizeof(err), ctx));  // every rank: it gathers
-    if (m->comm->rank != 0) return;
-    checkpoint_check(err, checkpoint_mark_latest(c->out_dir, path, err, sizeof(err)));
-    checkpoint_check(err, checkpoint_prune(c->out_dir, c->keep, step, err, sizeof(err)));
-    printf("checkpoint %s (%.1f MiB, %.1f s)\n", path, mib(3 * m->num_params * sizeof(float)), dist_now() - t0);
-    fprintf(log_file, "step %lld checkpoint %s\n", (long long)step, path);
-}
-
-// A fault the run cannot go on from (a bad shard, too many bad steps): the state after `step` steps is
-// checkpointed (when -keep allows and there is work since the start), then the program exits 1 with
-// `what` and `hint`. every_rank: all ranks met the fault together (too many bad steps: they share the
-// flags), so they can gather the state; a fault of one rank (its data) ends a multi-GPU run without a
-// checkpoint: that rank exits, and the control channel stops the others (llmc/dist/dist_control.h).
-static void stop_with_checkpoint(Model* m, const TrainConfig* c, int64_t step, int64_t start_step, uint64_t sample_rng,
-                                 DataLoaderPosition data, const char* settings, FILE* log_file, const char* what,
-                                 const char* hint, int every_rank, const GpuContext* ctx) {
-    fprintf(log_file, "step %lld stopped fault\n", (long long)step);
-    char done[CHECKPOINT_PATH_LEN + 96] = "";
-    if (m->comm->world > 1 && !every_rank) {
-        snprintf(done, sizeof(done), "no checkpoint written (a fault of this rank alone); the last one stands");
-    } else if (c->keep > 0 && step > start_step) {
-        save_checkpoint(m, c, step, sample_rng, data, settings, log_file, ctx);
-        char path[CHECKPOINT_PATH_LEN];
-        checkpoint_path(path, sizeof(path), c->out_dir, step);
-        snprintf(done, sizeof(done), "the state after step %lld is saved in %s", (long long)step, path);
-    } else {
-        snprintf(done, sizeof(done), "no checkpoint written (%s)", c->keep == 0 ? "-keep 0" : "no step done since the start");
-    }
-    fprintf(stderr, "error: %s\n  %s\n  hint: %s\n", what, done, hint);
-    exit(EXIT_FAILURE);
-}
-
-// LLMC_TEST_NAN_STEP=A or A-B (test-only, never set in normal use): a NaN is written into the gradient at
-// steps A..B (1-based), so that the tests can see bad steps skipped and -max_bad_steps stop the run.
-static void test_nan_steps(int* from, int* to) {
-    const char* e = getenv("LLMC_TEST_NAN_STEP");
-    *from = *to = 0;
-    if (!e || !*e) return;
-    if (sscanf(e, "%d-%d", from, to) == 1) *to = *from;
-    printf("test: a NaN is injected into the gradient at steps %d..%d (LLMC_TEST_NAN_STEP)\n", *from, *to);
-}
-
-// --- Hugging Face interop: -init (llmc/io/hf_model_import.h), -export_hf ---------------------------------
-
-// The -init file, of either family, opened before the GPU is touched.
-typedef struct {
-    int llama;         // a LlamaForCausalLM (lm); else a GPT2LMHeadModel (gpt)
-    GptHfReader gpt;
-    LlamaHfReader lm;
-} InitFile;
-
-static void init_fail(const TrainConfig* c, const char* msg) {
-    fprintf(stderr, "error: -init %s: %s\n", c->init, msg);
-    exit(EXIT_FAILURE);
-}
-
-// -init of a train_gpt checkpoint (its magic number first), which is not weights in Hugging Face's
-// layout: said so, with the two things to do with it.
-static void init_not_checkpoint(const TrainConfig* c) {
-    FILE* f = fopen(c->init, "rb");
-    int32_t magic = 0;
-    size_t got = f ? fread(&magic, sizeof(magic), 1, f) : 0;  // 0 for a directory or a missing file
-    if (f) fclose(f);
-    if (got != 1 || magic != CHECKPOINT_MAGIC) return;
-    fprintf(stderr, "error: -init %s: a train_gpt checkpoint, not a model in Hugging Face's layout (safetensors)\n"
-            "  hint: continue its run with -resume %s, or export it with build/export_hf %s DIR and pass -init DIR\n",
-            c->init, c->init, c->init);
-    exit(EXIT_FAILURE);
-}
-
-// -model left out: the -init file's family (a Llama model's tensors are named model.embed_tokens ...).
-static void init_family(TrainConfig* c, int argc, char** argv) {
-    if (!flag_given(argc, argv, "-model") && llama_hf_detect(c->init)) c->model = "llama";
-}
-
-// A Llama -init (before resolve_model): -size from the layers of its config.json (one of the sizes),
-// -encoding from its vocabulary, -rope_theta from its rope_theta; a flag given must agree.
-static void init_open_llama(LlamaHfReader* r, TrainConfig* c, int argc, char** argv) {
-    if (llama_hf_open(r, c->init) != 0) init_fail(c, r->err);
-    const ModelConfig* f = &r->config;
-    const char* size = model_size_name(f);
-    const TokenizerEncoding* enc = tokenizer_encoding_of_vocab(f->vocab_size);
-    ModelConfig named;
-    char msg[768] = "";
-    if (!size)
-        snprintf(msg, sizeof(msg), "a model of %d layers, %d channels, %d heads (%d key/value) and FFN %d, not one of "
-                 "this program's sizes\n  hint: the Llama-style sizes are %s (llmc/model/spec.h has their shapes)",
-                 f->num_layers, f->channels, f->num_heads, f->num_kv_heads, f->ffn_hidden, LLAMA_SIZE_NAMES);
-    else if (flag_given(argc, argv, "-size") && strcmp(c->size, size) != 0)
-        snprintf(msg, sizeof(msg), "a %s model, which is not -size %s\n  hint: leave -size out to take it from the "
-                 "file", size, c->size);
-    else if (!enc)
-        snprintf(msg, sizeof(msg), "vocab_size %d, the vocabulary of none of this program's encodings (%s)\n  hint: "
-                 "train on shards of the model's own encoding, which must be one of these", f->vocab_size,
-                 TOKENIZER_ENCODING_NAMES);
-    else if (strcmp(c->encoding, "auto") != 0 && strcmp(c->encoding, enc->name) != 0)
-        snprintf(msg, sizeof(msg), "a vocabulary of %d, %s's, which is not -encoding %s\n  hint: leave -encoding out "
-                 "to take it from the file", f->vocab_size, enc->name, c->encoding);
-    else if (flag_given(argc, argv, "-rope_theta") && fabs(c->rope_theta - f->rope_theta) > 1e-6 * f->rope_theta)
-        snprintf(msg, sizeof(msg), "rope_theta %g, which is not -rope_theta %g\n  hint: leave -rope_theta out to take "
-                 "it from the file", f->rope_theta, c->rope_theta);
-    else if (model_config_named(&named, MODEL_FAMILY_LLAMA, size, f->vocab_size, LLAMA_MAX_SEQ_LEN) != 0 ||
-             fabs(f->norm_eps - named.norm_eps) > 1e-6 * named.norm_eps)
-        snprintf(msg, sizeof(msg), "rms_norm_eps %g (transformers' 1e-6 where config.json leaves it out); this "
-                 "program's Llama-style models use %g", f->norm_eps, named.norm_eps);
-    if (msg[0]) init_fail(c, msg);
-    c->size = size;
-    c->encoding = enc->name;
-    c->rope_theta = (float)f->rope_theta;
-    printf("-init %s: a Llama-style model, so -model llama -size %s -encoding %s -rope_theta %g\n", c->init, c->size,
-           c->encoding, c->rope_theta);
-}
-
-// A GPT-2 -init (after resolve_model): the depth from its tensors, or checked against a given -depth.
-static void init_open_gpt(GptHfReader* r, TrainConfig* c, int argc, char** argv) {
-    if (gpt_hf_open(r, c->init) != 0) init_fail(c, r->err);
-    int given = flag_given(argc, argv, "-depth"), ch, nh;
-    if (!given) c->depth = r->num_layers;
-    if (gpt2_size(c->depth, &ch, &nh) != 0 || c->depth != r->num_layers || ch != r->channels) {
-        fprintf(stderr, "error: -init %s: a model of %d layers and %d channels%s\n  hint: this program trains "
-                "GPT-2's sizes (-depth 6: 384 channels, 12: 768, 24: 1024, 36: 1280, 48: 1600); leave -depth out to "
-                "take it from the file\n", c->init, r->num_layers, r->channels,
-                given ? ", which is not what -depth gives" : ", not one of GPT-2's sizes");
-        exit(EXIT_FAILURE);
-    }
-}
-
-// The -init weights of the model mc, read into host memory before the GPU is touched: every value is
-// checked to be finite as it is read (llmc/io/hf_model_import.h), as a checkpoint's are before -resume
-// loads it. The caller gives them to the model (model_set_params: master and bf16 parameters; AdamW's
-// moments zero, a fresh start) and frees them.
-static float* init_read(InitFile* f, const ModelConfig* mc, const TrainConfig* c) {
-    size_t n = model_num_params(mc);
-    float* values = (float*)malloc_check(n * sizeof(float));
-    int rc = f->llama ? llama_hf_load(&f->lm, mc, values) : gpt_hf_load(&f->gpt, mc, values);
-    if (rc != 0) init_fail(c, f->llama ? f->lm.err : f->gpt.err);
-    return values;
-}
-
-// The model's fp32 master weights to dir, through the export tool's code (GPT-2: build/export_hf).
-// Every rank calls it (the weights are gathered from their shards); rank 0 writes.
-static void export_hf(Model* m, const char* dir, const char* vocab_path, int eot, const GpuContext* ctx) {
-    char err[HF_ERR_LEN];
-    double t0 = dist_now();
-    if (model_export_hf(m, dir, vocab_path, eot, err, sizeof(err), ctx) != 0) {
-        fprintf(stderr, "error: -export_hf %s: %s\n", dir, err);
-        exit(EXIT_FAILURE);
-    }
-    if (m->comm->rank == 0)
-        printf("exported to %s/ for Hugging Face transformers (%s, fp32 master weights, %.1f MiB, %.1f s)\n", dir,
-               m->spec->family == MODEL_FAMILY_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",
-               mib(m->num_params * sizeof(float)), dist_now() - t0);
-}
 
 // --- main ----------------------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
     TrainConfig cfg;
-    parse_flags(&cfg, argc, argv);
+    Flag flags[MAX_FLAGS];
+    int nflags = parse_flags(&cfg, flags, argc, argv);
     // -resume: the checkpoint's header and settings first, so that flags left out come from it
     CheckpointReader ckpt;
     char ckpt_path[CHECKPOINT_PATH_LEN], err[CHECKPOINT_ERR_LEN], saved_settings[CHECKPOINT_SETTINGS_MAX];
     int resumed = cfg.resume[0] != '\0';
-    if (resumed && cfg.init[0]) {
-        fprintf(stderr, "error: -resume %s -init %s: -resume continues a run, -init starts one from weights; give "
-                "one\n", cfg.resume, cfg.init);
-        exit(EXIT_FAILURE);
-    }
+    if (resumed && cfg.init[0])
+        check_failf("leave -init out to continue the run, or -resume out to start one from the weights",
+                    "-resume %s -init %s: -resume continues a run, -init starts one from weights; give one", cfg.resume,
+                    cfg.init);
     // -init: the file's family, and a Llama model's sizes and encoding, before the flags that depend on them
     InitFile init;
     memset(&init, 0, sizeof(init));
-    if (cfg.init[0]) init_not_checkpoint(&cfg);
-    if (cfg.init[0]) init_family(&cfg, argc, argv);
+    if (cfg.init[0]) hf_init_refuse_checkpoint(cfg.init);
+    // -model left out: the -init file's family (a Llama model's tensors are named model.embed_tokens ...)
+    if (cfg.init[0] && !flag_given(argc, argv, "-model") && llama_hf_detect(cfg.init)) cfg.model = "llama";
     if (cfg.init[0] && is_llama(&cfg)) {
         init.llama = 1;
-        init_open_llama(&init.lm, &cfg, argc, argv);
+        hf_init_open_llama(&init.lm, cfg.init, &cfg.size, &cfg.encoding, &cfg.rope_theta,
+                           flag_given(argc, argv, "-size"), flag_given(argc, argv, "-rope_theta"));
     }
     if (resumed) {
         checkpoint_check(err, checkpoint_resolve(ckpt_path, sizeof(ckpt_path), cfg.resume, cfg.out_dir, err, sizeof(err)));
         checkpoint_check(ckpt.err, checkpoint_reader_open(&ckpt, ckpt_path));
         model_from_checkpoint(&cfg, &ckpt, ckpt_path, argc, argv);
         memcpy(saved_settings, ckpt.state.settings, sizeof(saved_settings));
-        settings_resume(&cfg, saved_settings, ckpt_path, argc, argv);
+        settings_resume(&cfg, flags, nflags, saved_settings, ckpt_path, argc, argv);
     }
     char msg[512];
     exit_if_bad(resolve_model(&cfg, argc, argv, msg, sizeof(msg)), msg, resumed ? ckpt_path : NULL, argc, argv);
     const TokenizerEncoding* encoding = tokenizer_find_encoding(cfg.encoding);
     // -init of GPT-2: the file's header first, so that a bad file fails before the GPU is touched and the
     // depth can come from its tensors
-    if (cfg.init[0] && !init.llama) init_open_gpt(&init.gpt, &cfg, argc, argv);
+    if (cfg.init[0] && !init.llama) hf_init_open_gpt(&init.gpt, cfg.init, &cfg.depth, flag_given(argc, argv, "-depth"));
     exit_if_bad(validate(&cfg, msg, sizeof(msg)), msg, resumed ? ckpt_path : NULL, argc, argv);
     // the checkpoint's step is in [0, CHECKPOINT_MAX_STEP] (its reader checks): kept 64-bit, as it is stored
     int64_t start_step = resumed ? ckpt.state.step : 0;
     int64_t train_steps = cfg.steps == 0 ? 0 : cfg.steps - start_step;  // 0: evaluate and sample only
-    if (train_steps < 0) {
-        fprintf(stderr, "error: -steps %d: the checkpoint %s is at step %lld already\n  hint: pass a larger -steps to "
-                "continue training, or -steps 0 to only evaluate and sample it\n", cfg.steps, ckpt_path,
-                (long long)start_step);
-        exit(EXIT_FAILURE);
-    }
+    if (train_steps < 0)
+        check_failf("pass a larger -steps to continue training, or -steps 0 to only evaluate and sample it",
+                    "-steps %d: the checkpoint %s is at step %lld already", cfg.steps, ckpt_path, (long long)start_step);
 
     // -gpus N: this process becomes the launcher of N ranks, each this program without the flag
     DistRun dist;
@@ -729,30 +181,25 @@ int main(int argc, char** argv) {
     if (!dist.launched || dist_rank(&dist) == 0) check_outputs(&cfg, encoding);  // rank 0 writes them
     if (!dist.launched && cfg.gpus > 1)
         return launch_local(cfg.gpus, argc, argv, flag_index(argc, argv, "-gpus"), 30.0);
-    if (dist.launched && flag_given(argc, argv, "-gpus") && cfg.gpus != dist_world(&dist)) {
-        fprintf(stderr, "error: -gpus %d: this process was started by a launcher (%s) as rank %d of %d\n  hint: leave "
-                "-gpus out under mpirun, srun or torchrun-style variables; the launcher decides the GPUs\n", cfg.gpus,
-                dist.env.source, dist_rank(&dist), dist_world(&dist));
-        exit(EXIT_FAILURE);
-    }
-    if (dist.launched && flag_given(argc, argv, "-device")) {
-        fprintf(stderr, "error: -device %d: each rank of a multi-GPU run takes the GPU of its local rank\n  hint: "
-                "leave -device out (CUDA_VISIBLE_DEVICES chooses the GPUs)\n", cfg.device);
-        exit(EXIT_FAILURE);
-    }
+    if (dist.launched && flag_given(argc, argv, "-gpus") && cfg.gpus != dist_world(&dist))
+        check_failf("leave -gpus out under mpirun, srun or torchrun-style variables; the launcher decides the GPUs",
+                    "-gpus %d: this process was started by a launcher (%s) as rank %d of %d", cfg.gpus,
+                    dist.env.source, dist_rank(&dist), dist_world(&dist));
+    if (dist.launched && flag_given(argc, argv, "-device"))
+        check_failf("leave -device out (CUDA_VISIBLE_DEVICES chooses the GPUs)",
+                    "-device %d: each rank of a multi-GPU run takes the GPU of its local rank", cfg.device);
     int world = dist_world(&dist), rank = dist_rank(&dist);
     // tokens per step are the same at any number of GPUs: each rank takes 1/world of them
     int total_batch = cfg.total_batch ? cfg.total_batch : cfg.B * cfg.T * world;
-    if (total_batch % (cfg.B * cfg.T * world) != 0) {
-        fprintf(stderr, "error: -total_batch %d is not a multiple of B*T*GPUs = %d*%d*%d\n  hint: choose -total_batch "
-                "(or -b) so that every GPU runs whole micro-batches%s\n", total_batch, cfg.B, cfg.T, world,
-                resumed ? "; the value is the resumed run's, kept so that its results do not depend on the GPUs" : "");
-        exit(EXIT_FAILURE);
-    }
+    if (total_batch % (cfg.B * cfg.T * world) != 0)
+        check_failf(resumed ? "choose -total_batch (or -b) so that every GPU runs whole micro-batches; the value is the "
+                              "resumed run's, kept so that its results do not depend on the GPUs"
+                            : "choose -total_batch (or -b) so that every GPU runs whole micro-batches",
+                    "-total_batch %d is not a multiple of B*T*GPUs = %d*%d*%d", total_batch, cfg.B, cfg.T, world);
     int accum = total_batch / (cfg.B * cfg.T * world);
     cfg.total_batch = total_batch;  // recorded resolved: a resumed run keeps its batch at any number of GPUs
     char settings[CHECKPOINT_SETTINGS_MAX];
-    settings_text(settings, sizeof(settings), &cfg);
+    settings_text(settings, sizeof(settings), &cfg, flags, nflags);
     dist_join(&dist, cfg.nccl_init);
 
     // data first: a bad pattern or too little data fails before the GPU is touched. Shards of either
@@ -771,29 +218,26 @@ int main(int argc, char** argv) {
     for (int s = 0; s < 2 && strcmp(cfg.encoding, "gpt2") != 0; s++) {
         const DataLoader* d = s == 0 ? &train : &val;
         if (d->token_bytes != 2) continue;
-        fprintf(stderr, "error: %s %s: uint16 shards, GPT-2's layout (gpt2 ids), but -encoding is %s\n  hint: make the "
-                "shards with build/make_shards --encoding %s (the starter corpus: make data-starter-%s), or pass "
-                "-encoding gpt2\n", s == 0 ? "-train" : "-val", d->cfg.pattern, cfg.encoding, cfg.encoding,
-                strcmp(cfg.encoding, "o200k_base") == 0 ? "o200k" : "cl100k");
-        exit(EXIT_FAILURE);
+        char hint[160];
+        snprintf(hint, sizeof(hint), "make the shards with build/make_shards --encoding %s (the starter corpus: make "
+                 "data-starter-%s), or pass -encoding gpt2", cfg.encoding,
+                 strcmp(cfg.encoding, "o200k_base") == 0 ? "o200k" : "cl100k");
+        check_failf(hint, "%s %s: uint16 shards, GPT-2's layout (gpt2 ids), but -encoding is %s",
+                    s == 0 ? "-train" : "-val", d->cfg.pattern, cfg.encoding);
     }
     int64_t val_avail = val.total_windows / cfg.B;  // batches of the split, over all ranks together
     int val_batches = cfg.val_batches < 0 ? (int)val_avail : cfg.val_batches;
     if (val_avail < 1 || val_batches > val_avail) {
-        fprintf(stderr, "error: -val_batches %d: the val split %s holds %lld batches of B*T = %d tokens\n"
-                "  hint: use -val_batches %lld or fewer (or -1 for all), or a smaller -b / -t\n", cfg.val_batches,
-                cfg.val_pattern, (long long)val_avail, cfg.B * cfg.T, (long long)val_avail);
-        exit(EXIT_FAILURE);
+        char hint[128];
+        snprintf(hint, sizeof(hint), "use -val_batches %lld or fewer (or -1 for all), or a smaller -b / -t",
+                 (long long)val_avail);
+        check_failf(hint, "-val_batches %d: the val split %s holds %lld batches of B*T = %d tokens", cfg.val_batches,
+                    cfg.val_pattern, (long long)val_avail, cfg.B * cfg.T);
     }
     Tokenizer tok;
     if (cfg.sample_tokens > 0) tokenizer_init_encoding(&tok, cfg.encoding, cfg.vocab_path);
-    ModelConfig mc;  // a known size: resolve_model and validate
-    if (is_llama(&cfg)) {
-        model_config_named(&mc, MODEL_FAMILY_LLAMA, cfg.size, encoding->vocab_size, LLAMA_MAX_SEQ_LEN);
-        mc.rope_theta = cfg.rope_theta;
-    } else {
-        model_config_gpt2(&mc, cfg.depth, encoding->vocab_size, GPT2_MAX_SEQ_LEN);
-    }
+    ModelConfig mc;
+    train_model_config(&mc, &cfg, encoding->vocab_size);
     if (resumed) {  // the checkpoint's sizes, checksum and values, before the GPU is touched
         CheckpointModel want = checkpoint_model_of(&mc);
         checkpoint_check(ckpt.err, checkpoint_check_model(&ckpt, &want));
@@ -802,7 +246,7 @@ int main(int argc, char** argv) {
             printf("note: %s is a version %d checkpoint, without a checksum: its values were checked, its bytes "
                    "could not be; the checkpoints of this run will have one\n", ckpt_path, ckpt.version);
     }
-    float* init_values = cfg.init[0] ? init_read(&init, &mc, &cfg) : NULL;  // -init: read and checked, before the GPU
+    float* init_values = cfg.init[0] ? hf_init_read(&init, &mc, cfg.init) : NULL;  // -init: read and checked, before the GPU
 
     GpuContext ctx;
     int device = dist_device(&dist, cfg.device);
@@ -918,7 +362,7 @@ int main(int argc, char** argv) {
     snprintf(hint, sizeof(hint), "replace the shard with a good copy of the same size, then continue with "
              "./train_gpt -resume latest -out %s (other shards change the data stream, which resuming refuses)",
              cfg.out_dir);
-    catch_stop_signals();
+    catch_stop_signals(on_stop_signal);
     for (int64_t step = start_step; step < end && !stopped; step++) {
         double t0 = dist_now();
         if (step > start_step) profile_start(&prof, ctx.stream);  // the first step includes warmup

@@ -2,8 +2,8 @@
 // group, help): defaults set, `-name value` pairs parsed with every error named (an unknown flag, a
 // missing value, a flag given twice, a value that is not a number or is beyond its type's range: each
 // through llmc/core/check.h), values formatted back exactly (a checkpoint records its run's settings as
-// text) and looked up by name. The program owns the table, its
-// usage text and the checks of the values (train_gpt.cu).
+// text) and looked up by name. The program owns the table and its usage text (train_gpt.cu); the
+// checks of the values are llmc/train/train_config.h's.
 #pragma once
 #include <errno.h>
 #include <math.h>
@@ -58,14 +58,12 @@ static int flag_parse_(const Flag* f, const char* text, char* err, size_t n) {
     return 0;
 }
 
-// Returns 0, or -1 after printing "error: <the reason><origin>" when `text` is not a valid value of flag
-// f; `origin` says where the value came from and what to do (a checkpoint's settings: train_gpt.cu,
-// whose caller exits).
-static int flag_set(const Flag* f, const char* text, const char* origin) {
+// Sets flag f from `text`, or exits (llmc/core/check.h) with "error: <the reason><origin>" and `hint`
+// when it is not a valid value of f; `origin` says where the value came from (a checkpoint's settings:
+// llmc/train/resume.h), the hint what to do.
+static void flag_set(const Flag* f, const char* text, const char* origin, const char* hint) {
     char err[512];
-    if (flag_parse_(f, text, err, sizeof(err)) == 0) return 0;
-    fprintf(stderr, "error: %s%s\n", err, origin);
-    return -1;
+    if (flag_parse_(f, text, err, sizeof(err)) != 0) check_failf(hint, "%s%s", err, origin);
 }
 
 // Sets the n flags of f to their defaults, then to the values argv gives. Returns 1 when argv asks for

@@ -222,10 +222,8 @@ static inline void checkpoint_reader_close(CheckpointReader* r) {
     r->f = NULL;
 }
 
-// The trainer's wrapper: on rc != 0 prints the message and exits.
+// The trainer's wrapper: on rc != 0 exits with the message (llmc/core/check.h), which names the file.
 static inline void checkpoint_check(const char* err, int rc) {
-    if (rc != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
+    if (rc != 0)
+        check_fail(err, "-resume another checkpoint (or none), or give -out a directory with room that you can write");
 }
