@@ -221,10 +221,9 @@ static inline void flce_mma_backward(bf16* dx, float* dW, void* scratch, size_t 
                                      const int* n_valid, const float* dloss_rows, float dloss, const bf16* x,
                                      const bf16* W, const int* targets, int N, int C, int V, FlceOptions opt,
                                      int deterministic, const GpuContext* ctx) {
-    if (C % FLCE_BWD_SLICE != 0 || C % FLCE_MMA_BK != 0) {
-        fprintf(stderr, "error: flce_mma_backward needs C %% 64 == 0 (C = %d)\n", C);
-        exit(EXIT_FAILURE);
-    }
+    if (C % FLCE_BWD_SLICE != 0 || C % FLCE_MMA_BK != 0)
+        check_failf("a bug in the caller: the experiment takes this path only for such C",
+                    "flce_mma_backward needs C %% 64 == 0 (C = %d)", C);
     size_t fit = scratch_bytes / ((size_t)C * sizeof(float));  // rows of fp32 dx the scratch holds
     int chunk = fit >= (size_t)N ? N : (int)(fit / FLCE_MMA_BM * FLCE_MMA_BM);  // chunks: whole row blocks
     if (chunk < 1) check_fail("flce_mma_backward: the scratch holds fewer than 128 rows of fp32 dx", "raise the budget");

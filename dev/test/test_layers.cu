@@ -10,7 +10,8 @@
 // fp64 (tolerance 1e-4 relative, 1e-5 absolute for the row means: far above fp32's ~1e-6 here and far
 // below any indexing mistake, which gives O(1)).
 // The backward runs twice on the same inputs and must give identical bits. With -gemm_tune's tuned GEMMs
-// (llmc/layers/matmul.cuh) the layer must give the untuned bits, and the tuning rule is checked on its own.
+// (llmc/layers/matmul.cuh) the layer must give the untuned bits, and the tuning rule is checked on its own;
+// a second context tunes into its own table, never into the first's.
 #define GPT_REF_DOUBLE
 #include <stdlib.h>
 #include <math.h>
@@ -231,7 +232,7 @@ static void test_linear_tuned(int N, int IC, int OC, int gelu, float* scratch, c
     float* db0 = make_f32(h, OC);
     bf16 *y[2], *dx[2];
     float *dW[2], *db[2];
-    int before = matmul_tuned_n;
+    int before = tuned.gemm_tuned->n;  // the copy shares ctx's plans
     for (int t = 0; t < 2; t++) {
         cuda_check(cudaMalloc(&y[t], (size_t)N * OC * sizeof(bf16)));
         cuda_check(cudaMalloc(&dx[t], (size_t)N * IC * sizeof(bf16)));
@@ -247,16 +248,45 @@ static void test_linear_tuned(int N, int IC, int OC, int gelu, float* scratch, c
     int same = same_bits(y[0], y[1], (size_t)N * OC * sizeof(bf16)) && same_bits(dx[0], dx[1], (size_t)N * IC * sizeof(bf16)) &&
                same_bits(dW[0], dW[1], (size_t)OC * IC * sizeof(float)) && same_bits(db[0], db[1], OC * sizeof(float));
     printf("linear    N=%5d IC=%4d OC=%4d%s, GEMMs tuned: %d new tuned plans, outputs bitwise as untuned: %s\n", N, IC,
-           OC, gelu ? " (dx through GELU')" : "", matmul_tuned_n - before, same ? "yes" : "no");
+           OC, gelu ? " (dx through GELU')" : "", tuned.gemm_tuned->n - before, same ? "yes" : "no");
     EXPECT(same, "linear N=%d IC=%d OC=%d: tuned GEMMs change the outputs", N, IC, OC);
-    EXPECT(matmul_tuned_n - before == 3, "linear N=%d IC=%d OC=%d: %d tuned plans, expected 3 (forward, dx, dW)", N, IC,
-           OC, matmul_tuned_n - before);
+    EXPECT(tuned.gemm_tuned->n - before == 3, "linear N=%d IC=%d OC=%d: %d tuned plans, expected 3 (forward, dx, dW)",
+           N, IC, OC, tuned.gemm_tuned->n - before);
     for (int t = 0; t < 2; t++) {
         cuda_check(cudaFree(y[t])); cuda_check(cudaFree(dx[t])); cuda_check(cudaFree(dW[t])); cuda_check(cudaFree(db[t]));
     }
     bf16* bfs[] = {d_x, d_u, d_W, d_b, d_dy};
     for (bf16* p : bfs) cuda_check(cudaFree(p));
     cuda_check(cudaFree(dW0)); cuda_check(cudaFree(db0));
+}
+
+// Two contexts keep their tuned plans apart: a shape that ctx has tuned is tuned again on a context
+// built apart, into that context's own table, and ctx's table is left as it was (with plans shared
+// between contexts, the second would find the shape tuned and add none).
+static void test_tuned_per_context(const GpuContext* ctx) {
+    int N = 513, IC = 96, OC = 776, ctx_before = ctx->gemm_tuned->n;
+    EXPECT(ctx_before > 0, "tuned per context: ctx has no tuned plans to start from (run after test_linear_tuned)");
+    GpuContext other;
+    gpu_context_build(&other, ctx->device);
+    other.gemm_tune = 1;
+    std::vector<double> h;
+    bf16* d_x = make_bf16(h, (size_t)N * IC, -1.0, 1.0);
+    bf16* d_W = make_bf16(h, (size_t)OC * IC, -0.1, 0.1);
+    bf16* d_b = make_bf16(h, OC, -0.1, 0.1);
+    bf16* y;
+    cuda_check(cudaMalloc(&y, (size_t)N * OC * sizeof(bf16)));
+    linear_forward(y, d_x, d_W, d_b, N, IC, OC, &other);  // one GEMM, of a shape test_linear_tuned tuned on ctx
+    cuda_check(cudaStreamSynchronize(other.stream));
+    printf("tuned per context: ctx %d plans (%d before), another context %d\n", ctx->gemm_tuned->n, ctx_before,
+           other.gemm_tuned->n);
+    EXPECT(other.gemm_tuned != ctx->gemm_tuned, "tuned per context: two contexts share one table");
+    EXPECT(other.gemm_tuned->n == 1, "tuned per context: the other context has %d tuned plans, expected 1",
+           other.gemm_tuned->n);
+    EXPECT(ctx->gemm_tuned->n == ctx_before, "tuned per context: ctx went from %d to %d tuned plans", ctx_before,
+           ctx->gemm_tuned->n);
+    cuda_check(cudaFree(y)); cuda_check(cudaFree(d_x)); cuda_check(cudaFree(d_W)); cuda_check(cudaFree(d_b));
+    gpu_context_free(&other);
+    EXPECT(other.gemm_tuned == NULL, "tuned per context: gpu_context_free leaves the table pointer set");
 }
 
 int main(void) {
@@ -277,6 +307,7 @@ int main(void) {
     test_tune_pick();
     const int tune_cases[][4] = {{4096, 768, 2304, 0}, {4096, 3072, 768, 1}, {513, 96, 776, 0}};
     for (const auto& c : tune_cases) test_linear_tuned(c[0], c[1], c[2], c[3], scratch, &ctx);
+    test_tuned_per_context(&ctx);
     cuda_check(cudaFree(scratch));
     gpu_context_free(&ctx);
     return test_summary("test_layers");

@@ -175,11 +175,11 @@ __global__ void attention_backward_dkdv_kernel(bf16* dqkv, const bf16* dout, con
 static inline size_t attention_check(int T, int C, int NH, int NKV, int per_warp_floats) {
     int hs = NH > 0 ? C / NH : 0;
     size_t smem = (size_t)ATT_WARPS * per_warp_floats * sizeof(float);
+    char hint[160];
     if (NH < 1 || C % NH != 0 || hs % 8 != 0 || hs > ATT_HS_MAX || smem > 48 * 1024 || NKV < 1 || NH % NKV != 0) {
-        fprintf(stderr, "error: attention: C=%d NH=%d NKV=%d (head size %d) T=%d not supported\n"
-                "  hint: head size must be a multiple of 8 and at most %d, T at most 1024, and the kv heads NKV\n"
-                "  must divide NH\n", C, NH, NKV, hs, T, ATT_HS_MAX);
-        exit(EXIT_FAILURE);
+        snprintf(hint, sizeof(hint), "head size must be a multiple of 8 and at most %d, T at most 1024, and the kv "
+                 "heads NKV must divide NH", ATT_HS_MAX);
+        check_failf(hint, "attention: C=%d NH=%d NKV=%d (head size %d) T=%d not supported", C, NH, NKV, hs, T);
     }
     return smem;
 }

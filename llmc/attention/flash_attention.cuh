@@ -320,12 +320,9 @@ static inline dim3 fa_grid(int heads, int tiles) {
 
 static inline int flash_attention_head_size(int T, int C, int NH, int NKV) {
     int hs = NH > 0 ? C / NH : 0;
-    if (T < 1 || NH < 1 || C % NH != 0 || (hs != 64 && hs != 128) || NKV < 1 || NH % NKV != 0) {
-        fprintf(stderr, "error: flash attention: C=%d NH=%d NKV=%d (head size %d) T=%d not supported\n"
-                "  hint: the head size C/NH must be 64 or 128, and the kv heads NKV must divide NH\n",
-                C, NH, NKV, hs, T);
-        exit(EXIT_FAILURE);
-    }
+    if (T < 1 || NH < 1 || C % NH != 0 || (hs != 64 && hs != 128) || NKV < 1 || NH % NKV != 0)
+        check_failf("the head size C/NH must be 64 or 128, and the kv heads NKV must divide NH",
+                    "flash attention: C=%d NH=%d NKV=%d (head size %d) T=%d not supported", C, NH, NKV, hs, T);
     return hs;
 }
 

@@ -287,18 +287,15 @@ static void fa90_forward_launch(const CUtensorMap& map, bf16* out, float* lse, i
     cuda_check_launch();
 }
 
-// The kernels exist in sm_90a builds (LLMC_SM90A) and run on sm_90 GPUs; the device's capability is
-// asked once.
+// The kernels exist in sm_90a builds (LLMC_SM90A) and run on sm_90 GPUs: the current device's
+// capability, asked on every call (an attribute read, no synchronisation), so that a process with GPUs
+// of two kinds asks about the one it runs on.
 static inline int flash_sm90_available(void) {
 #ifdef LLMC_SM90A
-    static int available = -1;
-    if (available < 0) {
-        int dev = 0, major = 0;
-        cuda_check(cudaGetDevice(&dev));
-        cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        available = major == 9;
-    }
-    return available;
+    int dev = 0, major = 0;
+    cuda_check(cudaGetDevice(&dev));
+    cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major == 9;
 #else
     return 0;
 #endif

@@ -1,7 +1,9 @@
 // check.h: the one place that defines error checking.
 // Every failing call prints what failed, where (file:line) and a hint for the likely user error,
-// then exits non-zero. Host-only code includes this file as it is; CUDA, cuBLAS(Lt) and NCCL checks
-// appear only when their headers are available (nvcc, and USE_NCCL for NCCL).
+// then exits non-zero: through check_fail / check_failf below, which llmc/ uses for every error exit
+// of its own (the CUDA, cuBLAS(Lt) and NCCL checks add the failing call's text as an "in" line).
+// Host-only code includes this file as it is; CUDA, cuBLAS(Lt) and NCCL checks appear only when their
+// headers are available (nvcc, and USE_NCCL for NCCL).
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,81 +11,86 @@
 #include <errno.h>
 #include <stdarg.h>
 
-#define check_fail(what, hint) do { \
-    fprintf(stderr, "error: %s\n  at %s:%d\n  hint: %s\n", (what), __FILE__, __LINE__, (hint)); \
-    exit(EXIT_FAILURE); } while (0)
+// The one way out on an error: prints
+//   error: <the message>
+//     at <file>:<line>
+//     hint: <what to do>
+// to stderr and exits with EXIT_FAILURE. The lines are printed under stderr's lock, so that a thread's
+// message is never interleaved with another's. llmc/dist/dist_report.h relays a rank's last such message
+// to the others, from its "error" line on.
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((noreturn, format(printf, 4, 5)))
+#endif
+static inline void check_fail_at_(const char* file, int line, const char* hint, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    flockfile(stderr);
+    fputs("error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n  at %s:%d\n  hint: %s\n", file, line, hint);
+    funlockfile(stderr);
+    va_end(ap);
+    exit(EXIT_FAILURE);
+}
+// check_fail("what failed", "hint"); check_failf("hint", "printf format", ...): the message formatted
+#define check_fail(what, hint) check_fail_at_(__FILE__, __LINE__, (hint), "%s", (what))
+#define check_failf(hint, ...) check_fail_at_(__FILE__, __LINE__, (hint), __VA_ARGS__)
 
 // --- host: files and memory ------------------------------------------------------------------
 
 static inline FILE* fopen_check_(const char* path, const char* mode, const char* file, int line) {
     FILE* f = fopen(path, mode);
-    if (!f) {
-        fprintf(stderr, "error: fopen(\"%s\", \"%s\") failed: %s\n  at %s:%d\n", path, mode, strerror(errno), file, line);
-        fprintf(stderr, "  hint: check the path; data files are made by `make data` (see README, Data)\n");
-        exit(EXIT_FAILURE);
-    }
+    if (!f)
+        check_fail_at_(file, line, "check the path; data files are made by `make data` (see README, Data)",
+                       "fopen(\"%s\", \"%s\") failed: %s", path, mode, strerror(errno));
     return f;
 }
 #define fopen_check(path, mode) fopen_check_((path), (mode), __FILE__, __LINE__)
 
 static inline void fread_check_(void* ptr, size_t size, size_t n, FILE* f, const char* file, int line) {
     size_t got = fread(ptr, size, n, f);
-    if (got != n) {
-        fprintf(stderr, "error: fread read %zu of %zu items of %zu bytes (%s)\n  at %s:%d\n",
-                got, n, size, feof(f) ? "unexpected end of file" : strerror(errno), file, line);
-        fprintf(stderr, "  hint: the file is truncated or not of the expected format; regenerate it\n");
-        exit(EXIT_FAILURE);
-    }
+    if (got != n)
+        check_fail_at_(file, line, "the file is truncated or not of the expected format; regenerate it",
+                       "fread read %zu of %zu items of %zu bytes (%s)", got, n, size,
+                       feof(f) ? "unexpected end of file" : strerror(errno));
 }
 #define fread_check(ptr, size, n, f) fread_check_((ptr), (size), (n), (f), __FILE__, __LINE__)
 
 static inline void fwrite_check_(const void* ptr, size_t size, size_t n, FILE* f, const char* file, int line) {
-    if (fwrite(ptr, size, n, f) != n) {
-        fprintf(stderr, "error: fwrite of %zu items of %zu bytes failed: %s\n  at %s:%d\n", n, size, strerror(errno), file, line);
-        fprintf(stderr, "  hint: is the disk full or the output directory read-only?\n");
-        exit(EXIT_FAILURE);
-    }
+    if (fwrite(ptr, size, n, f) != n)
+        check_fail_at_(file, line, "is the disk full or the output directory read-only?",
+                       "fwrite of %zu items of %zu bytes failed: %s", n, size, strerror(errno));
 }
 #define fwrite_check(ptr, size, n, f) fwrite_check_((ptr), (size), (n), (f), __FILE__, __LINE__)
 
 static inline void fclose_check_(FILE* f, const char* file, int line) {
-    if (fclose(f) != 0) {
-        fprintf(stderr, "error: fclose failed: %s\n  at %s:%d\n", strerror(errno), file, line);
-        fprintf(stderr, "  hint: a buffered write did not reach the disk; is it full?\n");
-        exit(EXIT_FAILURE);
-    }
+    if (fclose(f) != 0)
+        check_fail_at_(file, line, "a buffered write did not reach the disk; is it full?", "fclose failed: %s",
+                       strerror(errno));
 }
 #define fclose_check(f) fclose_check_((f), __FILE__, __LINE__)
 
 static inline void* malloc_check_(size_t size, const char* file, int line) {
     void* p = malloc(size ? size : 1);
-    if (!p) {
-        fprintf(stderr, "error: malloc of %zu bytes failed\n  at %s:%d\n", size, file, line);
-        fprintf(stderr, "  hint: host memory is exhausted; use a smaller batch or model\n");
-        exit(EXIT_FAILURE);
-    }
+    if (!p)
+        check_fail_at_(file, line, "host memory is exhausted; use a smaller batch or model",
+                       "malloc of %zu bytes failed", size);
     return p;
 }
 #define malloc_check(size) malloc_check_((size), __FILE__, __LINE__)
 
 static inline void* calloc_check_(size_t n, size_t size, const char* file, int line) {
     void* p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) {
-        fprintf(stderr, "error: calloc of %zu x %zu bytes failed\n  at %s:%d\n", n, size, file, line);
-        fprintf(stderr, "  hint: host memory is exhausted; use a smaller batch or model\n");
-        exit(EXIT_FAILURE);
-    }
+    if (!p)
+        check_fail_at_(file, line, "host memory is exhausted; use a smaller batch or model",
+                       "calloc of %zu x %zu bytes failed", n, size);
     return p;
 }
 #define calloc_check(n, size) calloc_check_((n), (size), __FILE__, __LINE__)
 
 static inline void* realloc_check_(void* old, size_t size, const char* file, int line) {
     void* p = realloc(old, size ? size : 1);
-    if (!p) {
-        fprintf(stderr, "error: realloc to %zu bytes failed\n  at %s:%d\n", size, file, line);
-        fprintf(stderr, "  hint: host memory is exhausted\n");
-        exit(EXIT_FAILURE);
-    }
+    if (!p) check_fail_at_(file, line, "host memory is exhausted", "realloc to %zu bytes failed", size);
     return p;
 }
 #define realloc_check(old, size) realloc_check_((old), (size), __FILE__, __LINE__)

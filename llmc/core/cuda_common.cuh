@@ -1,7 +1,9 @@
 // cuda_common.cuh: the GPU context passed to every launcher (device, stream, cuBLASLt handle and
-// workspace, where profile marks go), the bf16 type, the 128-bit packed vector of the elementwise
-// kernels, and small device helpers shared by the kernels.
-// No mutable globals: everything a launcher needs travels in a GpuContext.
+// workspace, the GEMM plans it tuned, where profile marks go), the bf16 type, the 128-bit packed vector
+// of the elementwise kernels, and small device helpers shared by the kernels.
+// No mutable globals: everything a launcher needs or keeps travels in a GpuContext, so two contexts (two
+// GPUs, two threads, two tests) never share state. llmc/'s one global is the crash handlers' pointer in
+// llmc/dist/dist_report.h (a signal handler reaches nothing else); dev/test/test_llmc_globals.sh checks.
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -12,6 +14,36 @@
 typedef __nv_bfloat16 bf16;
 
 #define CUBLASLT_WORKSPACE_BYTES (32u << 20)  // what cuBLASLt's Hopper kernels ask for at most
+
+// --- the GEMM plans a context keeps ----------------------------------------------------------
+// A plan: cuBLASLt's descriptors and the algorithm its heuristic picked for one GEMM shape (types,
+// transposes, leading dimensions, sizes, epilogue); llmc/layers/matmul.cuh makes and runs them. The
+// pointers and alpha/beta come with each run. The heuristic assumes 256-byte aligned pointers
+// (cuBLASLt's default preference), as every caller has. The type lives here, under the layers, because a
+// context owns the plans it tuned and frees them with itself.
+typedef struct {
+    cudaDataType_t d_type;
+    int ldd, lda, trans_a, ldb, trans_b, M, N, K, epilogue, ld_aux;  // the key (epilogue: MATMUL_EPILOGUE_*)
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+    float waves;  // the heuristic's estimate of how many waves of the GPU's SMs the algorithm's tiles fill
+} MatmulPlan;
+
+static inline void matmul_plan_free(MatmulPlan* p) {
+    cublas_check(cublasLtMatrixLayoutDestroy(p->la));
+    cublas_check(cublasLtMatrixLayoutDestroy(p->lb));
+    cublas_check(cublasLtMatrixLayoutDestroy(p->ld));
+    cublas_check(cublasLtMatmulDescDestroy(p->op));
+}
+
+// The plans gemm_tune tuned on one context, one per GEMM shape, kept until gpu_context_free
+// (llmc/layers/matmul.cuh fills them). Not locked: one thread uses a context at a time.
+#define MATMUL_TUNED_PLANS 64
+typedef struct {
+    MatmulPlan plan[MATMUL_TUNED_PLANS];
+    int n;
+} MatmulTuned;
 
 typedef struct {
     int device;
@@ -24,16 +56,16 @@ typedef struct {
     size_t lt_workspace_bytes;
     int gemm_tune;           // 1: each GEMM shape's first call picks cuBLASLt's fastest algorithm of those giving
                              // the heuristic's bits (llmc/layers/matmul.cuh); 0: the heuristic's first pick
+    MatmulTuned* gemm_tuned; // (heap) the plans gemm_tune picked on this context: a copy of the context (another
+                             // stream, gemm_tune set) shares them, a context built apart has its own
     Profile* prof;           // NULL, or where each launcher marks the end of its work (./train_gpt -profile 1)
 } GpuContext;
 
 static inline void gpu_context_build(GpuContext* ctx, int device) {
     int count = 0;
     cuda_check(cudaGetDeviceCount(&count));
-    if (device < 0 || device >= count) {
-        fprintf(stderr, "error: GPU %d requested, but %d GPU(s) are visible\n  hint: check CUDA_VISIBLE_DEVICES\n", device, count);
-        exit(EXIT_FAILURE);
-    }
+    if (device < 0 || device >= count)
+        check_failf("check CUDA_VISIBLE_DEVICES", "GPU %d requested, but %d GPU(s) are visible", device, count);
     cuda_check(cudaSetDevice(device));
     cudaDeviceProp prop;
     cuda_check(cudaGetDeviceProperties(&prop, device));
@@ -45,10 +77,16 @@ static inline void gpu_context_build(GpuContext* ctx, int device) {
     ctx->lt_workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
     cuda_check(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
     ctx->gemm_tune = 0;
+    ctx->gemm_tuned = (MatmulTuned*)calloc_check(1, sizeof(MatmulTuned));
     ctx->prof = NULL;
 }
 
 static inline void gpu_context_free(GpuContext* ctx) {
+    if (ctx->gemm_tuned) {
+        for (int i = 0; i < ctx->gemm_tuned->n; i++) matmul_plan_free(&ctx->gemm_tuned->plan[i]);
+        free(ctx->gemm_tuned);
+        ctx->gemm_tuned = NULL;
+    }
     cuda_check(cudaFree(ctx->lt_workspace));
     cublas_check(cublasLtDestroy(ctx->lt));
     cuda_check(cudaStreamDestroy(ctx->stream));

@@ -372,10 +372,9 @@ static inline int dataloader_restore(DataLoader* dl, const DataLoaderPosition* p
     return 0;
 }
 
-// The trainer's wrapper: on rc != 0 prints the message and exits.
+// The trainer's wrapper: on rc != 0 exits with the message (llmc/core/check.h).
 static inline void dataloader_check(const DataLoader* dl, int rc) {
-    if (rc != 0) {
-        fprintf(stderr, "error: %s\n", dl->err);
-        exit(EXIT_FAILURE);
-    }
+    if (rc != 0)
+        check_failf("the message names the file or setting; the shards' format and how to make them are in "
+                    "doc/data.md", "%s", dl->err);
 }

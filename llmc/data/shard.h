@@ -40,24 +40,20 @@ typedef struct {
 // A write to the shard's temporary file failed (`what`, errno set): says which shard, and exits.
 // The caller's exit handler, if any, removes the temporary file.
 static inline void shard_writer_fail_(const ShardWriter* w, const char* what) {
-    fprintf(stderr, "error: writing the shard %s failed (%s of its temporary file %s): %s\n  hint: is the disk full, "
-            "the directory read-only, or a file size limit (ulimit -f) reached? The shard is not written; make room "
-            "and run again\n", w->path, what, w->tmp_path, strerror(errno));
-    exit(EXIT_FAILURE);
+    check_failf("is the disk full, the directory read-only, or a file size limit (ulimit -f) reached? The shard is "
+                "not written; make room and run again", "writing the shard %s failed (%s of its temporary file %s): %s",
+                w->path, what, w->tmp_path, strerror(errno));
 }
 
 static inline void shard_writer_open(ShardWriter* w, const char* path) {
     if (snprintf(w->path, sizeof(w->path), "%s", path) >= (int)sizeof(w->path) ||
-        snprintf(w->tmp_path, sizeof(w->tmp_path), "%s.tmp", path) >= (int)sizeof(w->tmp_path)) {
-        fprintf(stderr, "error: shard path too long: %s\n", path);
-        exit(EXIT_FAILURE);
-    }
+        snprintf(w->tmp_path, sizeof(w->tmp_path), "%s.tmp", path) >= (int)sizeof(w->tmp_path))
+        check_failf("use a shorter output directory (a shard's path has at most 4091 bytes)", "shard path too long: %s",
+                    path);
     w->f = atomic_open_tmp(w->tmp_path);  // a new file: a link planted at tmp_path is not followed
-    if (!w->f) {
-        fprintf(stderr, "error: cannot create %s, the temporary file of the shard %s: %s\n  hint: check that its "
-                "directory exists and is writable\n", w->tmp_path, w->path, strerror(errno));
-        exit(EXIT_FAILURE);
-    }
+    if (!w->f)
+        check_failf("check that its directory exists and is writable", "cannot create %s, the temporary file of the "
+                    "shard %s: %s", w->tmp_path, w->path, strerror(errno));
     int32_t header[SHARD_HEADER_INTS] = {0};  // rewritten with the count at close
     if (fwrite(header, sizeof(int32_t), SHARD_HEADER_INTS, w->f) != SHARD_HEADER_INTS)
         shard_writer_fail_(w, "fwrite");
@@ -76,16 +72,13 @@ static inline void shard_writer_open_u32(ShardWriter* w, const char* path) {
 }
 
 static inline void shard_writer_write_(ShardWriter* w, const void* tokens, size_t n, int token_bytes) {
-    if (w->token_bytes != token_bytes) {
-        fprintf(stderr, "error: shard %s holds %d-byte ids; appending %d-byte ones is a bug in the caller\n", w->path,
-                w->token_bytes, token_bytes);
-        exit(EXIT_FAILURE);
-    }
-    if (w->ntok + (int64_t)n > SHARD_MAX_TOKENS) {
-        fprintf(stderr, "error: shard %s would exceed %lld tokens (the header count is int32)\n  hint: use a smaller shard size\n",
-                w->path, SHARD_MAX_TOKENS);
-        exit(EXIT_FAILURE);
-    }
+    if (w->token_bytes != token_bytes)
+        check_failf("a bug in the caller: open the shard with shard_writer_open_u32 for uint32 ids",
+                    "shard %s holds %d-byte ids; appending %d-byte ones is a bug in the caller", w->path,
+                    w->token_bytes, token_bytes);
+    if (w->ntok + (int64_t)n > SHARD_MAX_TOKENS)
+        check_failf("use a smaller shard size", "shard %s would exceed %lld tokens (the header count is int32)", w->path,
+                    SHARD_MAX_TOKENS);
     if (fwrite(tokens, (size_t)token_bytes, n, w->f) != n) shard_writer_fail_(w, "fwrite");
     w->ntok += (int64_t)n;
 }

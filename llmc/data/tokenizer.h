@@ -289,10 +289,9 @@ fail:
 
 static inline void tokenizer_init(Tokenizer* t, const char* vocab_bpe_path) {
     char err[TOKENIZER_ERR_LEN];
-    if (tokenizer_load(t, vocab_bpe_path, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
+    if (tokenizer_load(t, vocab_bpe_path, err, sizeof(err)) != 0)
+        check_failf("GPT-2's tokenizer files (data/gpt2/vocab.bpe, encoder.json) are made by `make data` (doc/data.md)",
+                    "%s", err);
 }
 
 // --- decoding ----------------------------------------------------------------------------------

@@ -270,8 +270,7 @@ static inline int tokenizer_load_encoding(Tokenizer* t, const char* name, const 
 
 static inline void tokenizer_init_encoding(Tokenizer* t, const char* name, const char* path) {
     char err[TOKENIZER_ERR_LEN];
-    if (tokenizer_load_encoding(t, name, path, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
+    if (tokenizer_load_encoding(t, name, path, err, sizeof(err)) != 0)
+        check_failf("tiktoken's encoding files (data/tiktoken/*.json) are made by `make data-tiktoken` (doc/data.md)",
+                    "%s", err);
 }

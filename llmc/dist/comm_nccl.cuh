@@ -21,10 +21,11 @@ typedef struct {
 // The run cannot go on: abort the communicator (no NCCL kernel waits on peers any longer) and exit 1 with
 // the message. The other ranks learn of it through the control channel (llmc/dist/dist_control.h).
 static inline void comm_nccl_fail(CommNccl* n, const char* what, ncclResult_t r) {
-    fprintf(stderr, "error: NCCL: %s: %s (%s)\n  hint: the messages of the other ranks say which one failed first; "
-            "NCCL_DEBUG=WARN shows NCCL's own account\n", what, ncclGetErrorString(r), ncclGetLastError(n->comm));
+    char last[512];  // NCCL's own text, read before the abort frees the communicator
+    snprintf(last, sizeof(last), "%s", ncclGetLastError(n->comm));
     ncclCommAbort(n->comm);
-    exit(EXIT_FAILURE);
+    check_failf("the messages of the other ranks say which one failed first; NCCL_DEBUG=WARN shows NCCL's own account",
+                "NCCL: %s: %s (%s)", what, ncclGetErrorString(r), last);
 }
 
 // After a call on the non-blocking communicator: wait while it is still in progress.
@@ -91,11 +92,10 @@ static inline void comm_nccl_init(Comm* c, CommNccl* n, const ncclUniqueId* id, 
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&n->comm, world, *id, rank, &config);
-    if (r != ncclSuccess && r != ncclInProgress) {
-        fprintf(stderr, "error: NCCL: rank %d of %d could not join the communicator: %s\n", rank, world,
-                ncclGetErrorString(r));
-        exit(EXIT_FAILURE);
-    }
+    if (r != ncclSuccess && r != ncclInProgress)
+        check_failf("check that every process sees the same world size and that the GPUs can reach each other "
+                    "(NCCL_DEBUG=INFO tells more)", "NCCL: rank %d of %d could not join the communicator: %s", rank,
+                    world, ncclGetErrorString(r));
     if (r == ncclInProgress) ncclCommGetAsyncError(n->comm, &r);
     comm_nccl_wait(n, r, "joining the communicator");
     c->rank = rank;

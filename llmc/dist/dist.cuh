@@ -44,10 +44,9 @@ static inline void dist_detect(DistRun* d, double timeout_s) {
     memset(d, 0, sizeof(*d));
     d->timeout_s = timeout_s;
     char err[DIST_ERR_LEN];
-    if (dist_env_detect(&d->env, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        exit(EXIT_FAILURE);
-    }
+    if (dist_env_detect(&d->env, err, sizeof(err)) != 0)
+        check_failf("doc/multi_gpu.md (Running) lists the variables a launcher sets; unset them to run one process",
+                    "%s", err);
     d->launched = strcmp(d->env.source, "none") != 0;
 }
 
@@ -58,34 +57,28 @@ static inline void dist_join(DistRun* d, const char* init) {
     if (!d->launched) return;
 #ifndef LLMC_NCCL
     (void)init;
-    fprintf(stderr, "error: launched as rank %d of %d (%s), but this train_gpt was built without NCCL\n  hint: "
-            "make train_gpt prints where it looks for NCCL; set NCCL_HOME to an NCCL install and rebuild\n",
-            d->env.rank, d->env.world_size, d->env.source);
-    exit(EXIT_FAILURE);
+    check_failf("make train_gpt prints where it looks for NCCL; set NCCL_HOME to an NCCL install and rebuild",
+                "launched as rank %d of %d (%s), but this train_gpt was built without NCCL", d->env.rank,
+                d->env.world_size, d->env.source);
 #else
     char err[DIST_ERR_LEN];
-    if (dist_control_open(&d->ctl, &d->env, init, d->timeout_s, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: rank %d of %d: %s\n", d->env.rank, d->env.world_size, err);
-        exit(EXIT_FAILURE);
-    }
+    if (dist_control_open(&d->ctl, &d->env, init, d->timeout_s, err, sizeof(err)) != 0)
+        check_failf("every rank must start with the same world size and -nccl_init and reach rank 0 within the "
+                    "timeout (doc/multi_gpu.md, Running)", "rank %d of %d: %s", d->env.rank, d->env.world_size, err);
     memset(&d->nccl_id, 0, sizeof(d->nccl_id));
     ncclResult_t r = d->env.rank == 0 ? ncclGetUniqueId(&d->nccl_id) : ncclSuccess;
-    if (r != ncclSuccess) {  // rank 0 sends no id: the broadcast fails on every rank, naming it
-        fprintf(stderr, "error: NCCL: ncclGetUniqueId: %s\n", ncclGetErrorString(r));
-        exit(EXIT_FAILURE);
-    }
-    if (dist_control_broadcast(&d->ctl, &d->nccl_id, sizeof(d->nccl_id), err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: rank %d: %s\n", d->env.rank, err);
-        exit(EXIT_FAILURE);
-    }
+    if (r != ncclSuccess)  // rank 0 sends no id: the broadcast fails on every rank, naming it
+        check_failf("NCCL_DEBUG=INFO tells more", "NCCL: ncclGetUniqueId: %s", ncclGetErrorString(r));
+    if (dist_control_broadcast(&d->ctl, &d->nccl_id, sizeof(d->nccl_id), err, sizeof(err)) != 0)
+        check_failf("the other ranks' messages say which one failed first (doc/multi_gpu.md, Failures)", "rank %d: %s",
+                    d->env.rank, err);
     // no ncclCommAbort from the watcher's thread (NCCL calls on one communicator from two threads are
     // not safe): the process exits, and with it the CUDA context and its kernels
     dist_control_watch(&d->ctl, NULL, NULL);
     dist_control_report_failures(&d->ctl);
-    if (d->env.rank != 0 && !freopen("/dev/null", "w", stdout)) {
-        perror("/dev/null");
-        exit(EXIT_FAILURE);
-    }
+    if (d->env.rank != 0 && !freopen("/dev/null", "w", stdout))  // only rank 0 logs
+        check_failf("the ranks other than 0 write their stdout to /dev/null: check that it exists and is writable",
+                    "/dev/null: %s", strerror(errno));
 #endif
 }
 
@@ -116,8 +109,7 @@ static inline void dist_leave(DistRun* d) {
     comm_nccl_free(&d->nccl);
 #endif
     char err[DIST_ERR_LEN];
-    if (dist_control_close(&d->ctl, d->timeout_s, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: rank %d: %s\n", d->env.rank, err);
-        exit(EXIT_FAILURE);
-    }
+    if (dist_control_close(&d->ctl, d->timeout_s, err, sizeof(err)) != 0)
+        check_failf("the other ranks' messages say which one failed first (doc/multi_gpu.md, Failures)", "rank %d: %s",
+                    d->env.rank, err);
 }

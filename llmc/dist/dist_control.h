@@ -58,7 +58,7 @@ static inline int dist_read_fail(int fd, uint32_t len, int* rank, char* text, si
 static inline void* dist_abort_watchdog(void* arg) {
     (void)arg;
     dist_sleep(DIST_ABORT_WAIT_S);
-    _exit(1);
+    _exit(1);  // not exit(): the exit hooks and stdio flushes are what may block
 }
 
 // A rank failed: print "error: <text>" (continuation lines indented), flush stdout (the last log lines),
@@ -78,7 +78,7 @@ static inline void dist_control_abort(DistControl* c, const char* text) {
     dist_write_stderr(c->rank, out, n, &start);
     fflush(stdout);
     if (c->on_abort) c->on_abort(c->user);
-    _exit(1);
+    _exit(1);  // not exit(): main runs on meanwhile, and the exit hooks would race it
 }
 
 static inline void dist_control_free(DistControl* c) {

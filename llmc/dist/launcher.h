@@ -115,7 +115,7 @@ static inline int launch_local(int n, int argc, char** argv, int argv_skip, doub
             execve("/proc/self/exe", child_argv, envs[started]);
             const char msg[] = "error: -gpus: cannot run /proc/self/exe again (execve failed)\n";
             if (write(2, msg, sizeof(msg) - 1) < 0) {}
-            _exit(127);
+            _exit(127);  // a forked copy of the launcher: _exit runs none of its exit hooks or stdio flushes again
         }
         if (pid < 0) {
             fprintf(stderr, "error: -gpus: cannot start rank %d (fork: %s); stopping the others\n", started, strerror(errno));

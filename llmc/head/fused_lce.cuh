@@ -165,16 +165,13 @@ static inline size_t flce_auto_budget(int max_n, int C, int Vp) {
 static inline void fused_lce_build(FusedLce* h, const FlceConfig* cfg) {
     int max_n = cfg->max_n, C = cfg->C, V = cfg->V, Vp = cfg->Vp;
     const FlceOptions opt = cfg->opt;
-    if (max_n <= 0 || C <= 0 || C % 8 != 0 || V <= 0 || V > Vp || Vp % 8 != 0) {
-        fprintf(stderr, "error: fused_lce_build: bad sizes max_n=%d C=%d V=%d Vp=%d\n"
-                "  hint: need max_n > 0, C and Vp multiples of 8 (cuBLASLt alignment), 0 < V <= Vp\n", max_n, C, V, Vp);
-        exit(EXIT_FAILURE);
-    }
-    if (opt.softcap < 0.0f || opt.z_loss < 0.0f || opt.label_smoothing < 0.0f || opt.label_smoothing >= 1.0f) {
-        fprintf(stderr, "error: fused_lce_build: softcap (%g) and z_loss (%g) must be >= 0, label_smoothing (%g) in [0, 1)\n",
-                opt.softcap, opt.z_loss, opt.label_smoothing);
-        exit(EXIT_FAILURE);
-    }
+    if (max_n <= 0 || C <= 0 || C % 8 != 0 || V <= 0 || V > Vp || Vp % 8 != 0)
+        check_failf("need max_n > 0, C and Vp multiples of 8 (cuBLASLt alignment), 0 < V <= Vp",
+                    "fused_lce_build: bad sizes max_n=%d C=%d V=%d Vp=%d", max_n, C, V, Vp);
+    if (opt.softcap < 0.0f || opt.z_loss < 0.0f || opt.label_smoothing < 0.0f || opt.label_smoothing >= 1.0f)
+        check_failf("the trainer checks its flags -softcap, -z_loss and -label_smoothing: a bug in another caller",
+                    "fused_lce_build: softcap (%g) and z_loss (%g) must be >= 0, label_smoothing (%g) in [0, 1)",
+                    opt.softcap, opt.z_loss, opt.label_smoothing);
     if ((int)cfg->path < FLCE_PATH_AUTO || (int)cfg->path > FLCE_PATH_STAGED || cfg->vocab_block_max < 0)
         check_fail("fused_lce_build: bad path or vocab_block_max",
                    "path: auto, chunks, blocks, unfused or staged; vocab_block_max >= 0");
@@ -187,10 +184,11 @@ static inline void fused_lce_build(FusedLce* h, const FlceConfig* cfg) {
     size_t staged_budget = !staged_ok ? 0 : cfg->scratch ? cfg->scratch : flce_auto_budget(max_n, C, Vp);
     int staged_rows = staged_ok ? flce_staged_rows(max_n, C, Vp, staged_budget) : 0;
     if (path == FLCE_PATH_STAGED && !staged_rows) {
-        fprintf(stderr, "error: fused_lce_build: path staged cannot run here (C = %d, Vp = %d, budget %zu bytes)\n"
-                "  hint: it needs an sm_90a build on a Hopper GPU, C %% 64 == 0, no hooks, not soft-capping with label "
-                "smoothing, and a budget of at least %d rows\n", C, Vp, staged_budget, FLCE_STAGED_ROW_ALIGN);
-        exit(EXIT_FAILURE);
+        char hint[256];
+        snprintf(hint, sizeof(hint), "it needs an sm_90a build on a Hopper GPU, C %% 64 == 0, no hooks, not "
+                 "soft-capping with label smoothing, and a budget of at least %d rows", FLCE_STAGED_ROW_ALIGN);
+        check_failf(hint, "fused_lce_build: path staged cannot run here (C = %d, Vp = %d, budget %zu bytes)", C, Vp,
+                    staged_budget);
     }
     if (path == FLCE_PATH_AUTO && staged_rows && (staged_rows >= FLCE_STAGED_ROWS_MIN || staged_rows >= max_n))
         path = FLCE_PATH_STAGED;
@@ -224,12 +222,10 @@ static inline void fused_lce_build(FusedLce* h, const FlceConfig* cfg) {
         FlceBlockGemms gemms = hk ? hk->block_gemms : NULL;
         bytes = vb_max < 16 ? 0 : flce_blocks_plan(&h->blk, budget, max_n, C, V, vb_max, h->sm90, gemms,
                                                    hk ? hk->block_gemm_cost : NULL, hk ? hk->arg : NULL, sms);
-        if (bytes == 0) {
-            fprintf(stderr, "error: fused_lce_build: a scratch budget of %zu bytes holds fewer than 16 rows of vocab "
-                    "blocks of %d columns and C = %d\n  hint: a larger budget, or a smaller vocab_block_max (at least 16)\n",
-                    h->budget, vb_max, C);
-            exit(EXIT_FAILURE);
-        }
+        if (bytes == 0)
+            check_failf("a larger budget, or a smaller vocab_block_max (at least 16)", "fused_lce_build: a scratch "
+                        "budget of %zu bytes holds fewer than 16 rows of vocab blocks of %d columns and C = %d",
+                        h->budget, vb_max, C);
         cuda_check(cudaMalloc(&h->buf, bytes));
         flce_blocks_carve(&h->blk, h->buf, C);
     } else {
@@ -238,11 +234,9 @@ static inline void fused_lce_build(FusedLce* h, const FlceConfig* cfg) {
         if (h->fused_forward)
             h->part_floats = h->sm90 ? flce_wgmma_part_floats(max_n, V, sms) : flce_mma_part_floats(max_n, sms);
         bytes = flce_chunks_build(&h->chunks, max_n, Vp, fp32, h->budget, cfg->fallbacks & FLCE_NO_ROW_STAGING);
-        if (bytes == 0) {
-            fprintf(stderr, "error: fused_lce_build: a scratch budget of %zu bytes holds fewer than 16 rows of %d fp32 logits\n"
-                    "  hint: a larger budget, or path blocks\n", h->budget, Vp);
-            exit(EXIT_FAILURE);
-        }
+        if (bytes == 0)
+            check_failf("a larger budget, or path blocks", "fused_lce_build: a scratch budget of %zu bytes holds fewer "
+                        "than 16 rows of %d fp32 logits", h->budget, Vp);
     }
     if (h->part_floats) cuda_check(cudaMalloc(&h->part, h->part_floats * sizeof(float)));
     h->scratch_bytes = bytes + h->part_floats * sizeof(float);
@@ -274,10 +268,9 @@ static inline void fused_lce_free(FusedLce* h) {
 
 // The start of every call: N checked, the rows that count counted, bad targets flagged.
 static void flce_begin(FusedLce* h, const int* targets, int N, const GpuContext* ctx) {
-    if (N <= 0 || N > h->cfg.max_n) {
-        fprintf(stderr, "error: fused_lce: N=%d rows, the head was built for 1..%d\n", N, h->cfg.max_n);
-        exit(EXIT_FAILURE);
-    }
+    if (N <= 0 || N > h->cfg.max_n)
+        check_failf("a bug in the caller: build the head with max_n at least the rows of its largest call",
+                    "fused_lce: N=%d rows, the head was built for 1..%d", N, h->cfg.max_n);
     flce_count_kernel<<<1, 1024, 0, ctx->stream>>>(h->n_valid, h->error, targets, N, h->cfg.V, h->cfg.opt.ignore_index);
     cuda_check_launch();
 }
@@ -370,9 +363,7 @@ static inline int fused_lce_bad_target_row(const FusedLce* h, const GpuContext* 
 // Exits with a message naming the row when a bad target was seen.
 static inline void fused_lce_check(const FusedLce* h, const GpuContext* ctx) {
     int row = fused_lce_bad_target_row(h, ctx);
-    if (row >= 0) {
-        fprintf(stderr, "error: fused_lce: target of row %d is outside [0, %d) and is not ignore_index (%d)\n"
-                "  hint: the token data does not match the vocabulary size\n", row, h->cfg.V, h->cfg.opt.ignore_index);
-        exit(EXIT_FAILURE);
-    }
+    if (row >= 0)
+        check_failf("the token data does not match the vocabulary size", "fused_lce: target of row %d is outside "
+                    "[0, %d) and is not ignore_index (%d)", row, h->cfg.V, h->cfg.opt.ignore_index);
 }

@@ -224,10 +224,9 @@ static inline size_t flce_mma_part_floats(int max_n, int sm_count) {
 static inline void flce_mma_forward(float* loss_rows, float* lse, float* part, const bf16* x, const bf16* W,
                                     const int* targets, int N, int C, int V, int Vp, FlceOptions opt,
                                     const GpuContext* ctx) {
-    if (C % FLCE_MMA_BK != 0) {
-        fprintf(stderr, "error: flce_mma_forward needs C %% %d == 0 (C = %d)\n", FLCE_MMA_BK, C);
-        exit(EXIT_FAILURE);
-    }
+    if (C % FLCE_MMA_BK != 0)
+        check_failf("a bug in the caller: llmc/head/fused_lce.cuh's plan takes this path only for such C",
+                    "flce_mma_forward needs C %% %d == 0 (C = %d)", FLCE_MMA_BK, C);
     FlceMmaFwdArgs a = {x, W, part, N, C, V, Vp, flce_mma_splits(N, V, ctx->sm_count), opt.softcap};
     cuda_check(cudaFuncSetAttribute(flce_mma_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_MMA_SMEM));
     dim3 grid(ceil_div(N, FLCE_MMA_BM), a.splits);

@@ -310,10 +310,9 @@ static inline size_t flce_wgmma_part_floats(int max_n, int V, int sm_count) {
 static inline void flce_wgmma_forward(float* loss_rows, float* lse, float* part, size_t part_floats, const bf16* x,
                                       const bf16* W, const int* targets, int N, int C, int V, int Vp, FlceOptions opt,
                                       const GpuContext* ctx) {
-    if (C % WG_BK != 0) {
-        fprintf(stderr, "error: flce_wgmma_forward needs C %% %d == 0 (C = %d)\n", WG_BK, C);
-        exit(EXIT_FAILURE);
-    }
+    if (C % WG_BK != 0)
+        check_failf("a bug in the caller: llmc/head/fused_lce.cuh's plan takes this path only for such C",
+                    "flce_wgmma_forward needs C %% %d == 0 (C = %d)", WG_BK, C);
     int splits = flce_wgmma_splits(N, V, ctx->sm_count);
     if (3 * (size_t)splits * N > part_floats) check_fail("flce_wgmma_forward: the statistics buffer is too small", "size it with flce_wgmma_part_floats");
     FlceWgmmaMaps maps = flce_wgmma_maps(x, W, N, C, Vp, WG_BM);

@@ -27,17 +27,8 @@ typedef struct {
     int ld_aux;        // aux's row stride in elements
 } MatmulEpilogue;
 
-// A plan: cuBLASLt's descriptors and the algorithm its heuristic picked for one GEMM shape (types,
-// transposes, leading dimensions, sizes, epilogue). The pointers and alpha/beta come with each run.
-// The heuristic assumes 256-byte aligned pointers (cuBLASLt's default preference), as every caller has.
-typedef struct {
-    cudaDataType_t d_type;
-    int ldd, lda, trans_a, ldb, trans_b, M, N, K, epilogue, ld_aux;  // the key (epilogue: MATMUL_EPILOGUE_*)
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublasLtMatmulAlgo_t algo;
-    float waves;  // the heuristic's estimate of how many waves of the GPU's SMs the algorithm's tiles fill
-} MatmulPlan;
+// A plan (MatmulPlan, llmc/core/cuda_common.cuh: a context keeps the plans it tuned): cuBLASLt's
+// descriptors and the algorithm its heuristic picked for one GEMM shape.
 
 // The plan's descriptors, without an algorithm yet
 static inline void matmul_plan_describe(MatmulPlan* p, cudaDataType_t d_type, int ldd, int lda, int trans_a,
@@ -95,21 +86,12 @@ static inline void matmul_plan_make(MatmulPlan* p, const GpuContext* ctx, cudaDa
                                     int epilogue, int ld_aux) {
     matmul_plan_describe(p, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, epilogue, ld_aux);
     cublasLtMatmulHeuristicResult_t heur;
-    if (matmul_plan_candidates(p, ctx, 1, &heur) == 0) {
-        fprintf(stderr, "error: cuBLASLt has no algorithm for M=%d N=%d K=%d (trans_a=%d trans_b=%d, lda=%d ldb=%d ldd=%d, "
-                "epilogue %d)\n  hint: sizes and leading dimensions should be multiples of 8\n", M, N, K, trans_a, trans_b,
-                lda, ldb, ldd, epilogue);
-        exit(EXIT_FAILURE);
-    }
+    if (matmul_plan_candidates(p, ctx, 1, &heur) == 0)
+        check_failf("sizes and leading dimensions should be multiples of 8", "cuBLASLt has no algorithm for M=%d N=%d "
+                    "K=%d (trans_a=%d trans_b=%d, lda=%d ldb=%d ldd=%d, epilogue %d)", M, N, K, trans_a, trans_b, lda,
+                    ldb, ldd, epilogue);
     p->algo = heur.algo;
     p->waves = heur.wavesCount;
-}
-
-static inline void matmul_plan_free(MatmulPlan* p) {
-    cublas_check(cublasLtMatrixLayoutDestroy(p->la));
-    cublas_check(cublasLtMatrixLayoutDestroy(p->lb));
-    cublas_check(cublasLtMatrixLayoutDestroy(p->ld));
-    cublas_check(cublasLtMatmulDescDestroy(p->op));
 }
 
 // whether plan q is for this GEMM shape (its key)
@@ -145,14 +127,14 @@ static inline void matmul_plan_run(const MatmulPlan* p, const GpuContext* ctx, v
 // projection's dx GEMM with the GELU backward runs 10% faster on its third candidate on an H200).
 // With ctx->gemm_tune, the first call of each GEMM shape runs the heuristic's first MATMUL_TUNE_CANDIDATES
 // candidates on the call's own operands, hashes each result, times those whose result is bitwise the
-// first candidate's, and keeps the fastest of them for the process. A candidate must also split K as
+// first candidate's, and keeps the fastest of them on the context. A candidate must also split K as
 // the first does (the same split-k count and reduction scheme): another summation order could give the
 // first call's bits by luck (a small bf16 output has few roundings to tell) and others' not. So tuning
 // changes the time, never the numbers, and a run resumed in another process computes the same bits. A
 // candidate that fails to run is passed over. D is saved and restored around the trials when beta != 0
 // (the caller's own run comes after). Epilogues that write beyond D (GELU_AUX_BIAS, BGRAD_A,
-// DGELU_BGRAD) are not tuned. The tuned plans are process globals, not locked: one thread tunes
-// (train_gpt runs a process per GPU; test_dist's rank threads do not tune).
+// DGELU_BGRAD) are not tuned. The tuned plans are the context's (ctx->gemm_tuned), not locked: one
+// thread uses a context at a time.
 #define MATMUL_TUNE_CANDIDATES 8
 #define MATMUL_TUNE_REPS 3
 
@@ -258,22 +240,20 @@ static inline void matmul_plan_tune(MatmulPlan* p, const GpuContext* ctx, void* 
     cuda_check(cudaFree(slot));
 }
 
-// The tuned plans of this process, one per GEMM shape, kept until it ends (with ctx->gemm_tune).
-#define MATMUL_TUNED_PLANS 64
-static MatmulPlan matmul_tuned[MATMUL_TUNED_PLANS];
-static int matmul_tuned_n = 0;
-
-// The tuned plan for this shape, tuned now on this call's operands if it is the shape's first call;
-// NULL when the table is full (the caller plans as without tuning).
+// The context's tuned plan for this shape (ctx->gemm_tuned, MATMUL_TUNED_PLANS of them, kept until
+// gpu_context_free), tuned now on this call's operands if it is the shape's first call on the context;
+// NULL when the table is full or the context has none (the caller plans as without tuning).
 static inline MatmulPlan* matmul_tuned_plan(const GpuContext* ctx, void* D, cudaDataType_t d_type, int ldd,
                                             const bf16* A, int lda, int trans_a, const bf16* B, int ldb, int trans_b,
                                             int M, int N, int K, float alpha, float beta, const MatmulEpilogue* ep) {
+    MatmulTuned* t = ctx->gemm_tuned;
+    if (!t) return NULL;
     int epi = ep ? ep->kind : MATMUL_EPILOGUE_NONE, ld_aux = ep ? ep->ld_aux : 0;
-    for (int i = 0; i < matmul_tuned_n; i++)
-        if (matmul_plan_matches(&matmul_tuned[i], d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, epi, ld_aux))
-            return &matmul_tuned[i];
-    if (matmul_tuned_n == MATMUL_TUNED_PLANS) return NULL;
-    MatmulPlan* p = &matmul_tuned[matmul_tuned_n++];
+    for (int i = 0; i < t->n; i++)
+        if (matmul_plan_matches(&t->plan[i], d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, epi, ld_aux))
+            return &t->plan[i];
+    if (t->n == MATMUL_TUNED_PLANS) return NULL;
+    MatmulPlan* p = &t->plan[t->n++];
     matmul_plan_make(p, ctx, d_type, ldd, lda, trans_a, ldb, trans_b, M, N, K, epi, ld_aux);
     matmul_plan_tune(p, ctx, D, A, B, alpha, beta, ep);
     return p;

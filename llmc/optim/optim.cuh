@@ -35,11 +35,11 @@ enum { OPTIM_MASTER, OPTIM_M, OPTIM_V };
 // both families is a multiple of one.
 static inline void optim_plan_build(ZeroPlan* z, const ZeroSlice* slices, int n, const Comm* comm, int C, int Vp) {
     char err[256];
+    char hint[160];
     if (zero_plan_build(z, slices, n, comm->rank, comm->world, comm->zero, err, sizeof(err)) != 0) {
-        fprintf(stderr, "error: the model's gradients cannot be reduced over %d GPUs: %s\n  hint: use a number "
-                "of GPUs that divides the model's channels (%d) and its padded vocabulary (%d), e.g. 1, 2, 4 or 8\n",
-                comm->world, err, C, Vp);
-        exit(EXIT_FAILURE);
+        snprintf(hint, sizeof(hint), "use a number of GPUs that divides the model's channels (%d) and its padded "
+                 "vocabulary (%d), e.g. 1, 2, 4 or 8", C, Vp);
+        check_failf(hint, "the model's gradients cannot be reduced over %d GPUs: %s", comm->world, err);
     }
 }
 

@@ -300,15 +300,14 @@ static inline void launch_pdl(void (*kernel)(Params...), int grid, int threads, 
 
 // A tensor map for a row-major matrix (rows, cols) of bf16 or fp32 (elem_bytes 2 or 4), row stride ld
 // elements, in boxes of box_rows x (128 bytes of columns) with 128-byte swizzling. The pointer and ld
-// must be 16-byte aligned.
+// must be 16-byte aligned. The driver's encoder is looked up on every call (a lookup in the driver's
+// table of entry points, small next to the launch the map is for): no process-wide cache of it.
 static inline CUtensorMap tma_map_2d(const void* p, int elem_bytes, int rows, int cols, int ld, int box_rows) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-    if (!encode) {
-        cudaDriverEntryPointQueryResult q;
-        cuda_check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || !encode)
-            check_fail("tma_map_2d: the driver has no cuTensorMapEncodeTiled", "a CUDA 12+ driver is needed");
-    }
+    PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    cudaDriverEntryPointQueryResult q;
+    cuda_check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !encode)
+        check_fail("tma_map_2d: the driver has no cuTensorMapEncodeTiled", "a CUDA 12+ driver is needed");
     CUtensorMap map;
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld * elem_bytes};
@@ -317,12 +316,10 @@ static inline CUtensorMap tma_map_2d(const void* p, int elem_bytes, int rows, in
     CUtensorMapDataType type = elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     CUresult r = encode(&map, type, 2, (void*)p, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "error: cuTensorMapEncodeTiled failed (%d) for a %d x %d %s matrix, ld %d, box %d x %d\n"
-                "  hint: the pointer and the row stride must be 16-byte aligned\n", (int)r, rows, cols,
-                elem_bytes == 4 ? "fp32" : "bf16", ld, box_rows, 128 / elem_bytes);
-        exit(EXIT_FAILURE);
-    }
+    if (r != CUDA_SUCCESS)
+        check_failf("the pointer and the row stride must be 16-byte aligned", "cuTensorMapEncodeTiled failed (%d) for a "
+                    "%d x %d %s matrix, ld %d, box %d x %d", (int)r, rows, cols, elem_bytes == 4 ? "fp32" : "bf16", ld,
+                    box_rows, 128 / elem_bytes);
     return map;
 }
 
