@@ -51,10 +51,10 @@ static void grads_of(GptModel* m, const int* in, const int* tg, int times, const
 
 // The same parameters in a second model built with other choices (recompute, head): its gradients of
 // the batch into out (num_params floats); returns its loss
-static float grads_with(const GptConfig* c, int recompute, FlcePath head, const float* params, const int* in, const int* tg,
+static float grads_with(const GptConfig* c, int recompute, FusedLcePath head, const float* params, const int* in, const int* tg,
                         float* out, const GpuContext* ctx) {
     GptModel o;
-    gpt_build(&o, c, B_, T_, recompute, head, FLCE_DEFAULT_SCRATCH);
+    gpt_build(&o, c, B_, T_, recompute, head, FUSED_LCE_DEFAULT_SCRATCH);
     gpt_set_params(&o, params, ctx);
     grads_of(&o, in, tg, 1, ctx);
     copy_to_host(out, o.grads_memory, o.num_params);
@@ -88,7 +88,7 @@ static void train_steps(GptModel* m, uint64_t* rng, int from, int to, float* los
 // Trains `steps` steps on batches derived from seed; returns losses and the final master weights.
 static void train_run(float* losses, float* master, const GptConfig* c, uint64_t seed, int steps, const GpuContext* ctx) {
     GptModel m;
-    gpt_build(&m, c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH);
+    gpt_build(&m, c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH);
     gpt_init_params(&m, seed, ctx);
     uint64_t rng = seed * 31 + 7;
     train_steps(&m, &rng, 0, steps, losses, ctx);
@@ -105,12 +105,12 @@ static void test_resume(const GptConfig* c, const GpuContext* ctx) {
     const uint64_t seed = 21;
     GptModel full, part, fresh;
     float loss_full[2 * N], loss_part[2 * N];
-    gpt_build(&full, c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH);
+    gpt_build(&full, c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH);
     gpt_init_params(&full, seed, ctx);
     uint64_t rng = seed * 31 + 7;
     train_steps(&full, &rng, 0, 2 * N, loss_full, ctx);
 
-    gpt_build(&part, c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH);
+    gpt_build(&part, c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH);
     gpt_init_params(&part, seed, ctx);
     rng = seed * 31 + 7;
     train_steps(&part, &rng, 0, N, loss_part, ctx);
@@ -126,7 +126,7 @@ static void test_resume(const GptConfig* c, const GpuContext* ctx) {
     EXPECT(rc == 0, "saving %s: %s", path, err);
     gpt_free(&part);
 
-    gpt_build(&fresh, c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH);
+    gpt_build(&fresh, c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH);
     gpt_init_params(&fresh, seed + 1, ctx);
     CheckpointReader r;
     rc = checkpoint_reader_open(&r, path);
@@ -166,7 +166,7 @@ int main(void) {
     gpt_ref_build(&ref, &rc, B_, T_);
     gpt_ref_init_params(&ref, seed);
     GptModel m;
-    gpt_build(&m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH);
+    gpt_build(&m, &c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH);
     EXPECT(m.num_params == ref.num_params, "parameter count %zu vs reference %zu", m.num_params, ref.num_params);
     size_t n = m.num_params;
     float* host = (float*)malloc_check(n * sizeof(float));
@@ -231,7 +231,7 @@ int main(void) {
     // 1e-3 relative and each gradient tensor to 1e-2 relative L2 (a GELU rerun on the wrong input or
     // layer is O(1) off), and against the reference within the same tolerance as the run above
     {
-        float rl = grads_with(&c, 1, FLCE_PATH_BLOCKS, ref.params_memory, in, tg, host, &ctx);
+        float rl = grads_with(&c, 1, FUSED_LCE_PATH_BLOCKS, ref.params_memory, in, tg, host, &ctx);
         printf("recompute: loss %.6f vs %.6f without (rel diff %.2e, tol 1e-3)\n", rl, loss, fabs(rl - loss) / loss);
         EXPECT(fabs(rl - loss) <= 1e-3 * loss, "recompute loss %.6f vs %.6f without", rl, loss);
         compare_tensors("recompute", host, grads, &m, 1e-2);
@@ -241,7 +241,7 @@ int main(void) {
     // 3d. unfused head (bf16 logits, rounded before the softmax) vs fused (fp32 logits): logits near 0
     // at init round to ~1e-3 absolute, so the loss agrees to 1e-3 relative and gradients to 3e-2 rel L2
     {
-        float ul = grads_with(&c, 0, FLCE_PATH_UNFUSED, ref.params_memory, in, tg, host, &ctx);
+        float ul = grads_with(&c, 0, FUSED_LCE_PATH_UNFUSED, ref.params_memory, in, tg, host, &ctx);
         printf("unfused head: loss %.6f vs fused %.6f (rel diff %.2e, tol 1e-3)\n", ul, loss, fabs(ul - loss) / loss);
         EXPECT(fabs(ul - loss) <= 1e-3 * loss, "unfused loss %.6f vs fused %.6f", ul, loss);
         compare_tensors("unfused", host, grads, &m, 3e-2);
@@ -253,7 +253,7 @@ int main(void) {
     // 2·2^-8 = 7.8e-3 of the exact one (test_fused_lce's bound); that bound, carried linearly back through
     // the layers, is the tolerance here (measured: 1.6e-3 to 3.5e-3). A wrong head is off by O(1).
     {
-        float kl = grads_with(&c, 0, FLCE_PATH_CHUNKS, ref.params_memory, in, tg, host, &ctx);
+        float kl = grads_with(&c, 0, FUSED_LCE_PATH_CHUNKS, ref.params_memory, in, tg, host, &ctx);
         printf("chunked head: loss %.6f vs blocks %.6f (rel diff %.2e, tol 1e-5)\n", kl, loss, fabs(kl - loss) / loss);
         EXPECT(fabs(kl - loss) <= 1e-5 * loss, "chunked-head loss %.7f vs blocks %.7f", kl, loss);
         compare_tensors("chunked head", host, grads, &m, 7.8e-3);

@@ -819,9 +819,9 @@ int main(int argc, char** argv) {
     double peak = gpu_peak_bf16_flops(device, &peak_source);
 
     TrainModel model;
-    FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "staged") ? FLCE_PATH_STAGED
-                  : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS
-                  : FLCE_PATH_UNFUSED;
+    FusedLcePath head = !strcmp(cfg.head, "fused") ? FUSED_LCE_PATH_AUTO : !strcmp(cfg.head, "staged") ? FUSED_LCE_PATH_STAGED
+                  : !strcmp(cfg.head, "blocks") ? FUSED_LCE_PATH_BLOCKS : !strcmp(cfg.head, "chunks") ? FUSED_LCE_PATH_CHUNKS
+                  : FUSED_LCE_PATH_UNFUSED;
     train_model_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20, dist_comm(&dist));
     // the sampler's own stream, advanced by every sample and kept in checkpoints
     uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);

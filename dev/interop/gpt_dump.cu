@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     GptModel m;
-    gpt_build(&m, &c, B, T, 0, FLCE_PATH_AUTO, FLCE_DEFAULT_SCRATCH);
+    gpt_build(&m, &c, B, T, 0, FUSED_LCE_PATH_AUTO, FUSED_LCE_DEFAULT_SCRATCH);
     checkpoint_check(ck.err, gpt_load_checkpoint(&m, &ck, &ctx));
     checkpoint_reader_close(&ck);
 

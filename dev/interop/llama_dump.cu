@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     LlamaModel m;
-    llama_build(&m, &c, B, T, FLCE_PATH_AUTO, FLCE_DEFAULT_SCRATCH);
+    llama_build(&m, &c, B, T, FUSED_LCE_PATH_AUTO, FUSED_LCE_DEFAULT_SCRATCH);
     checkpoint_check(ck.err, llama_load_checkpoint(&m, &ck, &ctx));
     checkpoint_reader_close(&ck);
 

@@ -58,7 +58,7 @@ static void* rank_main(void* arg) {
     if (rr->group) comm_local(&comm, rr->group, rr->rank);
     comm.zero = j->zero;
     GptModel m;
-    gpt_build_dist(&m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, rr->group ? &comm : NULL);
+    gpt_build_dist(&m, &c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH, rr->group ? &comm : NULL);
     char err[CHECKPOINT_ERR_LEN];
     if (j->load) {
         CheckpointReader r;
@@ -203,7 +203,7 @@ static void* shard_main(void* arg) {
     if (sr->group) comm_local(&comm, sr->group, sr->rank);
     comm.zero = sr->zero;
     GptModel m;
-    gpt_build_dist(&m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, sr->group ? &comm : NULL);
+    gpt_build_dist(&m, &c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH, sr->group ? &comm : NULL);
     sr->shard_size = m.zero.shard_size;  // checked by the caller (EXPECT's counters are not for threads)
     gpt_init_params(&m, 5, &ctx);
     OptimState o = gpt_optim(&m);

@@ -86,7 +86,7 @@ static void train_steps(LlamaModel* m, uint64_t* rng, int from, int to, float* l
 // A model initialized from seed, trained `steps` steps on batches of the stream seed·31 + 7.
 static void train_fresh(LlamaModel* m, const LlamaConfig* c, uint64_t seed, int steps, uint64_t* rng, float* losses,
                         const GpuContext* ctx) {
-    llama_build(m, c, B_, T_, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH);
+    llama_build(m, c, B_, T_, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH);
     llama_init_params(m, seed, ctx);
     *rng = seed * 31 + 7;
     train_steps(m, rng, 0, steps, losses, ctx);
@@ -134,7 +134,7 @@ static void test_resume(const LlamaConfig* c, float* a, float* b, const GpuConte
     EXPECT(rc == 0, "saving %s: %s", path, err);
     llama_free(&part);
 
-    llama_build(&fresh, c, B_, T_, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH);
+    llama_build(&fresh, c, B_, T_, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH);
     llama_init_params(&fresh, seed + 1, ctx);
     CheckpointReader r;
     rc = checkpoint_reader_open(&r, path);
@@ -175,7 +175,7 @@ int main(void) {
     llama_ref_build(&ref, &rc, B_, T_);
     llama_ref_init_params(&ref, seed);
     LlamaModel m;
-    llama_build(&m, &c, B_, T_, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH);
+    llama_build(&m, &c, B_, T_, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH);
     EXPECT(m.num_params == ref.num_params, "parameter count %zu vs reference %zu", m.num_params, ref.num_params);
     size_t n = m.num_params;
     float* host = (float*)malloc_check(n * sizeof(float));

@@ -54,7 +54,7 @@ static void* rank_main(void* arg) {
     if (rr->group) comm_local(&comm, rr->group, rr->rank);
     comm.zero = j->zero;
     LlamaModel m;
-    llama_build_dist(&m, &c, B_, T_, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, rr->group ? &comm : NULL);
+    llama_build_dist(&m, &c, B_, T_, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH, rr->group ? &comm : NULL);
     char err[CHECKPOINT_ERR_LEN];
     if (j->load) {
         CheckpointReader r;

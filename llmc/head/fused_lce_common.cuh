@@ -8,7 +8,7 @@
 
 // tanh for soft-capping, used by every kernel of the head so that all see the same s_j: 1 − 2/(e^{2v}+1)
 // is within ~1e-7 absolute of tanh (tanh.approx.f32 is off by ~5e-4 relative, visible in lse·softcap).
-__device__ __forceinline__ float flce_tanh(float v) {
+__device__ __forceinline__ float fused_lce_tanh(float v) {
     return 1.0f - __fdividef(2.0f, __expf(2.0f * v) + 1.0f);
 }
 
@@ -20,14 +20,14 @@ __device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2
     m = mx;
 }
 
-__device__ __forceinline__ float flce_load(const float* p) { return *p; }
-__device__ __forceinline__ float flce_load(const bf16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float fused_lce_load(const float* p) { return *p; }
+__device__ __forceinline__ float fused_lce_load(const bf16* p) { return __bfloat162float(*p); }
 // Eight consecutive logits from a 16-byte-aligned address: two 16-byte loads of fp32, one of bf16.
-__device__ __forceinline__ void flce_load8(float v[8], const float* p) {
+__device__ __forceinline__ void fused_lce_load8(float v[8], const float* p) {
     float4 a = ((const float4*)p)[0], b = ((const float4*)p)[1];
     v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
-__device__ __forceinline__ void flce_load8(float v[8], const bf16* p) {
+__device__ __forceinline__ void fused_lce_load8(float v[8], const bf16* p) {
     Bf16x8 x = load128(p);
     for (int k = 0; k < 8; k++) v[k] = bf16x8_get(x, k);
 }
@@ -37,21 +37,21 @@ __device__ __forceinline__ void flce_load8(float v[8], const bf16* p) {
 // so far), s = Σ exp(s_j − m) and sum = Σ s_j (label smoothing's term). A new span of values moves m
 // at most once (s rescaled by one exp), then adds its exps relative to the new m. The exp is 2^x of
 // x = s_j·log2(e) − m·log2(e), one FMA and one MUFU op per logit.
-#define FLCE_LOG2E 1.4426950408889634f
+#define FUSED_LCE_LOG2E 1.4426950408889634f
 
 // Folds the NV values v into (m, s, sum). Columns outside the vocabulary carry -inf (they add nothing);
 // a NaN logit is kept, so that it reaches the loss. SUM = false leaves sum alone (no label smoothing).
 template <int NV, bool SUM = true>
-__device__ __forceinline__ void flce_fold(float& m, float& s, float& sum, const float (&v)[NV]) {
+__device__ __forceinline__ void fused_lce_fold(float& m, float& s, float& sum, const float (&v)[NV]) {
     float vm = -INFINITY;
     #pragma unroll
     for (int k = 0; k < NV; k++) vm = fmaxf(vm, v[k]);
-    if (vm > m) { s *= exp2f((m - vm) * FLCE_LOG2E); m = vm; }  // m = -inf before the first span: s = 0
+    if (vm > m) { s *= exp2f((m - vm) * FUSED_LCE_LOG2E); m = vm; }  // m = -inf before the first span: s = 0
     if (m == -INFINITY) return;  // nothing inside the vocabulary yet
-    float m2 = m * FLCE_LOG2E;
+    float m2 = m * FUSED_LCE_LOG2E;
     #pragma unroll
     for (int k = 0; k < NV; k++) {
-        s += exp2f(fmaf(v[k], FLCE_LOG2E, -m2));
+        s += exp2f(fmaf(v[k], FUSED_LCE_LOG2E, -m2));
         if (SUM && v[k] != -INFINITY) sum += v[k];
     }
 }
@@ -62,14 +62,14 @@ __device__ __forceinline__ void flce_fold(float& m, float& s, float& sum, const 
 // wait on DRAM, not on the ALUs). Soft-capped when cap > 0. stage != NULL: the raw spans are also
 // copied to stage[j] (shared memory), for a second pass that need not read DRAM again.
 template <int THREADS, typename T>
-__device__ __forceinline__ void flce_fold_row(float& m, float& s, float& sum, const T* z, int valid, float cap,
+__device__ __forceinline__ void fused_lce_fold_row(float& m, float& s, float& sum, const T* z, int valid, float cap,
                                               float* stage) {
     const int stride = THREADS * 8;
     float inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     for (int j0 = threadIdx.x * 8; j0 < valid; j0 += 2 * stride) {
         float v[2][8];
-        flce_load8(v[0], z + j0);
-        if (j0 + stride < valid) flce_load8(v[1], z + j0 + stride);
+        fused_lce_load8(v[0], z + j0);
+        if (j0 + stride < valid) fused_lce_load8(v[1], z + j0 + stride);
         if (stage) {
             for (int k = 0; k < 8; k++) stage[j0 + k] = v[0][k];
             if (j0 + stride < valid) for (int k = 0; k < 8; k++) stage[j0 + stride + k] = v[1][k];
@@ -77,16 +77,16 @@ __device__ __forceinline__ void flce_fold_row(float& m, float& s, float& sum, co
         for (int u = 0; u < 2; u++) {
             int j = j0 + u * stride;
             for (int k = 0; k < 8; k++) {
-                if (cap > 0.0f) v[u][k] = cap * flce_tanh(v[u][k] * inv_cap);
+                if (cap > 0.0f) v[u][k] = cap * fused_lce_tanh(v[u][k] * inv_cap);
                 if (j + k >= valid) v[u][k] = -INFINITY;  // padded columns, and a second span past the end
             }
-            flce_fold<8>(m, s, sum, v[u]);
+            fused_lce_fold<8>(m, s, sum, v[u]);
         }
     }
 }
 
 // Block-wide reduction of (max, sum of exp relative to max, plain sum) triples.
-__device__ void flce_block_reduce(float* m, float* s, float* sum) {
+__device__ void fused_lce_block_reduce(float* m, float* s, float* sum) {
     __shared__ float sm[32], ss[32], su[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     // an empty partial has m = -inf and s = 0; its weight must be 0, not exp(-inf - -inf) = NaN
@@ -104,12 +104,12 @@ __device__ void flce_block_reduce(float* m, float* s, float* sum) {
 
 // Whether a row with target t has no loss and no gradient: ignore_index, or a target outside the vocabulary
 // (flagged by fused_lce_check)
-__device__ __forceinline__ int flce_ignored(int t, const FlceOptions& opt, int V) {
+__device__ __forceinline__ int fused_lce_ignored(int t, const FusedLceOptions& opt, int V) {
     return t == opt.ignore_index || t < 0 || t >= V;
 }
 
 // The loss of a row that counts, from its lse, target s_t and Σ_j s_j
-__device__ __forceinline__ float flce_row_loss(float lse, float st, float sum, const FlceOptions& opt, int V) {
+__device__ __forceinline__ float fused_lce_row_loss(float lse, float st, float sum, const FusedLceOptions& opt, int V) {
     float eps = opt.label_smoothing;
     return lse - (1.0f - eps) * st - (eps / V) * sum + opt.z_loss * lse * lse;
 }
@@ -119,12 +119,12 @@ __device__ __forceinline__ float flce_row_loss(float lse, float st, float sum, c
 typedef struct {
     float lse2, pscale, smooth, target_w, cap, inv_cap;  // lse2 = lse·log2(e): p_j = 2^(s_j·log2(e) − lse2)
     int t;
-} FlceRowGrad;
+} FusedLceRowGrad;
 
 // scale: the row's upstream gradient (dloss / N_valid in training), or 0 when the row is ignored
-__device__ __forceinline__ FlceRowGrad flce_row_grad(float lse, int t, float scale, const FlceOptions& opt, int V) {
-    FlceRowGrad g;
-    g.lse2 = lse * FLCE_LOG2E;
+__device__ __forceinline__ FusedLceRowGrad fused_lce_row_grad(float lse, int t, float scale, const FusedLceOptions& opt, int V) {
+    FusedLceRowGrad g;
+    g.lse2 = lse * FUSED_LCE_LOG2E;
     g.t = t;
     g.pscale = scale * (1.0f + 2.0f * opt.z_loss * lse);
     g.smooth = scale * opt.label_smoothing / V;
@@ -139,10 +139,10 @@ __device__ __forceinline__ FlceRowGrad flce_row_grad(float lse, int t, float sca
 // so CAP = false (only when g.cap == 0) compiles the tanh out (one special-function op per logit instead
 // of three), and TARGET = false leaves out the target's term (for a column known not to be the target).
 template <bool CAP = true, bool TARGET = true>
-__device__ __forceinline__ float flce_dlogit(const FlceRowGrad& g, float z, int j) {
+__device__ __forceinline__ float fused_lce_dlogit(const FusedLceRowGrad& g, float z, int j) {
     float sv = z, dsdz = 1.0f;
-    if (CAP && g.cap > 0.0f) { float th = flce_tanh(z * g.inv_cap); sv = g.cap * th; dsdz = 1.0f - th * th; }
-    float d = g.pscale * exp2f(fmaf(sv, FLCE_LOG2E, -g.lse2)) - g.smooth;
+    if (CAP && g.cap > 0.0f) { float th = fused_lce_tanh(z * g.inv_cap); sv = g.cap * th; dsdz = 1.0f - th * th; }
+    float d = g.pscale * exp2f(fmaf(sv, FUSED_LCE_LOG2E, -g.lse2)) - g.smooth;
     if (TARGET && j == g.t) d -= g.target_w;
     return CAP ? d * dsdz : d;
 }

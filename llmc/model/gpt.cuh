@@ -56,7 +56,7 @@ static inline int gpt_slices(ZeroSlice* out, const GptModel* m) {
 // comm: the ranks of a data-parallel run, or NULL for one GPU alone. With world > 1 this rank keeps its
 // share of the optimizer state (ZeRO-1, llmc/optim/zero.cuh); every slice must divide by the world size,
 // else this exits naming the tensor.
-static inline void gpt_build_dist(GptModel* m, const GptConfig* c, int B, int T, int recompute, FlcePath head,
+static inline void gpt_build_dist(GptModel* m, const GptConfig* c, int B, int T, int recompute, FusedLcePath head,
                                   size_t head_scratch, Comm* comm) {
     if (c->channels % 8 != 0 || c->num_heads <= 0 || c->channels % c->num_heads != 0 || c->num_layers <= 0 ||
         c->vocab_size > c->padded_vocab_size || c->padded_vocab_size % 8 != 0 || T > c->max_seq_len || B <= 0 || T <= 0)
@@ -84,7 +84,7 @@ static inline void gpt_build_dist(GptModel* m, const GptConfig* c, int B, int T,
     model_head_build(m, c, B, T, head, head_scratch);
 }
 
-static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, FlcePath head,
+static inline void gpt_build(GptModel* m, const GptConfig* c, int B, int T, int recompute, FusedLcePath head,
                              size_t head_scratch) {
     gpt_build_dist(m, c, B, T, recompute, head, head_scratch, NULL);
 }

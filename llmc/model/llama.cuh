@@ -74,7 +74,7 @@ static inline void llama_check_config(const LlamaConfig* c, int B, int T) {
 // or unfused (bf16 logits of all B·T rows at once). comm: the ranks of a data-parallel run, or NULL for
 // one GPU alone; with world > 1 this rank keeps its share of the optimizer state (ZeRO-1), and every
 // slice must divide by the world size, else this exits naming the slice.
-static inline void llama_build_dist(LlamaModel* m, const LlamaConfig* c, int B, int T, FlcePath head,
+static inline void llama_build_dist(LlamaModel* m, const LlamaConfig* c, int B, int T, FusedLcePath head,
                                     size_t head_scratch, Comm* comm) {
     llama_check_config(c, B, T);
     memset(m, 0, sizeof(*m));
@@ -101,7 +101,7 @@ static inline void llama_build_dist(LlamaModel* m, const LlamaConfig* c, int B, 
     model_head_build(m, c, B, T, head, head_scratch);
 }
 
-static inline void llama_build(LlamaModel* m, const LlamaConfig* c, int B, int T, FlcePath head, size_t head_scratch) {
+static inline void llama_build(LlamaModel* m, const LlamaConfig* c, int B, int T, FusedLcePath head, size_t head_scratch) {
     llama_build_dist(m, c, B, T, head, head_scratch, NULL);
 }
 

@@ -33,8 +33,8 @@ static inline void model_state_build(Model* m, const Config* c, const ZeroSlice*
 // The LM head for batches of up to B x T tokens (path and scratch as the build was asked: see
 // llmc/head/fused_lce.cuh), the batch staging, and the plan of the gradient reduce-scatters.
 template <typename Model, typename Config>
-static inline void model_head_build(Model* m, const Config* c, int B, int T, FlcePath head, size_t head_scratch) {
-    FlceConfig hc = flce_config(B * T, c->channels, c->vocab_size, c->padded_vocab_size);
+static inline void model_head_build(Model* m, const Config* c, int B, int T, FusedLcePath head, size_t head_scratch) {
+    FusedLceConfig hc = fused_lce_config(B * T, c->channels, c->vocab_size, c->padded_vocab_size);
     hc.path = head;
     hc.scratch = head_scratch;
     fused_lce_build(&m->head, &hc);

@@ -50,7 +50,7 @@ static inline CheckpointModel train_model_checkpoint_of(const TrainModelConfig* 
 // Builds the model of config c for batches of up to B x T tokens (gpt_build_dist, llama_build_dist:
 // the LM head's path and scratch, the ranks). recompute is GPT-2's (GELU); the Llama-style model has none.
 static inline void train_model_build(TrainModel* m, const TrainModelConfig* c, int B, int T, int recompute,
-                                     FlcePath head, size_t head_scratch, Comm* comm) {
+                                     FusedLcePath head, size_t head_scratch, Comm* comm) {
     memset(m, 0, sizeof(*m));
     m->family = c->family;
     m->max_T = T;
