@@ -73,8 +73,7 @@ static int staged_runs(const FusedLceCase* cs) {
 
 // A budget whose staged chunks hold `rows` rows of the case (as fused_lce_staged_rows counts them)
 static size_t staged_budget(const FusedLceCase* cs, int rows) {
-    return (size_t)rows * fused_lce_staged_row_bytes(cs->C, cs->Vp) + (size_t)cs->N * 4 + (size_t)cs->C * 4 * (FUSED_LCE_WMEAN_SPLITS + 1)
-           + 256;
+    return fused_lce_staged_budget(rows, cs->N, cs->C, cs->Vp);
 }
 
 // The row kernel without its shared-memory staging (what vocabularies wider than shared memory use,

@@ -153,7 +153,7 @@ static inline size_t fused_lce_auto_budget(int max_n, int C, int Vp) {
     size_t rows = (size_t)max_n * Vp * 2 / 4 / rb;
     if (rows < FUSED_LCE_STAGED_ROWS_MIN) rows = FUSED_LCE_STAGED_ROWS_MIN;
     if (rows > (size_t)max_n) rows = (size_t)ceil_div(max_n, FUSED_LCE_STAGED_ROW_ALIGN) * FUSED_LCE_STAGED_ROW_ALIGN;
-    size_t want = rows * rb + (size_t)max_n * 4 + (size_t)C * 4 * (FUSED_LCE_WMEAN_SPLITS + 1) + 256;
+    size_t want = fused_lce_staged_budget((int)rows, max_n, C, Vp);
     size_t free_b, total_b;
     cuda_check(cudaMemGetInfo(&free_b, &total_b));
     size_t b = want < FUSED_LCE_STAGED_AUTO_CAP ? want : FUSED_LCE_STAGED_AUTO_CAP;

@@ -114,6 +114,21 @@ __device__ __forceinline__ float fused_lce_row_loss(float lse, float st, float s
     return lse - (1.0f - eps) * st - (eps / V) * sum + opt.z_loss * lse * lse;
 }
 
+// The target's logit s_t = x_row · W_t of a row that counts, by the 32 lanes of a warp in fp32 (as the
+// GEMMs accumulate), soft-capped like every other logit; every lane gets it. The finish kernels of the
+// fused forward and of the staged path take the target from here rather than from their tiles, which
+// never keep single logits.
+__device__ __forceinline__ float fused_lce_target_logit(const bf16* x, const bf16* W, int row, int t, int C, int lane,
+                                                        const FusedLceOptions& opt) {
+    const bf16* xr = x + (size_t)row * C;
+    const bf16* wr = W + (size_t)t * C;
+    float dot = 0.0f;
+    for (int k = lane; k < C; k += 32) dot += __bfloat162float(xr[k]) * __bfloat162float(wr[k]);
+    dot = warp_reduce_sum(dot);
+    if (opt.softcap > 0.0f) dot = opt.softcap * fused_lce_tanh(dot / opt.softcap);
+    return dot;
+}
+
 // What the gradient of one row needs: dL/ds_j = scale·(p_j·(1 + 2·z_loss·lse) − (1−ε)·[j=t] − ε/V),
 // times ds/dz = 1 − tanh² under softcap. scale = 0 for rows that do not count.
 typedef struct {

@@ -193,13 +193,7 @@ __global__ void fused_lce_mma_finish_kernel(float* loss_rows, float* lse_out, co
     int t = targets[row];
     int ignored = fused_lce_ignored(t, opt, V);
     float dot = 0.0f;
-    if (!ignored) {
-        const bf16* xr = x + (size_t)row * C;
-        const bf16* wr = W + (size_t)t * C;
-        for (int k = lane; k < C; k += 32) dot += __bfloat162float(xr[k]) * __bfloat162float(wr[k]);
-        dot = warp_reduce_sum(dot);
-        if (opt.softcap > 0.0f) dot = opt.softcap * fused_lce_tanh(dot / opt.softcap);
-    }
+    if (!ignored) dot = fused_lce_target_logit(x, W, row, t, C, lane, opt);
     if (lane == 0) {
         lse_out[row] = lse;
         loss_rows[row] = ignored ? 0.0f : fused_lce_row_loss(lse, dot, sum, opt, V);

@@ -194,38 +194,42 @@ __device__ __forceinline__ void fused_lce_wgmma_grad_tile(const float d[128], ui
 #define FUSED_LCE_GRAD_OUT_BYTES (FUSED_LCE_GRAD_ROWS * WG_BN * 2)  // a consumer's staging buffer: one 64 x 256 bf16 tile
 #define FUSED_LCE_GRAD_SMEM (WG_PP_STAGES * WG_PP_STAGE_BYTES + 2048 + 2 * FUSED_LCE_GRAD_OUT_BYTES)  // + alignment, barriers
 
-// G (n, ncols) bf16, row stride ldg: dL/dz of rows r0 .. r0+n-1 and vocab columns v0 .. v0+ncols-1 (0 for
-// the padding columns >= V), from the logit tiles straight out of the tensor cores: no logits in memory.
-// Ping-pong (sm90_wgmma.cuh): the block's tiles of 64 rows x 256 columns, b, b + gridDim.x, ..., go to the two
-// consumers in turn, so that one's epilogue runs beside the other's K loop. An epilogue stages its bf16
-// tile in shared memory (stmatrix) and one thread stores it with the copy engine through tg, the map of
-// G (boxes of 64 x 64, clipped to n x ncols): full 128-byte lines, off the consumer's critical path.
-// The maps tx (x, boxes of 64 rows) and tw cover all of x (N, C) and W (Vp, C), so rows past the block and
-// columns past the vocab block are computed (or arrive as zeros past Vp) but not stored.
-template <bool CAP>
-__global__ void __launch_bounds__(WG_THREADS, 1)
-fused_lce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
-                       const __grid_constant__ CUtensorMap tg, const float* lse, const int* targets,
-                       const int* n_valid, const float* dloss_rows, float dloss, int r0, int n, int v0, int ncols,
-                       int C, int V, FusedLceOptions opt) {
-#if defined(WG_DEVICE_CODE)
+#if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
+// The ping-pong walk over 64 x 256 logit tiles that the blocks' gradient kernel and the staged path's
+// stage kernel share (sm90_wgmma.cuh): the block's tiles b, b + gridDim.x, ... of rows r0 .. r0+n-1 and
+// columns v0 .. v0+ncols-1 go to the two consumers in turn, so that one's epilogue runs beside the
+// other's K loop (cooperative tiles stall both consumers in the epilogue). An epilogue stages its bf16
+// tile in shared memory (stmatrix, at `out`) and one thread stores it with the copy engine through tout
+// (boxes of 64 x 64, clipped to n x ncols): full 128-byte lines, off the consumer's critical path; only
+// the boxes inside the ncols columns are stored. The producer starts before the previous kernel ends
+// (PDL: x and W are never written by the kernels before it); the consumers wait for it, since what
+// their epilogues read comes from earlier kernels and the output is still being read by earlier GEMMs.
+// Epi, the tile's epilogue: start() runs once per consumer after that wait (it may read what earlier
+// kernels wrote); epi(d, out, warp, lane, row0, c0, cb, vt) gets the accumulators (this thread's rows
+// row0 and row0 + 8 of the n, its columns c0 + 8j + e counted from v0), the tile's first column cb
+// (counted from v0) and its column tile vt.
+template <typename Epi>
+__device__ __forceinline__ void fused_lce_pingpong_tiles(const CUtensorMap* tx, const CUtensorMap* tw,
+                                                         const CUtensorMap* tout, int r0, int n, int v0, int ncols,
+                                                         int C, Epi& epi) {
     extern __shared__ unsigned char smem_raw[];
     WgRing ring = wg_ring_init(smem_raw, WG_PP_STAGES, FUSED_LCE_GRAD_ROWS, 1);
     int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
     int mtiles = ceil_div(n, FUSED_LCE_GRAD_ROWS), tiles = mtiles * ceil_div(ncols, WG_BN), kt_count = C / WG_BK;
     pdl_launch_dependents();
-    if (wg == 0) {  // producer: this call's forward has read x and W and no later kernel writes them, so it
-                    // starts before the previous kernel ends
+    if (wg == 0) {  // producer
         regs_dec<40>();
         if (t == 0)
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x)
-                wg_produce(ring, &tx, &tw, r0 + tile % mtiles * FUSED_LCE_GRAD_ROWS, v0 + tile / mtiles * WG_BN, kt_count, it);
+                wg_produce(ring, tx, tw, r0 + tile % mtiles * FUSED_LCE_GRAD_ROWS, v0 + tile / mtiles * WG_BN, kt_count,
+                           it);
         return;
     }
     regs_inc<232>();
-    pdl_wait();  // lse and n_valid come from the forward; G is still being read by the previous GEMMs
-    int c = wg - 1, lane = t % 32, warp = t / 32, nv = *n_valid;
-    float dloss_nv = nv > 0 ? dloss / nv : 0.0f, d[128];
+    pdl_wait();
+    int c = wg - 1, lane = t % 32, warp = t / 32;
+    epi.start();
+    float d[128];
     uint32_t out = ring.base + WG_PP_STAGES * WG_PP_STAGE_BYTES + 1024 + c * FUSED_LCE_GRAD_OUT_BYTES;  // past the barriers
     it = c * kt_count;  // consumer 1 starts at the block's second tile
     for (int k = c, tile = blockIdx.x + c * gridDim.x; tile < tiles; k += 2, tile += 2 * gridDim.x) {
@@ -235,23 +239,62 @@ fused_lce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid
         it += kt_count;  // past the other consumer's next tile
         if (t == 0) bulk_wait_read();  // the previous tile's store has read the staging buffer
         asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
-        int cb = tile / mtiles * WG_BN, c0 = cb + 2 * (lane % 4);  // within the vocab block
-        int rb = tile % mtiles * FUSED_LCE_GRAD_ROWS, row0 = rb + warp * 16 + lane / 4;  // within the row block
-        if (cb + WG_BN <= ncols && v0 + cb + WG_BN <= V)
-            fused_lce_wgmma_grad_tile<CAP, true>(d, out, warp, lane, row0, c0, lse, targets, dloss_rows, dloss_nv, r0, n, v0,
-                                            ncols, V, opt);
-        else
-            fused_lce_wgmma_grad_tile<CAP, false>(d, out, warp, lane, row0, c0, lse, targets, dloss_rows, dloss_nv, r0, n, v0,
-                                             ncols, V, opt);
+        int vt = tile / mtiles, cb = vt * WG_BN, c0 = cb + 2 * (lane % 4);  // columns counted from v0
+        int rb = tile % mtiles * FUSED_LCE_GRAD_ROWS, row0 = rb + warp * 16 + lane / 4;  // rows counted from r0
+        epi(d, out, warp, lane, row0, c0, cb, vt);
         fence_proxy_async();
         asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
         if (t == 0) {
-            for (int b = 0; b < WG_BN / 64 && cb + 64 * b < ncols; b++)  // the boxes inside the vocab block
-                tma_store_2d(&tg, cb + 64 * b, rb, out + b * 64 * 128);
+            for (int b = 0; b < WG_BN / 64 && cb + 64 * b < ncols; b++)  // the boxes inside the ncols columns
+                tma_store_2d(tout, cb + 64 * b, rb, out + b * 64 * 128);
             bulk_commit();
         }
     }
     if (t == 0) bulk_wait();
+}
+
+// The gradient kernel's epilogue: dL/dz of the tile by fused_lce_wgmma_grad_tile, for the upstream
+// gradient dloss / n_valid (read in start(), once the forward has counted the rows) or dloss_rows
+template <bool CAP>
+struct FusedLceGradEpilogue {
+    const float* lse;         // (N) fp32, from the forward
+    const int* targets;       // (N)
+    const int* n_valid;       // (1) rows that count
+    const float* dloss_rows;  // (N) fp32 per-row upstream gradient, or NULL
+    float dloss;
+    int r0, n, v0, ncols, V;
+    const FusedLceOptions& opt;
+    float dloss_nv;
+    __device__ __forceinline__ void start() {
+        int nv = *n_valid;
+        dloss_nv = nv > 0 ? dloss / nv : 0.0f;
+    }
+    __device__ __forceinline__ void operator()(float d[128], uint32_t out, int warp, int lane, int row0, int c0, int cb,
+                                               int) {
+        if (cb + WG_BN <= ncols && v0 + cb + WG_BN <= V)
+            fused_lce_wgmma_grad_tile<CAP, true>(d, out, warp, lane, row0, c0, lse, targets, dloss_rows, dloss_nv, r0, n,
+                                                 v0, ncols, V, opt);
+        else
+            fused_lce_wgmma_grad_tile<CAP, false>(d, out, warp, lane, row0, c0, lse, targets, dloss_rows, dloss_nv, r0,
+                                                  n, v0, ncols, V, opt);
+    }
+};
+#endif
+
+// G (n, ncols) bf16, row stride ldg: dL/dz of rows r0 .. r0+n-1 and vocab columns v0 .. v0+ncols-1 (0 for
+// the padding columns >= V), from the logit tiles straight out of the tensor cores: no logits in memory.
+// The ping-pong walk of fused_lce_pingpong_tiles, storing through tg, the map of G. The maps tx (x, boxes
+// of 64 rows) and tw cover all of x (N, C) and W (Vp, C), so rows past the block and columns past the
+// vocab block are computed (or arrive as zeros past Vp) but not stored.
+template <bool CAP>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+fused_lce_wgmma_grad_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
+                            const __grid_constant__ CUtensorMap tg, const float* lse, const int* targets,
+                            const int* n_valid, const float* dloss_rows, float dloss, int r0, int n, int v0, int ncols,
+                            int C, int V, FusedLceOptions opt) {
+#if defined(WG_DEVICE_CODE)
+    FusedLceGradEpilogue<CAP> epi = {lse, targets, n_valid, dloss_rows, dloss, r0, n, v0, ncols, V, opt, 0.0f};
+    fused_lce_pingpong_tiles(&tx, &tw, &tg, r0, n, v0, ncols, C, epi);
 #endif
 }
 

@@ -160,54 +160,33 @@ __device__ __forceinline__ void fused_lce_stage_tile(float d[128], uint32_t out,
 }
 #endif
 
-// E (n, Vp) bf16 of rows r0 .. r0+n-1 through te (boxes of 64 x 64, clipped to n x Vp), as the
-// gradient kernel of fused_lce_sm90.cuh walks its tiles (ping-pong, one consumer's epilogue beside the
-// other's K loop); columns V .. Vp-1 are written as zeros. MODE as above: the MAX and RESTAGE launches
-// do nothing unless *a.flag (launched after the finish, without PDL: the flag is read first).
+#if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
+// The stage kernel's epilogue for fused_lce_pingpong_tiles: fused_lce_stage_tile of the tile
+template <bool CAP, int MODE, bool SUM>
+struct FusedLceStageEpilogue {
+    const FusedLceStageArgs& a;
+    __device__ __forceinline__ void start() {}
+    __device__ __forceinline__ void operator()(float d[128], uint32_t out, int warp, int lane, int row0, int c0, int cb,
+                                               int vt) {
+        if (cb + WG_BN <= a.V) fused_lce_stage_tile<CAP, true, MODE, SUM>(d, out, warp, lane, row0, c0, vt, a);
+        else fused_lce_stage_tile<CAP, false, MODE, SUM>(d, out, warp, lane, row0, c0, vt, a);
+    }
+};
+#endif
+
+// E (n, Vp) bf16 of rows r0 .. r0+n-1 through te (boxes of 64 x 64, clipped to n x Vp), on the
+// ping-pong walk of the gradient kernel of fused_lce_sm90.cuh (fused_lce_pingpong_tiles: one
+// consumer's epilogue beside the other's K loop); columns V .. Vp-1 are written as zeros. MODE as
+// above: the MAX and RESTAGE launches do nothing unless *a.flag (launched after the finish, without
+// PDL: the flag is read first).
 template <bool CAP, int MODE, bool SUM>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 fused_lce_stage_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
-                  const __grid_constant__ CUtensorMap te, FusedLceStageArgs a) {
+                       const __grid_constant__ CUtensorMap te, FusedLceStageArgs a) {
 #if defined(WG_DEVICE_CODE)
     if (MODE != FUSED_LCE_STAGE_REF && *a.flag == 0) return;
-    extern __shared__ unsigned char smem_raw[];
-    WgRing ring = wg_ring_init(smem_raw, WG_PP_STAGES, FUSED_LCE_GRAD_ROWS, 1);
-    int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
-    int mtiles = ceil_div(a.n, FUSED_LCE_GRAD_ROWS), tiles = mtiles * ceil_div(a.Vp, WG_BN), kt_count = a.C / WG_BK;
-    pdl_launch_dependents();
-    if (wg == 0) {  // producer: x and W are never written by the kernels before it
-        regs_dec<40>();
-        if (t == 0)
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x)
-                wg_produce(ring, &tx, &tw, a.r0 + tile % mtiles * FUSED_LCE_GRAD_ROWS, tile / mtiles * WG_BN, kt_count, it);
-        return;
-    }
-    regs_inc<232>();
-    pdl_wait();  // the references come from an earlier kernel; E is still being read by the previous GEMMs
-    int c = wg - 1, lane = t % 32, warp = t / 32;
-    float d[128];
-    uint32_t out = ring.base + WG_PP_STAGES * WG_PP_STAGE_BYTES + 1024 + c * FUSED_LCE_GRAD_OUT_BYTES;  // past the barriers
-    it = c * kt_count;  // consumer 1 starts at the block's second tile
-    for (int k = c, tile = blockIdx.x + c * gridDim.x; tile < tiles; k += 2, tile += 2 * gridDim.x) {
-        if (k > 0) wg_turn_wait(c);
-        wg_consume(ring, d, 0, kt_count, it);
-        if (tile + gridDim.x < tiles) wg_turn_pass(c);
-        it += kt_count;  // past the other consumer's next tile
-        if (t == 0) bulk_wait_read();  // the previous tile's store has read the staging buffer
-        asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
-        int vt = tile / mtiles, cb = vt * WG_BN, c0 = cb + 2 * (lane % 4);
-        int rb = tile % mtiles * FUSED_LCE_GRAD_ROWS, row0 = rb + warp * 16 + lane / 4;
-        if (cb + WG_BN <= a.V) fused_lce_stage_tile<CAP, true, MODE, SUM>(d, out, warp, lane, row0, c0, vt, a);
-        else fused_lce_stage_tile<CAP, false, MODE, SUM>(d, out, warp, lane, row0, c0, vt, a);
-        fence_proxy_async();
-        asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
-        if (t == 0) {
-            for (int b = 0; b < WG_BN / 64 && cb + 64 * b < a.Vp; b++)
-                tma_store_2d(&te, cb + 64 * b, rb, out + b * 64 * 128);
-            bulk_commit();
-        }
-    }
-    if (t == 0) bulk_wait();
+    FusedLceStageEpilogue<CAP, MODE, SUM> epi = {a};
+    fused_lce_pingpong_tiles(&tx, &tw, &te, a.r0, a.n, 0, a.Vp, a.C, epi);
 #endif
 }
 
@@ -275,13 +254,7 @@ __global__ void fused_lce_staged_finish_kernel(float* loss_rows, float* lse_out,
     float lse = m + logf(s);
     int t = targets[row], ignored = fused_lce_ignored(t, opt, V);
     float dot = 0.0f;
-    if (!ignored) {
-        const bf16* xr = x + (size_t)row * C;
-        const bf16* wr = W + (size_t)t * C;
-        for (int k = lane; k < C; k += 32) dot += __bfloat162float(xr[k]) * __bfloat162float(wr[k]);
-        dot = warp_reduce_sum(dot);
-        if (opt.softcap > 0.0f) dot = opt.softcap * fused_lce_tanh(dot / opt.softcap);
-    }
+    if (!ignored) dot = fused_lce_target_logit(x, W, row, t, C, lane, opt);
     if (lane == 0) {
         lse_out[row] = lse;
         st_out[row] = dot;
@@ -352,8 +325,19 @@ static inline size_t fused_lce_staged_row_bytes(int C, int Vp) {
     return (size_t)Vp * 2 + (size_t)C * 6 + (size_t)ceil_div(Vp, WG_BN) * 12 + 8;
 }
 
+// The bytes that do not grow with the chunk: each row's reference R (max_n floats), W's mean and its
+// partial sums ((FUSED_LCE_WMEAN_SPLITS + 1)·C floats), and 256 for the flag and the allocations' rounding.
+static inline size_t fused_lce_staged_fixed_bytes(int max_n, int C) {
+    return (size_t)max_n * 4 + (size_t)C * 4 * (FUSED_LCE_WMEAN_SPLITS + 1) + 256;
+}
+
+// The budget whose chunks hold `rows` rows (fused_lce_staged_rows gives them back)
+static inline size_t fused_lce_staged_budget(int rows, int max_n, int C, int Vp) {
+    return (size_t)rows * fused_lce_staged_row_bytes(C, Vp) + fused_lce_staged_fixed_bytes(max_n, C);
+}
+
 static inline int fused_lce_staged_rows(int max_n, int C, int Vp, size_t budget) {
-    size_t fixed = (size_t)max_n * 4 + (size_t)C * 4 * (FUSED_LCE_WMEAN_SPLITS + 1) + 256;
+    size_t fixed = fused_lce_staged_fixed_bytes(max_n, C);
     if (budget <= fixed) return 0;
     size_t rows = (budget - fixed) / fused_lce_staged_row_bytes(C, Vp);
     size_t all = (size_t)ceil_div(max_n, FUSED_LCE_STAGED_ROW_ALIGN) * FUSED_LCE_STAGED_ROW_ALIGN;
