@@ -19,6 +19,8 @@
 // Columns: fwd = loss only; bwd = the recomputing backward with per-row upstream gradients; fwd+bwd =
 // the training path (gradients with the forward); TF/s = 3F / (fwd+bwd time), F = 2·N·C·V; x GEMMs =
 // fwd+bwd time over the three cuBLASLt GEMMs; scratch = device memory beyond inputs and gradients.
+// the head with its experiment hooks (FusedLceHooks), which the variants reach it through
+#define FUSED_LCE_DEV_HOOKS
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -10,6 +10,9 @@
 //   6 blocks, own GEMMs      path blocks + our own dx and dW GEMM (wgmma_gemm.cuh) on Hopper, the layout
 //                            counting its tiles (wgmma_gemm_plan.h); elsewhere it is variant 5
 #pragma once
+#ifndef FUSED_LCE_DEV_HOOKS
+#error "define FUSED_LCE_DEV_HOOKS before the first include of the head: the variants reach it through its hooks"
+#endif
 #include "../../llmc/head/fused_lce.cuh"
 #include "fused_lce_sm80_backward.cuh"
 #include "wgmma_gemm.cuh"

@@ -8,6 +8,8 @@
 // (Hopper) in each of its cases: one chunk, several, loss only, per-row upstream gradients, rows whose
 // softmax is too peaked for their reference (their statistics and E taken again, in one chunk of several),
 // determinism and auto's choice.
+// the head with its experiment hooks (FusedLceHooks): the variants are tested too
+#define FUSED_LCE_DEV_HOOKS
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../llmc/head/fused_lce.cuh"

@@ -33,8 +33,25 @@ static void grid_summary(void) {
     printf("grid: %d properties (one check each) over %d case checks\n", G_PROPS, cases);
 }
 
+// The layout's question for the tests: tiles of 64 x 256 on 132 SMs (an H100's)
+static FusedLceBlockPlanSpec spec(int N, int C, int V, int vb_max, int wgmma, FusedLceGemmCost cost, void* arg) {
+    FusedLceBlockPlanSpec sp = {N, C, V, vb_max, wgmma, 64, 256, 132, cost, arg};
+    return sp;
+}
+
+// fused_lce_block_plan and fused_lce_plan_cost of spec(...)
+static FusedLceBlockPlan plan(size_t bytes, int N, int C, int V, int vb_max, int wgmma, FusedLceGemmCost cost, void* arg) {
+    FusedLceBlockPlanSpec sp = spec(N, C, V, vb_max, wgmma, cost, arg);
+    return fused_lce_block_plan(bytes, &sp);
+}
+
+static double plan_cost(int nb, int vb, int N, int C, int V, int wgmma, FusedLceGemmCost cost, void* arg) {
+    FusedLceBlockPlanSpec sp = spec(N, C, V, 0, wgmma, cost, arg);
+    return fused_lce_plan_cost(nb, vb, &sp);
+}
+
 static void check_plan(size_t bytes, int N, int C, int V, int vb_max, int wgmma) {
-    FusedLceBlockPlan p = fused_lce_block_plan(bytes, N, C, V, vb_max, wgmma, 64, 256, 132, NULL, NULL);
+    FusedLceBlockPlan p = plan(bytes, N, C, V, vb_max, wgmma, NULL, NULL);
     int align = wgmma ? 256 : 16;
     // the fewest-blocks layout: what a plan without the search would take
     int vb0 = round_up(fused_lce_plan_ceil_div(V, fused_lce_plan_ceil_div(V, vb_max)), align);
@@ -51,8 +68,8 @@ static void check_plan(size_t bytes, int N, int C, int V, int vb_max, int wgmma)
     GRID_EXPECT(G_COLUMNS, p.vb % align == 0 && p.vb <= round_up(vb_max, align) && p.vb > 0, "N=%d C=%d V=%d vb_max %d: %d columns",
            N, C, V, vb_max, p.vb);
     if (wgmma && nb0 >= 16) {  // (more vocab blocks may fit where the fewest do not)
-        double c = fused_lce_plan_cost(p.nb, p.vb, N, C, V, 64, 256, 132, NULL, NULL);
-        double c0 = fused_lce_plan_cost((int)nb0, vb0, N, C, V, 64, 256, 132, NULL, NULL);
+        double c = plan_cost(p.nb, p.vb, N, C, V, 1, NULL, NULL);
+        double c0 = plan_cost((int)nb0, vb0, N, C, V, 1, NULL, NULL);
         GRID_EXPECT(G_COST, c <= c0, "N=%d C=%d V=%d: cost %.0f above the fewest blocks' %.0f", N, C, V, c, c0);
     }
 }
@@ -77,18 +94,18 @@ int main(void) {
 
     // quoted in llmc/head/fused_lce_blocks_plan.h: the trainer's d12 head (65536 x 768 x 50257, ~63 MiB left for it)
     size_t budget = ((size_t)64 << 20) - (2 * 65536 + 3 * 4 * (128 * 132 + 65536)) * 4;
-    FusedLceBlockPlan p = fused_lce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, NULL, NULL);
+    FusedLceBlockPlan p = plan(budget, 65536, 768, 50257, 4096, 1, NULL, NULL);
     EXPECT(p.vb == 3584 && p.nb == 6016, "65536 x 768: %d rows x %d columns, expected 6016 x 3584", p.nb, p.vb);
-    double waves = fused_lce_plan_cost(p.nb, p.vb, 65536, 1, 50257, 64, 256, 132, NULL, NULL) - 256.0 * 11 * 15;
+    double waves = plan_cost(p.nb, p.vb, 65536, 1, 50257, 1, NULL, NULL) - 256.0 * 11 * 15;
     EXPECT(waves == 1537, "65536 x 768: %.0f waves", waves);
-    waves = fused_lce_plan_cost(5552, 4096, 65536, 1, 50257, 64, 256, 132, NULL, NULL) - 256.0 * 12 * 13;
+    waves = plan_cost(5552, 4096, 65536, 1, 50257, 1, NULL, NULL) - 256.0 * 12 * 13;
     EXPECT(waves == 1607, "the fewest blocks: %.0f waves", waves);
     // the GEMMs' cost counted: every block once per layout, and it moves the choice
     double logits = 0.0;
-    fused_lce_plan_cost(6016, 3584, 65536, 768, 50257, 64, 256, 132, count_logits, &logits);
+    plan_cost(6016, 3584, 65536, 768, 50257, 1, count_logits, &logits);
     EXPECT(logits == 65536.0 * 50257, "the GEMM cost was asked about %.0f logits, expected %.0f", logits,
            65536.0 * 50257);
-    p = fused_lce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, only_4096, NULL);
+    p = plan(budget, 65536, 768, 50257, 4096, 1, only_4096, NULL);
     EXPECT(p.vb == 4096, "65536 x 768 with a GEMM cost that wants 4096 columns: %d x %d", p.nb, p.vb);
     // the Hopper build's GEMMs (dev/cuda/wgmma_gemm.cuh) on a block of 5552 x 4096 at C = 768, 132 SMs, in one
     // launch: dx in 44 x 3 tiles of 256 columns (K = 4096) on SMs 0-131, then dW in 32 x 4 of 192 (K =
@@ -108,10 +125,10 @@ int main(void) {
     FusedLceWgGemmCost hopper = {768, 132};
     gc = fused_lce_plan_wg_gemm_cost(&hopper, 5552, 4096);
     EXPECT(gc == 2.0 * 4096 + 2.0 * 5552 * 192 / 256 + 256, "our GEMMs at 5552 x 4096, C = 768: cost %.0f", gc);
-    p = fused_lce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, fused_lce_plan_wg_gemm_cost, &hopper);
+    p = plan(budget, 65536, 768, 50257, 4096, 1, fused_lce_plan_wg_gemm_cost, &hopper);
     EXPECT(p.nb == 5552 && p.vb == 4096, "65536 x 768 counting our GEMMs: %d x %d, expected 5552 x 4096", p.nb, p.vb);
     // without wgmma: the plain layout, as before the search
-    p = fused_lce_block_plan(budget, 65536, 768, 50257, 4096, 0, 64, 256, 132, NULL, NULL);
+    p = plan(budget, 65536, 768, 50257, 4096, 0, NULL, NULL);
     EXPECT(p.vb == 3872 && p.nb == (int)(budget / (3872 * 4 + 768 * 4 + 16) / 16 * 16),
            "65536 x 768 without wgmma: %d rows x %d columns", p.nb, p.vb);
     // the default widest vocab block: 4096; with wgmma wider for few rows, one block's bf16 gradient within
@@ -137,13 +154,13 @@ int main(void) {
                                       rows * fused_lce_plan_row_bytes(vb, Cs[b], 1) <= budgets[e]),
                        "max_n %d, C %d, %zu bytes: widest vocab block %d", n, Cs[b], budgets[e], vb);
                 for (int c = 0; c < 4; c++) {
-                    FusedLceBlockPlan narrow = fused_lce_block_plan(budgets[e], n, Cs[b], Vs[c], 4096, 1, 64, 256, 132, NULL, NULL);
-                    FusedLceBlockPlan wide = fused_lce_block_plan(budgets[e], n, Cs[b], Vs[c], vb, 1, 64, 256, 132, NULL, NULL);
+                    FusedLceBlockPlan narrow = plan(budgets[e], n, Cs[b], Vs[c], 4096, 1, NULL, NULL);
+                    FusedLceBlockPlan wide = plan(budgets[e], n, Cs[b], Vs[c], vb, 1, NULL, NULL);
                     GRID_EXPECT(G_DEFAULT_FITS, !narrow.bytes || wide.bytes, "N=%d C=%d V=%d, %zu bytes: no layout at the default width %d",
                            n, Cs[b], Vs[c], budgets[e], vb);
                 }
             }
-    p = fused_lce_block_plan(budget, 1024, 768, 50257, fused_lce_plan_vocab_max(1024, budget, 768, 1), 1, 64, 256, 132, NULL, NULL);
+    p = plan(budget, 1024, 768, 50257, fused_lce_plan_vocab_max(1024, budget, 768, 1), 1, NULL, NULL);
     EXPECT(p.nb == 1024 && p.vb == 8448, "1024 x 768 with the default: %d rows x %d columns, expected 1024 x 8448",
            p.nb, p.vb);
     grid_summary();

@@ -49,16 +49,20 @@ typedef enum { FUSED_LCE_PATH_AUTO = 0, FUSED_LCE_PATH_CHUNKS, FUSED_LCE_PATH_BL
 
 typedef struct FusedLce FusedLce;
 
+#ifdef FUSED_LCE_DEV_HOOKS
 // Experiments reach into the head only through these (the playground's fused backward and own GEMMs,
-// dev/cuda/fused_lce_variants.cuh); production code passes none.
+// dev/cuda/fused_lce_variants.cuh). They exist only in a build that defines FUSED_LCE_DEV_HOOKS before
+// it includes the head (the playground and its test): the trainer's head has no hook field and no
+// branch to one.
 typedef struct {
     // replaces the training and the recomputing backward (path chunks: its buffer is the hook's scratch)
     void (*backward)(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss, const bf16* x,
                      const bf16* W, const int* targets, int N, const GpuContext* ctx);
     FusedLceBlockGemms block_gemms;    // path blocks: a block's dx and dW GEMMs instead of cuBLASLt's
-    FusedLceGemmCost block_gemm_cost;  // and their cost, for the layout planner
-    void* arg;                     // passed to block_gemms and block_gemm_cost
+    FusedLceGemmCost block_gemm_cost;  // and their cost, for the layout planner (needed with block_gemms)
+    void* arg;                         // passed to block_gemms and block_gemm_cost
 } FusedLceHooks;
+#endif
 
 typedef struct {
     int max_n, C, V, Vp;     // rows per call at most; channels; vocabulary, padded (W has Vp rows)
@@ -68,7 +72,9 @@ typedef struct {
                              // fused_lce_auto_budget; FUSED_LCE_DEFAULT_SCRATCH for the blocks and chunks)
     int vocab_block_max;     // path blocks: the widest vocab block (0: fused_lce_plan_vocab_max)
     unsigned fallbacks;      // FUSED_LCE_NO_*, or 0
+#ifdef FUSED_LCE_DEV_HOOKS
     const FusedLceHooks* hooks;  // NULL, or an experiment's
+#endif
 } FusedLceConfig;
 
 // The defaults: path auto within FUSED_LCE_DEFAULT_SCRATCH, the plain loss
@@ -179,8 +185,13 @@ static inline void fused_lce_build(FusedLce* h, const FusedLceConfig* cfg) {
     h->cfg = *cfg;
     h->budget = cfg->scratch ? cfg->scratch : FUSED_LCE_DEFAULT_SCRATCH;
     int path = cfg->path;
+#ifdef FUSED_LCE_DEV_HOOKS
+    const FusedLceHooks* hk = cfg->hooks;
+#else
+    const void* hk = NULL;  // the trainer's build: no experiments
+#endif
     int staged_ok = C % WG_BK == 0 && !(cfg->fallbacks & FUSED_LCE_NO_SM90) && !(opt.softcap > 0.0f && opt.label_smoothing > 0.0f)
-                    && !(cfg->hooks) && fused_lce_wgmma_available();
+                    && !hk && fused_lce_wgmma_available();
     size_t staged_budget = !staged_ok ? 0 : cfg->scratch ? cfg->scratch : fused_lce_auto_budget(max_n, C, Vp);
     int staged_rows = staged_ok ? fused_lce_staged_rows(max_n, C, Vp, staged_budget) : 0;
     if (path == FUSED_LCE_PATH_STAGED && !staged_rows) {
@@ -198,11 +209,12 @@ static inline void fused_lce_build(FusedLce* h, const FusedLceConfig* cfg) {
         path = rows < FUSED_LCE_CHUNK_ROWS_MIN && rows < (size_t)max_n ? FUSED_LCE_PATH_BLOCKS : FUSED_LCE_PATH_CHUNKS;
     }
     h->cfg.path = (FusedLcePath)path;
-    const FusedLceHooks* hk = cfg->hooks;
+#ifdef FUSED_LCE_DEV_HOOKS
     if (hk && hk->backward && path != FUSED_LCE_PATH_CHUNKS)
         check_fail("fused_lce_build: a backward hook needs path chunks", "build the experiment with path chunks");
     if (hk && hk->block_gemms && path != FUSED_LCE_PATH_BLOCKS)
         check_fail("fused_lce_build: a block GEMM hook needs path blocks", "build the experiment with path blocks");
+#endif
     int sms = current_sm_count();
     h->sm90 = path != FUSED_LCE_PATH_UNFUSED && C % WG_BK == 0 && !(cfg->fallbacks & FUSED_LCE_NO_SM90) && fused_lce_wgmma_available();
     if (h->sm90) fused_lce_wgmma_setup();
@@ -219,9 +231,16 @@ static inline void fused_lce_build(FusedLce* h, const FusedLceConfig* cfg) {
         size_t fixed = (2 * (size_t)max_n + h->part_floats) * sizeof(float);
         size_t budget = h->budget > fixed ? h->budget - fixed : 0;
         int vb_max = cfg->vocab_block_max ? cfg->vocab_block_max : fused_lce_plan_vocab_max(max_n, budget, C, h->sm90);
-        FusedLceBlockGemms gemms = hk ? hk->block_gemms : NULL;
-        bytes = vb_max < 16 ? 0 : fused_lce_blocks_plan(&h->blk, budget, max_n, C, V, vb_max, h->sm90, gemms,
-                                                   hk ? hk->block_gemm_cost : NULL, hk ? hk->arg : NULL, sms);
+        FusedLceBlockPlanSpec sp = {max_n, C, V, vb_max, h->sm90, 0, 0, sms, NULL, NULL};  // cuBLASLt's GEMMs
+#ifdef FUSED_LCE_DEV_HOOKS
+        if (hk && hk->block_gemms) {
+            sp.gemm_cost = hk->block_gemm_cost;
+            sp.gemm_arg = hk->arg;
+            h->blk.gemms = hk->block_gemms;
+            h->blk.gemms_arg = hk->arg;
+        }
+#endif
+        bytes = vb_max < 16 ? 0 : fused_lce_blocks_plan(&h->blk, budget, &sp);
         if (bytes == 0)
             check_failf("a larger budget, or a smaller vocab_block_max (at least 16)", "fused_lce_build: a scratch "
                         "budget of %zu bytes holds fewer than 16 rows of vocab blocks of %d columns and C = %d",
@@ -319,8 +338,13 @@ static void fused_lce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_r
 // dW (Vp, C) fp32 accumulated, for the upstream gradient dloss of the mean (1 in training).
 static inline void fused_lce_forward_backward(FusedLce* h, bf16* dx, float* dW, float dloss, const bf16* x,
                                               const bf16* W, const int* targets, int N, const GpuContext* ctx) {
-    if (h->cfg.hooks && h->cfg.hooks->backward) h->cfg.hooks->backward(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
-    else fused_lce_run(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
+#ifdef FUSED_LCE_DEV_HOOKS
+    if (h->cfg.hooks && h->cfg.hooks->backward) {
+        h->cfg.hooks->backward(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
+        return;
+    }
+#endif
+    fused_lce_run(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
 }
 
 // Loss only (eval, or when the caller needs the loss before it knows the upstream gradient): F of work.
@@ -332,8 +356,13 @@ static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, 
 // Recomputing backward with a per-row upstream gradient dloss_rows (N) fp32 (per-token weights).
 static inline void fused_lce_backward(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, const bf16* x,
                                       const bf16* W, const int* targets, int N, const GpuContext* ctx) {
-    if (h->cfg.hooks && h->cfg.hooks->backward) h->cfg.hooks->backward(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
-    else fused_lce_run(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
+#ifdef FUSED_LCE_DEV_HOOKS
+    if (h->cfg.hooks && h->cfg.hooks->backward) {
+        h->cfg.hooks->backward(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
+        return;
+    }
+#endif
+    fused_lce_run(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
 }
 
 // One line for a config table: the path, its layout and the memory it holds (scratch and per-row floats)

@@ -31,18 +31,23 @@
 
 #define FUSED_LCE_BLOCK_THREADS 256
 
+#ifdef FUSED_LCE_DEV_HOOKS
 // Another implementation of a block's dx and dW GEMMs, for experiments (the playground's own GEMM,
-// dev/cuda/fused_lce_variants.cuh): dxacc (n, C) fp32 = G · W_v, or += when accumulate_dx; dW_v (ncols,
-// C) fp32 += Gᵀ · x_r; G (n, ncols) bf16, row stride ldg. Its cost for the planner: an FusedLceGemmCost.
+// dev/cuda/fused_lce_variants.cuh; only in a build that defines FUSED_LCE_DEV_HOOKS): dxacc (n, C) fp32
+// = G · W_v, or += when accumulate_dx; dW_v (ncols, C) fp32 += Gᵀ · x_r; G (n, ncols) bf16, row stride
+// ldg. Its cost for the planner: a FusedLceGemmCost.
 typedef void (*FusedLceBlockGemms)(void* arg, float* dxacc, float* dW_v, const bf16* G, int ldg, const bf16* W_v,
-                               const bf16* x_r, int n, int ncols, int C, int accumulate_dx, const GpuContext* ctx);
+                                   const bf16* x_r, int n, int ncols, int C, int accumulate_dx, const GpuContext* ctx);
+#endif
 
 typedef struct {
     int nb, vb;           // rows per row block (a multiple of 16), columns per vocab block (a multiple of 16;
                           // of 256 with wgmma)
     int wgmma;            // pass 2 by fused_lce_wgmma_grad (Hopper): z holds only the bf16 gradient, row stride vb
-    FusedLceBlockGemms gemms; // NULL: the dx and dW GEMMs by cuBLASLt
+#ifdef FUSED_LCE_DEV_HOOKS
+    FusedLceBlockGemms gemms;  // NULL: the dx and dW GEMMs by cuBLASLt
     void* gemms_arg;
+#endif
     float* z;             // (nb, vb) fp32 logits of one block; then its bf16 gradient in place (row stride 2·vb)
     float* dxacc;         // (nb, C) fp32 dx of the current row block
     float4* stats;        // (nb) running max, Σexp relative to it, Σs, s_t of each row
@@ -161,30 +166,33 @@ static double fused_lce_blocks_gemm_cost(void* arg, int n, int ncols) {
     return cost;
 }
 
-// Lays the blocks out within `bytes` of scratch (fused_lce_blocks_plan.h: the layout, and why; with
-// wgmma the dx and dW GEMMs' waves count too: cuBLASLt's estimate, or gemm_cost with another
-// implementation of them, `gemms`). Returns the bytes the layout takes, 0 when fewer than 16 rows fit.
-// fused_lce_blocks_carve then places it in a buffer of that size (from cudaMalloc).
-static inline size_t fused_lce_blocks_plan(FusedLceBlocks* b, size_t bytes, int max_n, int C, int V, int vb_max, int wgmma,
-                                      FusedLceBlockGemms gemms, FusedLceGemmCost gemm_cost, void* gemms_arg, int sm_count) {
+// Lays the blocks out within `bytes` of scratch (fused_lce_blocks_plan.h: the layout, and why) for the
+// question *spec asks (its tile fields are this file's: FUSED_LCE_GRAD_ROWS x WG_BN). With wgmma the dx
+// and dW GEMMs' waves count too: spec->gemm_cost when the caller gives one (an experiment's GEMMs), else
+// cuBLASLt's estimate; without wgmma only the layout's bytes matter. Returns the bytes the layout takes,
+// 0 when fewer than 16 rows fit. fused_lce_blocks_carve then places it in a buffer of that size.
+static inline size_t fused_lce_blocks_plan(FusedLceBlocks* b, size_t bytes, const FusedLceBlockPlanSpec* spec) {
+    FusedLceBlockPlanSpec sp = *spec;
+    sp.tile_rows = FUSED_LCE_GRAD_ROWS;
+    sp.tile_cols = WG_BN;
     FusedLceGemmCostArg* arg = NULL;
-    if (wgmma && !gemms) {
+    if (!sp.wgmma) {
+        sp.gemm_cost = NULL;
+    } else if (!sp.gemm_cost) {
         arg = (FusedLceGemmCostArg*)calloc_check(1, sizeof(FusedLceGemmCostArg));
         cublas_check(cublasLtCreate(&arg->ctx.lt));
         arg->ctx.lt_workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
-        arg->C = C;
-        arg->sm_count = sm_count;
+        arg->C = sp.C;
+        arg->sm_count = sp.sm_count;
+        sp.gemm_cost = fused_lce_blocks_gemm_cost;
+        sp.gemm_arg = arg;
     }
-    FusedLceBlockPlan p = fused_lce_block_plan(bytes, max_n, C, V, vb_max, wgmma, FUSED_LCE_GRAD_ROWS, WG_BN, sm_count,
-                                      gemms ? (wgmma ? gemm_cost : NULL) : wgmma ? fused_lce_blocks_gemm_cost : NULL,
-                                      gemms ? gemms_arg : (void*)arg);
+    FusedLceBlockPlan p = fused_lce_block_plan(bytes, &sp);
     if (arg) {
         cublas_check(cublasLtDestroy(arg->ctx.lt));
         free(arg);
     }
-    b->wgmma = wgmma;
-    b->gemms = gemms;
-    b->gemms_arg = gemms_arg;
+    b->wgmma = sp.wgmma;
     b->nb = p.nb;
     b->vb = p.vb;
     return p.bytes;
@@ -249,11 +257,14 @@ static void fused_lce_blocks_run(FusedLceBlocks* b, float* loss_rows, float* lse
                 cuda_check_launch();
                 profile_mark(prof, "head: gradient", st);
             }
+#ifdef FUSED_LCE_DEV_HOOKS
             if (b->gemms) {
                 b->gemms(b->gemms_arg, b->dxacc, dW + (size_t)v0 * C, G, ldg, W + (size_t)v0 * C, xr, n, ncols, C,
                          i < nvb - 1, ctx);
                 profile_mark(prof, "head: dx and dW GEMMs", st);
-            } else {
+            } else
+#endif
+            {
                 matmul_cached(ctx, &b->plans, b->dxacc, CUDA_R_32F, C, G, ldg, 0, W + (size_t)v0 * C, C, 0,
                               n, C, ncols, 1.0f, i == nvb - 1 ? 0.0f : 1.0f);
                 profile_mark(prof, "head: dx GEMM", st);

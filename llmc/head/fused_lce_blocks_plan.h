@@ -37,17 +37,27 @@ static inline size_t fused_lce_plan_row_bytes(int vb, int C, int wgmma) {
 // tile_rows x tile_cols x C of work on sm_count SMs); arg is the caller's
 typedef double (*FusedLceGemmCost)(void* arg, int n, int ncols);
 
-// The cost of the layout (nb, vb) for max_n rows and V columns: the gradient's waves of tiles times C,
-// plus 256 a launch; plus gemm_cost of each block unless it is NULL
-static inline double fused_lce_plan_cost(int nb, int vb, int max_n, int C, int V, int tile_rows, int tile_cols,
-                                    int sm_count, FusedLceGemmCost gemm_cost, void* gemm_arg) {
+// What a layout is planned for
+typedef struct {
+    int max_n, C, V;             // rows per call at most; channels; vocabulary
+    int vb_max;                  // the widest vocab block
+    int wgmma;                   // 1: the gradient by wgmma tiles (bf16 blocks, waves counted); 0: fp32 blocks
+    int tile_rows, tile_cols;    // with wgmma: the gradient kernel's tile (64 x 256)
+    int sm_count;                // SMs the waves fill
+    FusedLceGemmCost gemm_cost;  // NULL, or the cost of a block's dx and dW GEMMs (counted with wgmma)
+    void* gemm_arg;              // passed to gemm_cost
+} FusedLceBlockPlanSpec;
+
+// The cost of the layout (nb, vb) for sp->max_n rows and sp->V columns: the gradient's waves of tiles
+// times C, plus 256 a launch; plus gemm_cost of each block unless it is NULL
+static inline double fused_lce_plan_cost(int nb, int vb, const FusedLceBlockPlanSpec* sp) {
     double cost = 0.0;
-    for (int r0 = 0; r0 < max_n; r0 += nb)
-        for (int v0 = 0; v0 < V; v0 += vb) {
-            int n = max_n - r0 < nb ? max_n - r0 : nb, ncols = V - v0 < vb ? V - v0 : vb;
-            int tiles = fused_lce_plan_ceil_div(n, tile_rows) * fused_lce_plan_ceil_div(ncols, tile_cols);
-            cost += (double)C * fused_lce_plan_ceil_div(tiles, sm_count) + 256.0;
-            if (gemm_cost) cost += gemm_cost(gemm_arg, n, ncols);
+    for (int r0 = 0; r0 < sp->max_n; r0 += nb)
+        for (int v0 = 0; v0 < sp->V; v0 += vb) {
+            int n = sp->max_n - r0 < nb ? sp->max_n - r0 : nb, ncols = sp->V - v0 < vb ? sp->V - v0 : vb;
+            int tiles = fused_lce_plan_ceil_div(n, sp->tile_rows) * fused_lce_plan_ceil_div(ncols, sp->tile_cols);
+            cost += (double)sp->C * fused_lce_plan_ceil_div(tiles, sp->sm_count) + 256.0;
+            if (sp->gemm_cost) cost += sp->gemm_cost(sp->gemm_arg, n, ncols);
         }
     return cost;
 }
@@ -69,16 +79,15 @@ static inline int fused_lce_plan_vocab_max(int max_n, size_t bytes, int C, int w
     return vb > FUSED_LCE_BLOCK_VOCAB ? (int)vb : FUSED_LCE_BLOCK_VOCAB;
 }
 
-// The layout within `bytes` for up to max_n rows: vocab blocks of equal width, at most vb_max (rounded
-// up to whole tiles with wgmma), then as many rows per block as fit (no more than max_n needs); with
-// wgmma (tile_rows x tile_cols tiles, sm_count SMs) the cheapest of the candidates above, the GEMMs
+// The layout within `bytes` for up to sp->max_n rows: vocab blocks of equal width, at most vb_max
+// (rounded up to whole tiles with wgmma), then as many rows per block as fit (no more than max_n needs);
+// with wgmma (tile_rows x tile_cols tiles, sm_count SMs) the cheapest of the candidates above, the GEMMs
 // counted when gemm_cost is not NULL.
-static inline FusedLceBlockPlan fused_lce_block_plan(size_t bytes, int max_n, int C, int V, int vb_max, int wgmma,
-                                            int tile_rows, int tile_cols, int sm_count, FusedLceGemmCost gemm_cost,
-                                            void* gemm_arg) {
+static inline FusedLceBlockPlan fused_lce_block_plan(size_t bytes, const FusedLceBlockPlanSpec* sp) {
+    int max_n = sp->max_n, C = sp->C, V = sp->V, wgmma = sp->wgmma, tile_rows = sp->tile_rows;
     FusedLceBlockPlan best = {0, 0, 0};
     double best_cost = 0.0;
-    int nvb0 = fused_lce_plan_ceil_div(V, vb_max), align = wgmma ? tile_cols : 16;  // 16: keeps W + v0·C 256-byte aligned
+    int nvb0 = fused_lce_plan_ceil_div(V, sp->vb_max), align = wgmma ? sp->tile_cols : 16;  // 16: keeps W + v0·C 256-byte aligned
     size_t rows = (size_t)fused_lce_plan_ceil_div(max_n, 16) * 16;
     for (int nvb = nvb0; nvb <= nvb0 + (wgmma ? 4 : 0); nvb++) {
         int vb = fused_lce_plan_ceil_div(fused_lce_plan_ceil_div(V, nvb), align) * align;
@@ -94,7 +103,7 @@ static inline FusedLceBlockPlan fused_lce_block_plan(size_t bytes, int max_n, in
                     size_t even = (size_t)fused_lce_plan_ceil_div(fused_lce_plan_ceil_div(max_n, nr), tile_rows) * tile_rows;
                     if (even < nb) nb = even;
                 }
-                cost = fused_lce_plan_cost((int)nb, vb, max_n, C, V, tile_rows, tile_cols, sm_count, gemm_cost, gemm_arg);
+                cost = fused_lce_plan_cost((int)nb, vb, sp);
             }
             if (best.bytes && cost >= best_cost) continue;
             best.nb = (int)nb;
