@@ -214,13 +214,18 @@ __global__ void fused_lce_dx_round_kernel(bf16* dx, const float* acc, size_t n) 
 
 // --- launcher --------------------------------------------------------------------------------
 
-// dx (N, C) bf16 assigned and dW (Vp, C) fp32 accumulated from lse (N) of the forward; deterministic
+// r's dx (N, C) bf16 assigned and dW (Vp, C) fp32 accumulated from r->lse of the forward; deterministic
 // selects variant 4. dx accumulates in fp32 in scratch (scratch_bytes: all N rows, or at least 128), in
 // row chunks of whole 128-row blocks.
-static inline void fused_lce_mma_backward(bf16* dx, float* dW, void* scratch, size_t scratch_bytes, const float* lse,
-                                     const int* n_valid, const float* dloss_rows, float dloss, const bf16* x,
-                                     const bf16* W, const int* targets, int N, int C, int V, FusedLceOptions opt,
-                                     int deterministic, const GpuContext* ctx) {
+static inline void fused_lce_mma_backward(const FusedLceRun* r, void* scratch, size_t scratch_bytes, int deterministic,
+                                          const GpuContext* ctx) {
+    bf16* dx = r->dx;
+    float *dW = r->dW, dloss = r->dloss;
+    const float *lse = r->lse, *dloss_rows = r->dloss_rows;
+    const int *n_valid = r->n_valid, *targets = r->targets;
+    const bf16 *x = r->x, *W = r->W;
+    int N = r->N, C = r->C, V = r->V;
+    FusedLceOptions opt = r->opt;
     if (C % FUSED_LCE_BWD_SLICE != 0 || C % FUSED_LCE_MMA_BK != 0)
         check_failf("a bug in the caller: the experiment takes this path only for such C",
                     "fused_lce_mma_backward needs C %% 64 == 0 (C = %d)", C);

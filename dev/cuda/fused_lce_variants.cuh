@@ -22,23 +22,18 @@
 
 // The fused forward of the head leaves lse; the backward recomputes each logit tile on the chip, with the
 // chunks' logits buffer as its fp32 dx accumulator.
-static void fused_lce_variant_fused_backward(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss,
-                                        const bf16* x, const bf16* W, const int* targets, int N, int deterministic,
-                                        const GpuContext* ctx) {
+static void fused_lce_variant_fused_backward(FusedLce* h, const FusedLceRun* r, int deterministic,
+                                             const GpuContext* ctx) {
     if (!h->fused_forward) check_fail("the fused backward needs the head's fused forward", "C % 64 == 0, path chunks");
-    fused_lce_forward(h, x, W, targets, N, ctx);
-    fused_lce_mma_backward(dx, dW, h->chunks.logits, h->chunks.bytes, h->lse, h->n_valid, dloss_rows, dloss, x, W,
-                      targets, N, h->cfg.C, h->cfg.V, h->cfg.opt, deterministic, ctx);
+    fused_lce_forward(h, r->x, r->W, r->targets, r->N, ctx);
+    fused_lce_mma_backward(r, h->chunks.logits, h->chunks.bytes, deterministic, ctx);
     profile_mark(ctx->prof, "head: fused backward", ctx->stream);
 }
-static void fused_lce_variant_backward_atomic(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss,
-                                         const bf16* x, const bf16* W, const int* targets, int N, const GpuContext* ctx) {
-    fused_lce_variant_fused_backward(h, dx, dW, dloss_rows, dloss, x, W, targets, N, 0, ctx);
+static void fused_lce_variant_backward_atomic(FusedLce* h, const FusedLceRun* r, const GpuContext* ctx) {
+    fused_lce_variant_fused_backward(h, r, 0, ctx);
 }
-static void fused_lce_variant_backward_deterministic(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows,
-                                                float dloss, const bf16* x, const bf16* W, const int* targets, int N,
-                                                const GpuContext* ctx) {
-    fused_lce_variant_fused_backward(h, dx, dW, dloss_rows, dloss, x, W, targets, N, 1, ctx);
+static void fused_lce_variant_backward_deterministic(FusedLce* h, const FusedLceRun* r, const GpuContext* ctx) {
+    fused_lce_variant_fused_backward(h, r, 1, ctx);
 }
 
 // --- variant 6: our own dx and dW GEMMs -----------------------------------------------------------
@@ -50,10 +45,11 @@ typedef struct {
 } FusedLceOwnGemms;
 
 // One launch: dx's tiles, then dW's, in the widths the layout counted (fused_lce_plan_pair_bn)
-static void fused_lce_variant_own_gemms(void* arg, float* dxacc, float* dW_v, const bf16* G, int ldg, const bf16* W_v,
-                                   const bf16* x_r, int n, int ncols, int C, int accumulate_dx,
-                                   const GpuContext* ctx) {
+static void fused_lce_variant_own_gemms(void* arg, const FusedLceBlockGemmCall* g, const GpuContext* ctx) {
     FusedLceOwnGemms* o = (FusedLceOwnGemms*)arg;
+    float *dxacc = g->dxacc, *dW_v = g->dW_v;
+    const bf16 *G = g->G, *W_v = g->W_v, *x_r = g->x_r;
+    int ldg = g->ldg, n = g->n, ncols = g->ncols, C = g->C, accumulate_dx = g->accumulate_dx;
     if (n != o->n || ncols != o->ncols) {
         fused_lce_plan_pair_bn(n, C, ncols, ctx->sm_count, &o->bn_dx, &o->bn_dw);
         o->n = n;

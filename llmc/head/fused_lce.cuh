@@ -55,9 +55,9 @@ typedef struct FusedLce FusedLce;
 // it includes the head (the playground and its test): the trainer's head has no hook field and no
 // branch to one.
 typedef struct {
-    // replaces the training and the recomputing backward (path chunks: its buffer is the hook's scratch)
-    void (*backward)(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss, const bf16* x,
-                     const bf16* W, const int* targets, int N, const GpuContext* ctx);
+    // replaces the training and the recomputing backward (path chunks: its buffer is the hook's scratch);
+    // r as fused_lce_run would take it
+    void (*backward)(FusedLce* h, const FusedLceRun* r, const GpuContext* ctx);
     FusedLceBlockGemms block_gemms;    // path blocks: a block's dx and dW GEMMs instead of cuBLASLt's
     FusedLceGemmCost block_gemm_cost;  // and their cost, for the layout planner (needed with block_gemms)
     void* arg;                         // passed to block_gemms and block_gemm_cost
@@ -300,69 +300,88 @@ static void fused_lce_end(FusedLce* h, int N, const GpuContext* ctx) {
     profile_mark(ctx->prof, "head: other", ctx->stream);
 }
 
-// loss_rows and lse of the N rows by the fused forward (sm90 or sm80 kernels)
-static void fused_lce_fused_forward(FusedLce* h, const bf16* x, const bf16* W, const int* targets, int N,
-                               const GpuContext* ctx) {
-    const FusedLceConfig* c = &h->cfg;
-    if (h->sm90)
-        fused_lce_wgmma_forward(h->loss_rows, h->lse, h->part, h->part_floats, x, W, targets, N, c->C, c->V, c->Vp, c->opt, ctx);
-    else
-        fused_lce_mma_forward(h->loss_rows, h->lse, h->part, x, W, targets, N, c->C, c->V, c->Vp, c->opt, ctx);
+// The call over the N rows of x (N, C) bf16, W (Vp, C) bf16 and targets (N) into the head's buffers
+// (loss_rows, lse, n_valid), without a gradient: the caller sets dx, dW and the upstream gradient
+static inline FusedLceRun fused_lce_run_of(const FusedLce* h, const bf16* x, const bf16* W, const int* targets, int N) {
+    FusedLceRun r;
+    memset(&r, 0, sizeof(r));
+    r.x = x;
+    r.W = W;
+    r.targets = targets;
+    r.N = N;
+    r.C = h->cfg.C;
+    r.V = h->cfg.V;
+    r.Vp = h->cfg.Vp;
+    r.opt = h->cfg.opt;
+    r.loss_rows = h->loss_rows;
+    r.lse = h->lse;
+    r.n_valid = h->n_valid;
+    return r;
+}
+
+// r's loss_rows and lse by the fused forward (sm90 or sm80 kernels)
+static void fused_lce_fused_forward(FusedLce* h, const FusedLceRun* r, const GpuContext* ctx) {
+    if (h->sm90) fused_lce_wgmma_forward(r, h->part, h->part_floats, ctx);
+    else fused_lce_mma_forward(r, h->part, ctx);
     profile_mark(ctx->prof, "head: forward", ctx->stream);
 }
 
-// Loss, and with dx != NULL dx written and dW accumulated, through the configured path
-static void fused_lce_run(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss, const bf16* x,
-                     const bf16* W, const int* targets, int N, const GpuContext* ctx) {
+// Loss, and with r->dx != NULL dx written and dW accumulated, through the configured path
+static void fused_lce_run(FusedLce* h, const FusedLceRun* r, const GpuContext* ctx) {
     const FusedLceConfig* c = &h->cfg;
-    fused_lce_begin(h, targets, N, ctx);
+    fused_lce_begin(h, r->targets, r->N, ctx);
     if (c->path == FUSED_LCE_PATH_STAGED) {
-        if (dx) fused_lce_staged_run(&h->staged, h->loss_rows, h->lse, dx, dW, dloss_rows, dloss, h->n_valid, x, W, targets,
-                                N, c->C, c->V, c->Vp, c->opt, ctx);
-        else fused_lce_fused_forward(h, x, W, targets, N, ctx);
+        if (r->dx) fused_lce_staged_run(&h->staged, r, ctx);
+        else fused_lce_fused_forward(h, r, ctx);
     } else if (c->path == FUSED_LCE_PATH_BLOCKS) {
-        if (h->sm90) fused_lce_fused_forward(h, x, W, targets, N, ctx);  // the lse of every row first
-        if (dx || !h->sm90)
-            fused_lce_blocks_run(&h->blk, h->loss_rows, h->lse, dx, dW, dloss_rows, dloss, h->n_valid, x, W, targets, N,
-                            c->C, c->V, c->Vp, c->opt, h->sm90, ctx);
-    } else if (!dx && h->fused_forward) {
-        fused_lce_fused_forward(h, x, W, targets, N, ctx);
+        if (h->sm90) fused_lce_fused_forward(h, r, ctx);  // the lse of every row first
+        if (r->dx || !h->sm90) fused_lce_blocks_run(&h->blk, r, h->sm90, ctx);
+    } else if (!r->dx && h->fused_forward) {
+        fused_lce_fused_forward(h, r, ctx);
     } else {
-        fused_lce_chunks_run(&h->chunks, h->loss_rows, h->lse, dx, dW, dloss_rows, dloss, h->n_valid, x, W, targets, N,
-                        c->C, c->V, c->Vp, c->opt, ctx);
+        fused_lce_chunks_run(&h->chunks, r, ctx);
     }
-    fused_lce_end(h, N, ctx);
+    fused_lce_end(h, r->N, ctx);
 }
 
 // Training: mean loss (h->loss), per-row loss and lse (h->loss_rows, h->lse), dx (N, C) bf16 written,
 // dW (Vp, C) fp32 accumulated, for the upstream gradient dloss of the mean (1 in training).
 static inline void fused_lce_forward_backward(FusedLce* h, bf16* dx, float* dW, float dloss, const bf16* x,
                                               const bf16* W, const int* targets, int N, const GpuContext* ctx) {
+    FusedLceRun r = fused_lce_run_of(h, x, W, targets, N);
+    r.dx = dx;
+    r.dW = dW;
+    r.dloss = dloss;
 #ifdef FUSED_LCE_DEV_HOOKS
     if (h->cfg.hooks && h->cfg.hooks->backward) {
-        h->cfg.hooks->backward(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
+        h->cfg.hooks->backward(h, &r, ctx);
         return;
     }
 #endif
-    fused_lce_run(h, dx, dW, NULL, dloss, x, W, targets, N, ctx);
+    fused_lce_run(h, &r, ctx);
 }
 
 // Loss only (eval, or when the caller needs the loss before it knows the upstream gradient): F of work.
 static inline void fused_lce_forward(FusedLce* h, const bf16* x, const bf16* W, const int* targets, int N,
                                      const GpuContext* ctx) {
-    fused_lce_run(h, NULL, NULL, NULL, 0.0f, x, W, targets, N, ctx);
+    FusedLceRun r = fused_lce_run_of(h, x, W, targets, N);
+    fused_lce_run(h, &r, ctx);
 }
 
 // Recomputing backward with a per-row upstream gradient dloss_rows (N) fp32 (per-token weights).
 static inline void fused_lce_backward(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, const bf16* x,
                                       const bf16* W, const int* targets, int N, const GpuContext* ctx) {
+    FusedLceRun r = fused_lce_run_of(h, x, W, targets, N);
+    r.dx = dx;
+    r.dW = dW;
+    r.dloss_rows = dloss_rows;
 #ifdef FUSED_LCE_DEV_HOOKS
     if (h->cfg.hooks && h->cfg.hooks->backward) {
-        h->cfg.hooks->backward(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
+        h->cfg.hooks->backward(h, &r, ctx);
         return;
     }
 #endif
-    fused_lce_run(h, dx, dW, dloss_rows, 0.0f, x, W, targets, N, ctx);
+    fused_lce_run(h, &r, ctx);
 }
 
 // One line for a config table: the path, its layout and the memory it holds (scratch and per-row floats)

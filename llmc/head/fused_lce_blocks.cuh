@@ -32,12 +32,22 @@
 #define FUSED_LCE_BLOCK_THREADS 256
 
 #ifdef FUSED_LCE_DEV_HOOKS
+// A block's dx and dW GEMMs, as another implementation of them takes them
+typedef struct {
+    float* dxacc;       // (n, C) fp32: = G · W_v, or += when accumulate_dx
+    float* dW_v;        // (ncols, C) fp32: += Gᵀ · x_r
+    const bf16* G;      // (n, ncols) bf16, row stride ldg: the block's dL/dz
+    int ldg;
+    const bf16* W_v;    // (ncols, C) bf16: the vocab block's rows of W
+    const bf16* x_r;    // (n, C) bf16: the row block's rows of x
+    int n, ncols, C;
+    int accumulate_dx;  // 0 for the first vocab block of a row block
+} FusedLceBlockGemmCall;
+
 // Another implementation of a block's dx and dW GEMMs, for experiments (the playground's own GEMM,
-// dev/cuda/fused_lce_variants.cuh; only in a build that defines FUSED_LCE_DEV_HOOKS): dxacc (n, C) fp32
-// = G · W_v, or += when accumulate_dx; dW_v (ncols, C) fp32 += Gᵀ · x_r; G (n, ncols) bf16, row stride
-// ldg. Its cost for the planner: a FusedLceGemmCost.
-typedef void (*FusedLceBlockGemms)(void* arg, float* dxacc, float* dW_v, const bf16* G, int ldg, const bf16* W_v,
-                                   const bf16* x_r, int n, int ncols, int C, int accumulate_dx, const GpuContext* ctx);
+// dev/cuda/fused_lce_variants.cuh; only in a build that defines FUSED_LCE_DEV_HOOKS). Its cost for the
+// planner: a FusedLceGemmCost.
+typedef void (*FusedLceBlockGemms)(void* arg, const FusedLceBlockGemmCall* g, const GpuContext* ctx);
 #endif
 
 typedef struct {
@@ -213,13 +223,16 @@ static inline void fused_lce_blocks_logits(FusedLceBlocks* b, const bf16* xr, co
     matmul_cached(ctx, &b->plans, b->z, CUDA_R_32F, b->vb, xr, C, 0, Wv, C, 1, n, ncols, C, 1.0f, 0.0f);
 }
 
-// loss_rows and lse (N) of every row (unless lse_ready: another kernel wrote them, and pass 1 is
-// skipped; b->wgmma needs that); with dx != NULL also dx (N, C) bf16 written and dW (Vp, C) fp32
-// accumulated, for the upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL).
-static void fused_lce_blocks_run(FusedLceBlocks* b, float* loss_rows, float* lse, bf16* dx, float* dW,
-                            const float* dloss_rows, float dloss, const int* n_valid,
-                            const bf16* x, const bf16* W, const int* targets, int N, int C, int V, int Vp,
-                            FusedLceOptions opt, int lse_ready, const GpuContext* ctx) {
+// r's loss_rows and lse of every row (unless lse_ready: another kernel wrote them, and pass 1 is
+// skipped; b->wgmma needs that); with r->dx != NULL also dx written and dW accumulated
+static void fused_lce_blocks_run(FusedLceBlocks* b, const FusedLceRun* r, int lse_ready, const GpuContext* ctx) {
+    float *loss_rows = r->loss_rows, *lse = r->lse, *dW = r->dW, dloss = r->dloss;
+    bf16* dx = r->dx;
+    const float* dloss_rows = r->dloss_rows;
+    const int *n_valid = r->n_valid, *targets = r->targets;
+    const bf16 *x = r->x, *W = r->W;
+    int N = r->N, C = r->C, V = r->V, Vp = r->Vp;
+    FusedLceOptions opt = r->opt;
     int nvb = ceil_div(V, b->vb), vb = b->vb;
     cudaStream_t st = ctx->stream;
     bf16* G = (bf16*)b->z;
@@ -244,8 +257,8 @@ static void fused_lce_blocks_run(FusedLceBlocks* b, float* loss_rows, float* lse
         for (int i = nvb - 1; i >= 0; i--) {
             int v0 = i * vb, ncols = Vp - v0 < vb ? Vp - v0 : vb;
             if (b->wgmma) {
-                fused_lce_wgmma_grad(G, ldg, &maps, lse, targets, n_valid, dloss_rows, dloss, r0, n, v0, ncols, C, V, opt,
-                                ctx);
+                FusedLceGradBlock gb = {G, ldg, &maps, r0, n, v0, ncols};
+                fused_lce_wgmma_grad(r, &gb, ctx);
                 profile_mark(prof, "head: gradient (wgmma logits)", st);
             } else {
                 if (i < nvb - 1 || lse_ready) {  // the last block is still in z after pass 1
@@ -259,8 +272,9 @@ static void fused_lce_blocks_run(FusedLceBlocks* b, float* loss_rows, float* lse
             }
 #ifdef FUSED_LCE_DEV_HOOKS
             if (b->gemms) {
-                b->gemms(b->gemms_arg, b->dxacc, dW + (size_t)v0 * C, G, ldg, W + (size_t)v0 * C, xr, n, ncols, C,
-                         i < nvb - 1, ctx);
+                FusedLceBlockGemmCall call = {b->dxacc, dW + (size_t)v0 * C, G, ldg, W + (size_t)v0 * C, xr, n, ncols, C,
+                                              i < nvb - 1};
+                b->gemms(b->gemms_arg, &call, ctx);
                 profile_mark(prof, "head: dx and dW GEMMs", st);
             } else
 #endif

@@ -112,11 +112,15 @@ static inline size_t fused_lce_chunks_build(FusedLceChunks* c, int max_n, int Vp
 
 static inline void fused_lce_chunks_free(FusedLceChunks* c) { cuda_check(cudaFree(c->logits)); }
 
-// loss_rows and lse (N) of every row; with dx != NULL also dx (N, C) bf16 written and dW (Vp, C) fp32
-// accumulated, for the upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL).
-static void fused_lce_chunks_run(const FusedLceChunks* c, float* loss_rows, float* lse, bf16* dx, float* dW,
-                            const float* dloss_rows, float dloss, const int* n_valid, const bf16* x, const bf16* W,
-                            const int* targets, int N, int C, int V, int Vp, FusedLceOptions opt, const GpuContext* ctx) {
+// r's loss_rows and lse of every row; with r->dx != NULL also dx written and dW accumulated
+static void fused_lce_chunks_run(const FusedLceChunks* c, const FusedLceRun* r, const GpuContext* ctx) {
+    float *loss_rows = r->loss_rows, *lse = r->lse, *dW = r->dW, dloss = r->dloss;
+    bf16* dx = r->dx;
+    const float* dloss_rows = r->dloss_rows;
+    const int *n_valid = r->n_valid, *targets = r->targets;
+    const bf16 *x = r->x, *W = r->W;
+    int N = r->N, C = r->C, V = r->V, Vp = r->Vp;
+    FusedLceOptions opt = r->opt;
     int grad = dx != NULL;
     cudaDataType_t ltype = c->fp32 ? CUDA_R_32F : CUDA_R_16BF;
     int ldg = c->fp32 ? 2 * Vp : Vp;  // row stride of the in-place bf16 gradient

@@ -6,6 +6,24 @@
 #include "../core/cuda_common.cuh"
 #include "fused_lce_options.h"
 
+// One call of the head over N rows, as the paths and the fused forwards take it: what it reads, what
+// it writes and the upstream gradient. fused_lce.cuh fills it from the head's buffers and the caller's
+// arguments (fused_lce_run_of); a path reads the fields it needs.
+typedef struct {
+    const bf16* x;            // (N, C) bf16: the rows of the head's input
+    const bf16* W;            // (Vp, C) bf16: the vocabulary's rows (rows >= V never count)
+    const int* targets;       // (N) int
+    int N, C, V, Vp;          // rows of this call; channels; vocabulary, padded
+    FusedLceOptions opt;      // ignore_index, z-loss, soft-capping, label smoothing
+    float* loss_rows;         // (N) fp32: each row's loss, written
+    float* lse;               // (N) fp32: each row's logsumexp, written
+    const int* n_valid;       // (1) int on the GPU: the rows that count (fused_lce_count_kernel)
+    bf16* dx;                 // (N, C) bf16, written; NULL: the loss and lse only
+    float* dW;                // (Vp, C) fp32, accumulated
+    const float* dloss_rows;  // (N) fp32: each row's upstream gradient; NULL: dloss / n_valid for every row
+    float dloss;              // the upstream gradient of the mean loss (when dloss_rows is NULL)
+} FusedLceRun;
+
 // tanh for soft-capping, used by every kernel of the head so that all see the same s_j: 1 − 2/(e^{2v}+1)
 // is within ~1e-7 absolute of tanh (tanh.approx.f32 is off by ~5e-4 relative, visible in lse·softcap).
 __device__ __forceinline__ float fused_lce_tanh(float v) {

@@ -214,10 +214,14 @@ static inline size_t fused_lce_mma_part_floats(int max_n, int sm_count) {
     return 3 * ((size_t)2 * sm_count * FUSED_LCE_MMA_BM + max_n + FUSED_LCE_MMA_BM);
 }
 
-// part must hold (splits, N, 3) floats for splits = fused_lce_mma_splits(N, V, sm_count).
-static inline void fused_lce_mma_forward(float* loss_rows, float* lse, float* part, const bf16* x, const bf16* W,
-                                    const int* targets, int N, int C, int V, int Vp, FusedLceOptions opt,
-                                    const GpuContext* ctx) {
+// r's loss_rows and lse from its x, W and targets (its gradient fields unread); part must hold
+// (splits, N, 3) floats for splits = fused_lce_mma_splits(N, V, sm_count).
+static inline void fused_lce_mma_forward(const FusedLceRun* r, float* part, const GpuContext* ctx) {
+    float *loss_rows = r->loss_rows, *lse = r->lse;
+    const int* targets = r->targets;
+    const bf16 *x = r->x, *W = r->W;
+    int N = r->N, C = r->C, V = r->V, Vp = r->Vp;
+    FusedLceOptions opt = r->opt;
     if (C % FUSED_LCE_MMA_BK != 0)
         check_failf("a bug in the caller: llmc/head/fused_lce.cuh's plan takes this path only for such C",
                     "fused_lce_mma_forward needs C %% %d == 0 (C = %d)", FUSED_LCE_MMA_BK, C);

@@ -348,11 +348,15 @@ static inline size_t fused_lce_wgmma_part_floats(int max_n, int V, int sm_count)
     return 3 * (a < b ? a : b);
 }
 
-// loss_rows, lse (N) from x (N, C), W (Vp, C), targets (N); part (part_floats) holds at least
-// fused_lce_wgmma_part_floats(N, ...) floats. Needs C % 64 == 0 and an sm_90a build (LLMC_SM90A) on Hopper.
-static inline void fused_lce_wgmma_forward(float* loss_rows, float* lse, float* part, size_t part_floats, const bf16* x,
-                                      const bf16* W, const int* targets, int N, int C, int V, int Vp, FusedLceOptions opt,
-                                      const GpuContext* ctx) {
+// r's loss_rows and lse from its x, W and targets (its gradient fields unread); part (part_floats) holds
+// at least fused_lce_wgmma_part_floats(N, ...) floats. Needs C % 64 == 0 and an sm_90a build (LLMC_SM90A)
+// on Hopper.
+static inline void fused_lce_wgmma_forward(const FusedLceRun* r, float* part, size_t part_floats, const GpuContext* ctx) {
+    float *loss_rows = r->loss_rows, *lse = r->lse;
+    const int* targets = r->targets;
+    const bf16 *x = r->x, *W = r->W;
+    int N = r->N, C = r->C, V = r->V, Vp = r->Vp;
+    FusedLceOptions opt = r->opt;
     if (C % WG_BK != 0)
         check_failf("a bug in the caller: llmc/head/fused_lce.cuh's plan takes this path only for such C",
                     "fused_lce_wgmma_forward needs C %% %d == 0 (C = %d)", WG_BK, C);
@@ -368,11 +372,25 @@ static inline void fused_lce_wgmma_forward(float* loss_rows, float* lse, float* 
     cuda_check_launch();
 }
 
-// G (n, ncols) bf16 (row stride ldg, even; ncols even) = dL/dz of rows r0.. and vocab columns v0.. for the
-// upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL); lse (N) from the forward.
-static inline void fused_lce_wgmma_grad(bf16* G, int ldg, const FusedLceWgmmaMaps* maps, const float* lse, const int* targets,
-                                   const int* n_valid, const float* dloss_rows, float dloss, int r0, int n, int v0,
-                                   int ncols, int C, int V, FusedLceOptions opt, const GpuContext* ctx) {
+// A (row block, vocab block) of the gradient: where its bf16 dL/dz goes, and which rows and columns
+typedef struct {
+    bf16* G;                        // (n, ncols) bf16, row stride ldg (even)
+    int ldg;
+    const FusedLceWgmmaMaps* maps;  // x's and W's (fused_lce_wgmma_maps, x in boxes of FUSED_LCE_GRAD_ROWS)
+    int r0, n;                      // rows r0 .. r0+n-1 of the call
+    int v0, ncols;                  // vocab columns v0 .. v0+ncols-1 (ncols even)
+} FusedLceGradBlock;
+
+// g's G = dL/dz of its rows and columns for r's upstream gradient (dloss / n_valid per row, or
+// dloss_rows); r->lse from the forward.
+static inline void fused_lce_wgmma_grad(const FusedLceRun* r, const FusedLceGradBlock* g, const GpuContext* ctx) {
+    const FusedLceWgmmaMaps* maps = g->maps;
+    int ldg = g->ldg, r0 = g->r0, n = g->n, v0 = g->v0, ncols = g->ncols, C = r->C, V = r->V;
+    bf16* G = g->G;
+    const FusedLceOptions opt = r->opt;
+    const float *lse = r->lse, *dloss_rows = r->dloss_rows;
+    const int *targets = r->targets, *n_valid = r->n_valid;
+    float dloss = r->dloss;
     int tiles = ceil_div(n, FUSED_LCE_GRAD_ROWS) * ceil_div(ncols, WG_BN);
     int grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
     CUtensorMap tg = tma_map_bf16(G, n, ncols, ldg, FUSED_LCE_GRAD_ROWS);

@@ -395,12 +395,17 @@ static inline void fused_lce_staged_free(FusedLceStaged* s) {
     for (int i = 0; i < 10; i++) cuda_check(cudaFree(ptrs[i]));
 }
 
-// loss_rows and lse (N) of every row, dx (N, C) bf16 written and dW (Vp, C) fp32 accumulated, for the
-// upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL). Needs C % 64 == 0, an
-// sm_90a build on Hopper, and not soft-capping with label smoothing together.
-static void fused_lce_staged_run(const FusedLceStaged* s, float* loss_rows, float* lse, bf16* dx, float* dW,
-                            const float* dloss_rows, float dloss, const int* n_valid, const bf16* x, const bf16* W,
-                            const int* targets, int N, int C, int V, int Vp, FusedLceOptions opt, const GpuContext* ctx) {
+// r's loss_rows and lse of every row, dx written and dW accumulated (r->dx is never NULL here: loss-only
+// calls take the fused forward). Needs C % 64 == 0, an sm_90a build on Hopper, and not soft-capping with
+// label smoothing together.
+static void fused_lce_staged_run(const FusedLceStaged* s, const FusedLceRun* r, const GpuContext* ctx) {
+    float *loss_rows = r->loss_rows, *lse = r->lse, *dW = r->dW, dloss = r->dloss;
+    bf16* dx = r->dx;
+    const float* dloss_rows = r->dloss_rows;
+    const int *n_valid = r->n_valid, *targets = r->targets;
+    const bf16 *x = r->x, *W = r->W;
+    int N = r->N, C = r->C, V = r->V, Vp = r->Vp;
+    FusedLceOptions opt = r->opt;
     cudaStream_t st = ctx->stream;
     int cap = opt.softcap > 0.0f, sum = opt.label_smoothing > 0.0f;
     dim3 cgrid(ceil_div(C, 128), FUSED_LCE_WMEAN_SPLITS);
