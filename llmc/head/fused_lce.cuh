@@ -384,9 +384,15 @@ static inline void fused_lce_backward(FusedLce* h, bf16* dx, float* dW, const fl
     fused_lce_run(h, &r, ctx);
 }
 
-// One line for a config table: the path, its layout and the memory it holds (scratch and per-row floats)
+// The GPU memory the head holds beyond its inputs and gradients: the path's scratch and statistics, and
+// the per-row loss and lse (what a trainer's memory line counts for the head)
+static inline size_t fused_lce_memory_bytes(const FusedLce* h) {
+    return h->scratch_bytes + 2 * (size_t)h->cfg.max_n * sizeof(float);
+}
+
+// One line for a config table: the path, its layout and the memory it holds (fused_lce_memory_bytes)
 static inline void fused_lce_describe(const FusedLce* h, char* buf, size_t len) {
-    double mib = (double)(h->scratch_bytes + 2 * (size_t)h->cfg.max_n * sizeof(float)) / (1 << 20);
+    double mib = (double)fused_lce_memory_bytes(h) / (1 << 20);
     switch (h->cfg.path) {
     case FUSED_LCE_PATH_STAGED:
         snprintf(buf, len, "fused, staged: chunks of %d rows, %.1f MiB", h->staged.rows, mib); break;
