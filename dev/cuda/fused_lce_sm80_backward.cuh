@@ -46,13 +46,13 @@ typedef struct {
 
 // acc (the thread's part of the 128x128 tile) = x[row0..] · W[col0..]ᵀ, with its own cp.async pipeline.
 __device__ __forceinline__ void fused_lce_bwd_logits(float acc[4][4][4], bf16* sA, bf16* sB, const FusedLceMmaBwdArgs& a,
-                                                int row0, int col0, int wm, int wn, int lane) {
+                                                     int row0, int col0, int wm, int wn, int lane) {
     #pragma unroll
     for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) for (int k = 0; k < 4; k++) acc[i][j][k] = 0.0f;
     int KT = a.C / FUSED_LCE_MMA_BK;
     for (int s = 0; s < FUSED_LCE_MMA_STAGES - 1; s++) {
         if (s < KT) fused_lce_mma_load_stage(sA + s * FUSED_LCE_MMA_BM * FUSED_LCE_MMA_LD, sB + s * FUSED_LCE_MMA_BN * FUSED_LCE_MMA_LD, a.x,
-                                        a.rows, a.W, a.V, a.C, row0, col0, s * FUSED_LCE_MMA_BK);
+                                             a.rows, a.W, a.V, a.C, row0, col0, s * FUSED_LCE_MMA_BK);
         cp_async_commit();
     }
     for (int it = 0; it < KT; it++) {
@@ -62,11 +62,11 @@ __device__ __forceinline__ void fused_lce_bwd_logits(float acc[4][4][4], bf16* s
         if (nx < KT) {
             int st = nx % FUSED_LCE_MMA_STAGES;
             fused_lce_mma_load_stage(sA + st * FUSED_LCE_MMA_BM * FUSED_LCE_MMA_LD, sB + st * FUSED_LCE_MMA_BN * FUSED_LCE_MMA_LD, a.x, a.rows,
-                                a.W, a.V, a.C, row0, col0, nx * FUSED_LCE_MMA_BK);
+                                     a.W, a.V, a.C, row0, col0, nx * FUSED_LCE_MMA_BK);
         }
         cp_async_commit();
         fused_lce_mma_tile_step(acc, sA + (it % FUSED_LCE_MMA_STAGES) * FUSED_LCE_MMA_BM * FUSED_LCE_MMA_LD,
-                           sB + (it % FUSED_LCE_MMA_STAGES) * FUSED_LCE_MMA_BN * FUSED_LCE_MMA_LD, wm, wn, lane);
+                                sB + (it % FUSED_LCE_MMA_STAGES) * FUSED_LCE_MMA_BN * FUSED_LCE_MMA_LD, wm, wn, lane);
     }
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with the stages: they are reused for the channel slices
@@ -74,7 +74,7 @@ __device__ __forceinline__ void fused_lce_bwd_logits(float acc[4][4][4], bf16* s
 
 // The gradient of the tile's logits, rounded to bf16, into sG (128 rows, 128 columns, row stride LDG).
 __device__ __forceinline__ void fused_lce_bwd_gradient_tile(bf16* sG, float acc[4][4][4], const FusedLceMmaBwdArgs& a,
-                                                       int row0, int col0, int wm, int wn, int lane) {
+                                                            int row0, int col0, int wm, int wn, int lane) {
     int g = lane >> 2, c4 = lane & 3, nv = *a.n_valid;
     #pragma unroll
     for (int mi = 0; mi < 4; mi++)
@@ -116,7 +116,7 @@ __device__ __forceinline__ void fused_lce_bwd_load_slice(bf16* dst, const bf16* 
 // (trans_a = 0: rows of G, K = vocab columns) or its transpose (trans_a = 1: vocab columns, K = rows);
 // B (K rows, 64 channels, row stride LD) is a channel slice of W or x.
 __device__ __forceinline__ void fused_lce_bwd_product(float out[4][2][4], const bf16* sG, int trans_a, const bf16* sS,
-                                                 int wm, int wn, int lane) {
+                                                      int wm, int wn, int lane) {
     #pragma unroll
     for (int i = 0; i < 4; i++) for (int j = 0; j < 2; j++) for (int k = 0; k < 4; k++) out[i][j][k] = 0.0f;
     int mat = lane >> 3, r8 = lane & 7;
@@ -143,7 +143,7 @@ __device__ __forceinline__ void fused_lce_bwd_product(float out[4][2][4], const 
 // with fp32 atomics, or as the only writer.
 template <int ATOMIC>
 __device__ __forceinline__ void fused_lce_bwd_add(float* dst, int nvalid, int C, int m0, int c0, float out[4][2][4],
-                                             int wm, int wn, int lane) {
+                                                  int wm, int wn, int lane) {
     int g = lane >> 2, c4 = lane & 3;
     #pragma unroll
     for (int mi = 0; mi < 4; mi++)

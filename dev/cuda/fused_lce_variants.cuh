@@ -103,7 +103,7 @@ typedef struct {
 // Builds variant v for the given sizes and options; scratch 0 is the head's default, vocab_block 0 too.
 // Variant 6 uses its hook only where our GEMM runs (Hopper kernels on): elsewhere it is variant 5.
 static inline void fused_lce_variant_build(FusedLce* h, FusedLceVariantState* st, const FusedLceVariant* v, int max_n, int C, int V,
-                                      int Vp, FusedLceOptions opt, size_t scratch, int vocab_block) {
+                                           int Vp, FusedLceOptions opt, size_t scratch, int vocab_block) {
     FusedLceConfig cfg = fused_lce_config(max_n, C, V, Vp);
     cfg.opt = opt;
     cfg.path = v->path;

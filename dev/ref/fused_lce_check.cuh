@@ -130,7 +130,7 @@ enum { FUSED_LCE_MODE_TRAIN, FUSED_LCE_MODE_FORWARD, FUSED_LCE_MODE_BACKWARD }; 
 
 // Runs `mode` of head h on the case and compares with the reference. Returns 1 when within FUSED_LCE_TOL.
 static int fused_lce_check_mode(FusedLce* h, int mode, const FusedLceCase* cs, const FusedLceInputs* in, FusedLceDevice* d,
-                           const GpuContext* ctx) {
+                                const GpuContext* ctx) {
     int N = cs->N, C = cs->C, V = cs->V, Vp = cs->Vp;
     fused_lce_device_reset(d, cs, in);
     if (mode == FUSED_LCE_MODE_TRAIN) fused_lce_forward_backward(h, d->dx, d->dW, 1.0f, d->x, d->W, d->t, N, ctx);
@@ -139,7 +139,7 @@ static int fused_lce_check_mode(FusedLce* h, int mode, const FusedLceCase* cs, c
     int grads = mode != FUSED_LCE_MODE_FORWARD;
     FusedLceOutputs o = fused_lce_outputs_download(h, d, cs, grads);
     FusedLceRefResult ref = fused_lce_ref_forward_backward(in->x, in->W, in->t, N, C, V, Vp, cs->opt, 1.0,
-                                                  mode == FUSED_LCE_MODE_BACKWARD ? in->dloss_rows : NULL, in->dW0);
+                                                           mode == FUSED_LCE_MODE_BACKWARD ? in->dloss_rows : NULL, in->dW0);
     static const char* names[] = {"forward+backward", "forward only", "backward, per-row dloss"};
     char title[256];
     snprintf(title, sizeof(title), "%s [%s]", cs->what, names[mode]);
@@ -154,8 +154,8 @@ static int fused_lce_check_mode(FusedLce* h, int mode, const FusedLceCase* cs, c
         ok &= nok;
         if (h->cfg.path == FUSED_LCE_PATH_STAGED) {  // the sharp check: the staged path's own roundings
             double* dWs = fused_lce_ref_staged_dw(in->x, in->W, in->t, ref.lse, N, C, V, Vp, cs->opt, 1.0,
-                                             mode == FUSED_LCE_MODE_BACKWARD ? in->dloss_rows : NULL, in->dW0,
-                                             FUSED_LCE_STAGED_GAP);
+                                                  mode == FUSED_LCE_MODE_BACKWARD ? in->dloss_rows : NULL, in->dW0,
+                                                  FUSED_LCE_STAGED_GAP);
             if (dWs) {
                 double eg = fused_lce_ref_err_stats(o.dW, dWs, in->dW0, (size_t)V * C).l2_rel;
                 printf("  dW vs reference with the staged roundings: %.2e (bound %.0e)%s\n", eg, FUSED_LCE_TOL_DW_G,
@@ -167,7 +167,7 @@ static int fused_lce_check_mode(FusedLce* h, int mode, const FusedLceCase* cs, c
             }
         } else if (h->cfg.path != FUSED_LCE_PATH_UNFUSED) {  // the sharp check: the same bf16 rounding of the gradient as the kernel
             FusedLceRefResult rg = fused_lce_ref_forward_backward_g(in->x, in->W, in->t, N, C, V, Vp, cs->opt, 1.0,
-                                                           mode == FUSED_LCE_MODE_BACKWARD ? in->dloss_rows : NULL, in->dW0, 1);
+                                                                    mode == FUSED_LCE_MODE_BACKWARD ? in->dloss_rows : NULL, in->dW0, 1);
             double eg = fused_lce_ref_err_stats(o.dW, rg.dW, in->dW0, (size_t)V * C).l2_rel;
             printf("  dW vs reference with bf16-rounded gradient: %.2e (bound %.0e)%s\n", eg, FUSED_LCE_TOL_DW_G,
                    eg <= FUSED_LCE_TOL_DW_G ? "" : "  FAILED");

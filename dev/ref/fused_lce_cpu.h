@@ -26,8 +26,8 @@
 
 // The (BM, BN) fp32 logit tile of rows r0.. and vocab columns j0.. (before any cap or mask).
 static void fused_lce_cpu_logit_tile(float* tile,                      // (BM, BN)
-                                const float* x, const float* W,   // (N, C), (Vp, C)
-                                int r0, int j0, int N, int C, int Vp, int BM, int BN, int BK) {
+                                     const float* x, const float* W,   // (N, C), (Vp, C)
+                                     int r0, int j0, int N, int C, int Vp, int BM, int BN, int BK) {
     memset(tile, 0, (size_t)BM * BN * sizeof(float));
     for (int k0 = 0; k0 < C; k0 += BK) {
         int k1 = k0 + BK < C ? k0 + BK : C;
@@ -46,9 +46,9 @@ static void fused_lce_cpu_logit_tile(float* tile,                      // (BM, B
 // Forward: writes loss_rows and lse (N), the only per-row state the fused kernel keeps, and returns the
 // mean loss over the valid rows (summed in row order, in fp32, as one block of the GPU does).
 static float fused_lce_cpu_forward(float* loss_rows, float* lse,              // (N), (N)
-                              const float* x, const int* targets,        // (N, C), (N)
-                              const float* W,                            // (Vp, C)
-                              int N, int C, int V, int Vp, FusedLceOptions opt, int BM, int BN, int BK, int lazy) {
+                                   const float* x, const int* targets,        // (N, C), (N)
+                                   const float* W,                            // (Vp, C)
+                                   int N, int C, int V, int Vp, FusedLceOptions opt, int BM, int BN, int BK, int lazy) {
     float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f, eps = opt.label_smoothing;
     float* tile = (float*)malloc_check((size_t)BM * BN * sizeof(float));
     float* m = (float*)malloc_check((size_t)BM * sizeof(float));    // running max per row
@@ -102,10 +102,10 @@ static float fused_lce_cpu_forward(float* loss_rows, float* lse,              //
 // row scale dloss / N_valid; else row i's scale is dloss_rows[i]. dx is written (0 for ignored rows);
 // dW is ADDED to, rows >= V untouched.
 static void fused_lce_cpu_backward(float* dx, float* dW,                        // (N, C), (Vp, C)
-                              const float* lse, const float* x,            // (N), (N, C)
-                              const int* targets, const float* dloss_rows, // (N), (N) or NULL
-                              float dloss, const float* W,                 // (Vp, C)
-                              int N, int C, int V, int Vp, FusedLceOptions opt, int BM, int BN, int BK) {
+                                   const float* lse, const float* x,            // (N), (N, C)
+                                   const int* targets, const float* dloss_rows, // (N), (N) or NULL
+                                   float dloss, const float* W,                 // (Vp, C)
+                                   int N, int C, int V, int Vp, FusedLceOptions opt, int BM, int BN, int BK) {
     float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f, eps = opt.label_smoothing;
     int n_valid = 0;
     for (int i = 0; i < N; i++) n_valid += fused_lce_ref_row_counts(targets[i], V, opt);

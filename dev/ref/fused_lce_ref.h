@@ -66,12 +66,12 @@ static inline int fused_lce_ref_row_counts(int target, int V, FusedLceOptions op
 // check everything else to ~1e-5 (l2) instead of to the bf16 bound (rarely, the kernel's fp32 noise
 // flips one rounding by an ulp: compare with the l2 norm, not element by element).
 static double fused_lce_ref_compute(double* loss_rows, double* lse,    // (N), (N)
-                               double* dx, double* dW,            // (N, C) written, (Vp, C) added to; or NULL
-                               const float* x, const int* targets, // (N, C), (N)
-                               const float* W,                    // (Vp, C), rows >= V never read
-                               int N, int C, int V, FusedLceOptions opt,
-                               double dloss, const double* dloss_rows,  // dloss_rows: (N) or NULL
-                               int round_g_bf16) {
+                                    double* dx, double* dW,            // (N, C) written, (Vp, C) added to; or NULL
+                                    const float* x, const int* targets, // (N, C), (N)
+                                    const float* W,                    // (Vp, C), rows >= V never read
+                                    int N, int C, int V, FusedLceOptions opt,
+                                    double dloss, const double* dloss_rows,  // dloss_rows: (N) or NULL
+                                    int round_g_bf16) {
     double eps = opt.label_smoothing, cap = opt.softcap, zl = opt.z_loss;
     double* z = (double*)malloc_check((size_t)V * sizeof(double));  // raw logits of one row
     double* s = (double*)malloc_check((size_t)V * sizeof(double));  // after the soft cap
@@ -129,9 +129,9 @@ typedef struct {
 // Everything at once, in freshly allocated arrays (free with fused_lce_ref_result_free). dW0 (Vp, C) is the
 // gradient the head adds into (NULL: zeros). fused_lce_ref_forward_backward is the exact one.
 static FusedLceRefResult fused_lce_ref_forward_backward_g(const float* x, const float* W, const int* targets,  // (N, C), (Vp, C), (N)
-                                                 int N, int C, int V, int Vp, FusedLceOptions opt,
-                                                 double dloss, const double* dloss_rows,  // (N) or NULL
-                                                 const float* dW0, int round_g_bf16) {    // (Vp, C) or NULL
+                                                          int N, int C, int V, int Vp, FusedLceOptions opt,
+                                                          double dloss, const double* dloss_rows,  // (N) or NULL
+                                                          const float* dW0, int round_g_bf16) {    // (Vp, C) or NULL
     FusedLceRefResult r;
     r.loss_rows = (double*)malloc_check((size_t)N * sizeof(double));
     r.lse = (double*)malloc_check((size_t)N * sizeof(double));
@@ -141,13 +141,13 @@ static FusedLceRefResult fused_lce_ref_forward_backward_g(const float* x, const 
     r.n_valid = 0;
     for (int i = 0; i < N; i++) r.n_valid += fused_lce_ref_row_counts(targets[i], V, opt);
     r.loss = fused_lce_ref_compute(r.loss_rows, r.lse, r.dx, r.dW, x, targets, W, N, C, V, opt, dloss, dloss_rows,
-                              round_g_bf16);
+                                   round_g_bf16);
     return r;
 }
 static FusedLceRefResult fused_lce_ref_forward_backward(const float* x, const float* W, const int* targets,  // (N, C), (Vp, C), (N)
-                                               int N, int C, int V, int Vp, FusedLceOptions opt,
-                                               double dloss, const double* dloss_rows,  // (N) or NULL
-                                               const float* dW0) {                      // (Vp, C) or NULL
+                                                        int N, int C, int V, int Vp, FusedLceOptions opt,
+                                                        double dloss, const double* dloss_rows,  // (N) or NULL
+                                                        const float* dW0) {                      // (Vp, C) or NULL
     return fused_lce_ref_forward_backward_g(x, W, targets, N, C, V, Vp, opt, dloss, dloss_rows, dW0, 0);
 }
 
@@ -157,8 +157,8 @@ static FusedLceRefResult fused_lce_ref_forward_backward(const float* x, const fl
 // and E_rt = bf16((exp(s_rt − R_r) − (1−ε)·exp(lse_r − R_r)/k_r)·c_t). lse from a reference run (fp64).
 // Rows whose lse − R exceeds the restage gap are not modelled (the kernel stages them again): NULL then.
 static double* fused_lce_ref_staged_dw(const float* x, const float* W, const int* targets, const double* lse,
-                                  int N, int C, int V, int Vp, FusedLceOptions opt, double dloss,
-                                  const double* dloss_rows, const float* dW0, double gap) {
+                                       int N, int C, int V, int Vp, FusedLceOptions opt, double dloss,
+                                       const double* dloss_rows, const float* dW0, double gap) {
     double eps = opt.label_smoothing, cap = opt.softcap, zl = opt.z_loss;
     int n_valid = 0;
     for (int i = 0; i < N; i++) n_valid += fused_lce_ref_row_counts(targets[i], V, opt);
@@ -275,9 +275,9 @@ typedef struct { double lse, loss, dx, dW; } FusedLceTolerance;
 // Compares every output of the head against the reference; prints one line per output and returns 1
 // when all pass. Rows of dW >= V must equal dW0 exactly (NULL: 0). dx and dW may be NULL (loss only).
 static int fused_lce_ref_check_outputs(const char* name, const FusedLceRefResult* ref, FusedLceTolerance tol,
-                                  float loss, const float* loss_rows, const float* lse,  // (1), (N), (N)
-                                  const float* dx, const float* dW,                      // (N, C), (Vp, C)
-                                  const float* dW0, int N, int C, int V, int Vp) {       // (Vp, C) or NULL
+                                       float loss, const float* loss_rows, const float* lse,  // (1), (N), (N)
+                                       const float* dx, const float* dW,                      // (N, C), (Vp, C)
+                                       const float* dW0, int N, int C, int V, int Vp) {       // (Vp, C) or NULL
     int ok = 1;
     printf("%s\n", name);
     ok &= fused_lce_ref_compare("loss (mean)", &loss, &ref->loss, NULL, 1).max_rel <= tol.loss;

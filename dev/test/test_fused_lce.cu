@@ -44,7 +44,7 @@ static void check(const FusedLceCase* cs, int logits_fp32, size_t budget, int mo
     FusedLce h;
     FusedLceVariantState st;
     if (variant) fused_lce_variant_build(&h, &st, fused_lce_variant(variant), cs->N, cs->C, cs->V, cs->Vp, cs->opt, budget,
-                                    variant == 5 || variant == 6 ? 1024 : 0);
+                                         variant == 5 || variant == 6 ? 1024 : 0);
     else build(&h, cs, logits_fp32 ? FUSED_LCE_PATH_CHUNKS : FUSED_LCE_PATH_UNFUSED, budget, 0, 0);
     if (variant == 7) {
         printf("  (staged, chunks of %d rows)\n", h.staged.rows);
@@ -128,7 +128,7 @@ static void check_determinism(int variant, const GpuContext* ctx) {
     FusedLceVariantState st;
     size_t budget = (size_t)100 * cs.Vp * sizeof(float);
     if (variant) fused_lce_variant_build(&h, &st, fused_lce_variant(variant), cs.N, cs.C, cs.V, cs.Vp, cs.opt, budget,
-                                    variant >= 5 ? 1024 : 0);
+                                         variant >= 5 ? 1024 : 0);
     else build(&h, &cs, FUSED_LCE_PATH_CHUNKS, budget, 0, 0);
     if (variant == 7) {  // 64-row chunks instead: several per call
         fused_lce_free(&h);

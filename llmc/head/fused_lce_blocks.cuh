@@ -71,7 +71,7 @@ typedef struct {
 // `first`); the target's s_t is taken when it lies in the block. `last`: lse and the loss are written.
 __global__ void __launch_bounds__(FUSED_LCE_BLOCK_THREADS)
 fused_lce_block_stats_kernel(float4* stats, float* loss_rows, float* lse_out, const float* z, int ldz,
-                        const int* targets, int v0, int ncols, int V, FusedLceOptions opt, int first, int last) {
+                             const int* targets, int v0, int ncols, int V, FusedLceOptions opt, int first, int last) {
     int row = blockIdx.x;
     const float* zr = z + (size_t)row * ldz;
     float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
@@ -101,7 +101,7 @@ fused_lce_block_stats_kernel(float4* stats, float* loss_rows, float* lse_out, co
 // already, never on ones a later step reads.
 __global__ void __launch_bounds__(FUSED_LCE_BLOCK_THREADS)
 fused_lce_block_grad_kernel(float* z, int ldz, const float* lse, const int* targets, const int* n_valid,
-                       const float* dloss_rows, float dloss, int v0, int ncols, int V, FusedLceOptions opt) {
+                            const float* dloss_rows, float dloss, int v0, int ncols, int V, FusedLceOptions opt) {
     int row = blockIdx.x;
     const float* zr = z + (size_t)row * ldz;
     bf16* g = (bf16*)z + (size_t)row * 2 * ldz;
@@ -219,7 +219,7 @@ static inline void fused_lce_blocks_free(FusedLceBlocks* b) { matmul_cache_free(
 
 // z (n, ncols) fp32 = x_r · W_vᵀ
 static inline void fused_lce_blocks_logits(FusedLceBlocks* b, const bf16* xr, const bf16* Wv, int n, int ncols, int C,
-                                      const GpuContext* ctx) {
+                                           const GpuContext* ctx) {
     matmul_cached(ctx, &b->plans, b->z, CUDA_R_32F, b->vb, xr, C, 0, Wv, C, 1, n, ncols, C, 1.0f, 0.0f);
 }
 

@@ -38,7 +38,7 @@ typedef struct {
 template <typename T>
 __global__ void __launch_bounds__(FUSED_LCE_ROW_THREADS)
 fused_lce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* targets, const int* n_valid,
-                 const float* dloss_rows, float dloss, int V, int Vp, FusedLceOptions opt, int grad, int staged) {
+                      const float* dloss_rows, float dloss, int V, int Vp, FusedLceOptions opt, int grad, int staged) {
     extern __shared__ __align__(16) float srow[];  // (Vp) when staged
     int row = blockIdx.x;
     T* z = (T*)logits_v + (size_t)row * Vp;

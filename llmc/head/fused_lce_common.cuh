@@ -81,7 +81,7 @@ __device__ __forceinline__ void fused_lce_fold(float& m, float& s, float& sum, c
 // copied to stage[j] (shared memory), for a second pass that need not read DRAM again.
 template <int THREADS, typename T>
 __device__ __forceinline__ void fused_lce_fold_row(float& m, float& s, float& sum, const T* z, int valid, float cap,
-                                              float* stage) {
+                                                   float* stage) {
     const int stride = THREADS * 8;
     float inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
     for (int j0 = threadIdx.x * 8; j0 < valid; j0 += 2 * stride) {

@@ -40,7 +40,7 @@ typedef struct {
 // Loads rows row0.. of x (nx rows valid) and rows col0.. of W (nw valid) at K offset k0 into a stage:
 // 128 rows x BK bf16 each, in 16-byte chunks; rows past the end are zero-filled.
 __device__ __forceinline__ void fused_lce_mma_load_stage(bf16* sa, bf16* sb, const bf16* x, int nx, const bf16* W, int nw,
-                                                    int C, int row0, int col0, int k0) {
+                                                         int C, int row0, int col0, int k0) {
     const int per_row = FUSED_LCE_MMA_BK / 8;
     for (int c = threadIdx.x; c < FUSED_LCE_MMA_BM * per_row; c += FUSED_LCE_MMA_THREADS) {
         int r = c / per_row, kc = (c % per_row) * 8;
@@ -53,7 +53,7 @@ __device__ __forceinline__ void fused_lce_mma_load_stage(bf16* sa, bf16* sb, con
 // One K step of BK of the 128x128 tile: the warp's 64x32 accumulators += tA (rows, BK) · tB (cols, BK)ᵀ.
 // Warps are 2 (rows, wm) x 4 (columns, wn).
 __device__ __forceinline__ void fused_lce_mma_tile_step(float acc[4][4][4], const bf16* tA, const bf16* tB, int wm, int wn,
-                                                   int lane) {
+                                                        int lane) {
     #pragma unroll
     for (int kk = 0; kk < FUSED_LCE_MMA_BK; kk += 16) {
         unsigned af[4][4], bfr[4][2];
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(FUSED_LCE_MMA_THREADS, 2) fused_lce_mma_forwar
         if (s < iters) {
             int tile = split + (s / KT) * a.splits;
             fused_lce_mma_load_stage(sA + s * FUSED_LCE_MMA_BM * FUSED_LCE_MMA_LD, sB + s * FUSED_LCE_MMA_BN * FUSED_LCE_MMA_LD, a.x, a.N,
-                                a.W, a.V, a.C, row0, tile * FUSED_LCE_MMA_BN, (s % KT) * FUSED_LCE_MMA_BK);
+                                     a.W, a.V, a.C, row0, tile * FUSED_LCE_MMA_BN, (s % KT) * FUSED_LCE_MMA_BK);
         }
         cp_async_commit();
     }
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(FUSED_LCE_MMA_THREADS, 2) fused_lce_mma_forwar
         if (nx < iters) {
             int st = nx % FUSED_LCE_MMA_STAGES, tile = split + (nx / KT) * a.splits;
             fused_lce_mma_load_stage(sA + st * FUSED_LCE_MMA_BM * FUSED_LCE_MMA_LD, sB + st * FUSED_LCE_MMA_BN * FUSED_LCE_MMA_LD, a.x, a.N,
-                                a.W, a.V, a.C, row0, tile * FUSED_LCE_MMA_BN, (nx % KT) * FUSED_LCE_MMA_BK);
+                                     a.W, a.V, a.C, row0, tile * FUSED_LCE_MMA_BN, (nx % KT) * FUSED_LCE_MMA_BK);
         }
         cp_async_commit();
         const bf16* tA = sA + (it % FUSED_LCE_MMA_STAGES) * FUSED_LCE_MMA_BM * FUSED_LCE_MMA_LD;
@@ -179,8 +179,8 @@ __global__ void __launch_bounds__(FUSED_LCE_MMA_THREADS, 2) fused_lce_mma_forwar
 
 // One warp per row: merges the splits into lse, computes the target logit x_i·w_t in fp32, the loss.
 __global__ void fused_lce_mma_finish_kernel(float* loss_rows, float* lse_out, const float* part, const bf16* x,
-                                       const bf16* W, const int* targets, int N, int C, int V, int splits,
-                                       FusedLceOptions opt) {
+                                            const bf16* W, const int* targets, int N, int C, int V, int splits,
+                                            FusedLceOptions opt) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     float m = -INFINITY, s = 0.0f, sum = 0.0f;
@@ -231,6 +231,6 @@ static inline void fused_lce_mma_forward(const FusedLceRun* r, float* part, cons
     fused_lce_mma_forward_kernel<<<grid, FUSED_LCE_MMA_THREADS, FUSED_LCE_MMA_SMEM, ctx->stream>>>(a);
     cuda_check_launch();
     fused_lce_mma_finish_kernel<<<ceil_div(N, 8), 256, 0, ctx->stream>>>(loss_rows, lse, part, x, W, targets, N, C, V,
-                                                                    a.splits, opt);
+                                                                         a.splits, opt);
     cuda_check_launch();
 }

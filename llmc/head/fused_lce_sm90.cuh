@@ -49,7 +49,7 @@ __device__ __forceinline__ void fused_lce_wgmma_sum_exp(const float d[128], int 
 
 template <bool CAP, bool FULL, bool SUM>
 __device__ __forceinline__ void fused_lce_wgmma_fold(const float d[128], float m[2], float s[2], float sum[2], int c0, int V,
-                                                float cap, float inv_cap) {
+                                                     float cap, float inv_cap) {
     #pragma unroll
     for (int h = 0; h < 2; h++) {
         float acc, su;
@@ -79,7 +79,7 @@ __device__ __forceinline__ void fused_lce_wgmma_fold(const float d[128], float m
 template <bool CAP, bool SUM>
 __global__ void __launch_bounds__(WG_THREADS, 1)
 fused_lce_wgmma_forward_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
-                          float* part, int N, int C, int V, int splits, float softcap) {
+                               float* part, int N, int C, int V, int splits, float softcap) {
 #if defined(WG_DEVICE_CODE)
     extern __shared__ unsigned char smem_raw[];
     WgRing ring = wg_ring_init(smem_raw, WG_COOP_STAGES, WG_BM, 2);
@@ -141,9 +141,9 @@ __device__ __forceinline__ uint32_t fused_lce_stage_addr(uint32_t out, int row, 
 // every column of the tile is inside the vocab block and < V (no per-logit bounds checks).
 template <bool CAP, bool FULL>
 __device__ __forceinline__ void fused_lce_wgmma_grad_tile(const float d[128], uint32_t out, int warp, int lane, int row0,
-                                                     int c0, const float* lse, const int* targets,
-                                                     const float* dloss_rows, float dloss_nv, int r0, int n, int v0,
-                                                     int ncols, int V, const FusedLceOptions& opt) {
+                                                          int c0, const float* lse, const int* targets,
+                                                          const float* dloss_rows, float dloss_nv, int r0, int n, int v0,
+                                                          int ncols, int V, const FusedLceOptions& opt) {
     FusedLceRowGrad rg[2];
     int counts[2];
     #pragma unroll
@@ -368,7 +368,7 @@ static inline void fused_lce_wgmma_forward(const FusedLceRun* r, float* part, si
     kernel<<<grid, WG_THREADS, WG_COOP_SMEM, ctx->stream>>>(maps.x, maps.W, part, N, C, V, splits, opt.softcap);
     cuda_check_launch();
     fused_lce_mma_finish_kernel<<<ceil_div(N, 8), 256, 0, ctx->stream>>>(loss_rows, lse, part, x, W, targets, N, C, V,
-                                                                    splits, opt);
+                                                                         splits, opt);
     cuda_check_launch();
 }
 

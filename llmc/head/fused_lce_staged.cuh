@@ -86,7 +86,7 @@ enum { FUSED_LCE_STAGE_REF = 0, FUSED_LCE_STAGE_MAX, FUSED_LCE_STAGE_RESTAGE };
 // half a conversion; the max and the rescaling of the MAX launch cost two more.
 template <bool CAP, bool FULL, int MODE, bool SUM>
 __device__ __forceinline__ void fused_lce_stage_tile(float d[128], uint32_t out, int warp, int lane, int row0, int c0, int vt,
-                                                const FusedLceStageArgs& a) {
+                                                     const FusedLceStageArgs& a) {
     constexpr bool MAX = MODE == FUSED_LCE_STAGE_MAX, STATS = MODE != FUSED_LCE_STAGE_RESTAGE;
     float cap = a.softcap, inv_cap = CAP ? 1.0f / cap : 0.0f;
     // MAX: s_j (soft-capped, over d) and each row's max over the tile (-inf where no column is < V)
@@ -194,8 +194,8 @@ fused_lce_stage_kernel(const __grid_constant__ CUtensorMap tx, const __grid_cons
 // Σ_r w_r·A[r][c] over the split's rows. Weighted (the label-smoothing term of dW): w_r is row r's
 // upstream gradient, 0 where it does not count; else w_r = 1 (the mean of W's rows j < V).
 __global__ void fused_lce_colsum_part_kernel(float* part, const bf16* A, int rows, int C, int weighted, const int* targets,
-                                        const int* n_valid, const float* dloss_rows, float dloss, int V,
-                                        FusedLceOptions opt) {
+                                             const int* n_valid, const float* dloss_rows, float dloss, int V,
+                                             FusedLceOptions opt) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, split = blockIdx.y;
     if (c >= C) return;
     int per = ceil_div(rows, FUSED_LCE_WMEAN_SPLITS), r0 = split * per, r1 = min(rows, r0 + per);
@@ -236,8 +236,8 @@ __global__ void fused_lce_ref_kernel(float* ref, const bf16* x, const float* wme
 // is not finite), for every row, ignored ones too, whose E must stay finite. gate: NULL, or run only
 // when *gate (the second finish of a flagged chunk).
 __global__ void fused_lce_staged_finish_kernel(float* loss_rows, float* lse_out, float* st_out, int* flag, const int* gate,
-                                          const float* part, const float* ref, const bf16* x, const bf16* W,
-                                          const int* targets, int n, int vtiles, int C, int V, FusedLceOptions opt) {
+                                               const float* part, const float* ref, const bf16* x, const bf16* W,
+                                               const int* targets, int n, int vtiles, int C, int V, FusedLceOptions opt) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= n || (gate && *gate == 0)) return;
     float m = -INFINITY, s = 0.0f, sum = 0.0f;
@@ -266,9 +266,9 @@ __global__ void fused_lce_staged_finish_kernel(float* loss_rows, float* lse_out,
 // A warp per row of the chunk: α (0 for rows that do not count), x' = bf16(α·x), and E_t patched so that
 // α·E_t = scale·(k·p_t − (1−ε))·c_t. R is the row's reference, or its lse when the chunk was restaged.
 __global__ void fused_lce_staged_prep_kernel(bf16* xs, float* alpha, bf16* E, int Vp, const float* lse, const float* st,
-                                        const float* ref, const int* flag, const bf16* x, const int* targets,
-                                        const int* n_valid, const float* dloss_rows, float dloss, int n, int C,
-                                        int V, FusedLceOptions opt) {
+                                             const float* ref, const int* flag, const bf16* x, const int* targets,
+                                             const int* n_valid, const float* dloss_rows, float dloss, int n, int C,
+                                             int V, FusedLceOptions opt) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= n) return;
     int t = targets[row], ignored = fused_lce_ignored(t, opt, V), nv = *n_valid;
@@ -294,8 +294,8 @@ __global__ void fused_lce_staged_prep_kernel(bf16* xs, float* alpha, bf16* E, in
 
 // dx (n, C) bf16 = α ⊙ dx32 − scale·(ε/V)·Σ_j W_j (wsum = V·wmean; label smoothing without soft-capping)
 __global__ void fused_lce_staged_dx_kernel(bf16* dx, const float* dx32, const float* alpha, const float* wmean,
-                                      const int* targets, const int* n_valid, const float* dloss_rows, float dloss,
-                                      int n, int C, int V, FusedLceOptions opt) {
+                                           const int* targets, const int* n_valid, const float* dloss_rows, float dloss,
+                                           int n, int C, int V, FusedLceOptions opt) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= (size_t)n * C) return;
     int row = (int)(i / C), c = (int)(i % C);
