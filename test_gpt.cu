@@ -89,10 +89,10 @@ static void grads_of(Model* m, const int* in, const int* tg, int times, const Gp
 
 // The same parameters in a second model built with other choices (recompute, head): its gradients of
 // the batch into out (num_params floats); returns its loss
-static float grads_with(const ModelConfig* c, int recompute, FlcePath head, const float* params, const int* in,
+static float grads_with(const ModelConfig* c, int recompute, FusedLcePath head, const float* params, const int* in,
                         const int* tg, float* out, const GpuContext* ctx) {
     Model o;
-    model_build(&o, c, B_, T_, recompute, head, FLCE_DEFAULT_SCRATCH, NULL);
+    model_build(&o, c, B_, T_, recompute, head, FUSED_LCE_DEFAULT_SCRATCH, NULL);
     model_set_params(&o, params, ctx);
     grads_of(&o, in, tg, 1, ctx);
     copy_to_host(out, o.grads_memory, o.num_params);
@@ -123,7 +123,7 @@ static void train_steps(Model* m, uint64_t* rng, int from, int to, float* losses
 // A model initialized from seed, trained `steps` steps on batches of the stream seed·31 + 7.
 static void train_fresh(Model* m, const ModelConfig* c, uint64_t seed, int steps, uint64_t* rng, float* losses,
                         const GpuContext* ctx) {
-    model_build(m, c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, NULL);
+    model_build(m, c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH, NULL);
     model_init_params(m, seed, ctx);
     *rng = seed * 31 + 7;
     train_steps(m, rng, 0, steps, losses, ctx);
@@ -184,7 +184,7 @@ static void test_resume(const ModelConfig* c, float* a, float* b, const GpuConte
     EXPECT(rc == 0, "saving %s: %s", path, err);
     model_free(&part);
 
-    model_build(&fresh, c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, NULL);
+    model_build(&fresh, c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH, NULL);
     model_init_params(&fresh, seed + 1, ctx);
     CheckpointReader r;
     rc = checkpoint_reader_open(&r, path);
@@ -218,7 +218,7 @@ static void test_family(const ModelConfig* c, const GpuContext* ctx) {
     Ref ref;
     ref_build(&ref, c, seed);
     Model m;
-    model_build(&m, c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, NULL);
+    model_build(&m, c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH, NULL);
     EXPECT(m.num_params == ref.num_params, "parameter count %zu vs reference %zu", m.num_params, ref.num_params);
     size_t n = m.num_params;
     float* host = (float*)malloc_check(n * sizeof(float));
@@ -292,7 +292,7 @@ static void test_family(const ModelConfig* c, const GpuContext* ctx) {
     // agrees to 1e-3 relative and each gradient tensor to 1e-2 relative L2 (a GELU rerun on the wrong
     // input or layer is O(1) off), and against the reference within the same tolerance as the run above
     if (s->mlp == MODEL_MLP_GELU) {
-        float rl = grads_with(c, 1, FLCE_PATH_BLOCKS, ref.params, in, tg, host, ctx);
+        float rl = grads_with(c, 1, FUSED_LCE_PATH_BLOCKS, ref.params, in, tg, host, ctx);
         printf("recompute: loss %.6f vs %.6f without (rel diff %.2e, tol 1e-3)\n", rl, loss, fabs(rl - loss) / loss);
         EXPECT(fabs(rl - loss) <= 1e-3 * loss, "recompute loss %.6f vs %.6f without", rl, loss);
         compare_tensors("recompute", host, grads, &m, 1e-2);
@@ -307,8 +307,8 @@ static void test_family(const ModelConfig* c, const GpuContext* ctx) {
     // bf16 gradient (and dx) may round the other way, by up to 2^-8 of itself. Each head's dx is within
     // 2·2^-8 = 7.8e-3 of the exact one (test_fused_lce's bound); that bound, carried linearly back through
     // the layers, is the tolerance here (measured: 1.6e-3 to 3.5e-3). A wrong head is off by O(1).
-    const struct { FlcePath path; const char* name; double loss_tol, grad_tol; } heads[2] = {
-        {FLCE_PATH_UNFUSED, "unfused head", 1e-3, 3e-2}, {FLCE_PATH_CHUNKS, "chunked head", 1e-5, 7.8e-3}};
+    const struct { FusedLcePath path; const char* name; double loss_tol, grad_tol; } heads[2] = {
+        {FUSED_LCE_PATH_UNFUSED, "unfused head", 1e-3, 3e-2}, {FUSED_LCE_PATH_CHUNKS, "chunked head", 1e-5, 7.8e-3}};
     for (int h = 0; h < 2 && c->family == MODEL_FAMILY_GPT2; h++) {
         float hl = grads_with(c, 0, heads[h].path, ref.params, in, tg, host, ctx);
         printf("%s: loss %.6f vs fused in blocks %.6f (rel diff %.2e, tol %.0e)\n", heads[h].name, hl, loss,

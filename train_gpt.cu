@@ -259,9 +259,11 @@ int main(int argc, char** argv) {
     double peak = gpu_peak_bf16_flops(device, &peak_source);
 
     Model model;
-    FlcePath head = !strcmp(cfg.head, "fused") ? FLCE_PATH_AUTO : !strcmp(cfg.head, "staged") ? FLCE_PATH_STAGED
-                  : !strcmp(cfg.head, "blocks") ? FLCE_PATH_BLOCKS : !strcmp(cfg.head, "chunks") ? FLCE_PATH_CHUNKS
-                  : FLCE_PATH_UNFUSED;
+    FusedLcePath head = !strcmp(cfg.head, "fused")    ? FUSED_LCE_PATH_AUTO
+                      : !strcmp(cfg.head, "staged") ? FUSED_LCE_PATH_STAGED
+                      : !strcmp(cfg.head, "blocks") ? FUSED_LCE_PATH_BLOCKS
+                      : !strcmp(cfg.head, "chunks") ? FUSED_LCE_PATH_CHUNKS
+                                                    : FUSED_LCE_PATH_UNFUSED;
     model_build(&model, &mc, cfg.B, cfg.T, cfg.recompute, head, (size_t)cfg.head_scratch << 20, dist_comm(&dist));
     // the sampler's own stream, advanced by every sample and kept in checkpoints
     uint64_t sample_rng = rand_mix((uint64_t)cfg.seed, 0x73616d706c65ULL, 0);
@@ -348,7 +350,7 @@ int main(int argc, char** argv) {
     printf("memory per GPU: parameters %.1f MiB | gradients %.1f MiB | optimizer (master, m, v) %.1f MiB%s | "
            "activations %.1f MiB | head scratch %.1f MiB\n", mib(n * sizeof(bf16)),
            mib(n * sizeof(float)), mib(shard * optim_bytes), zero_note, mib(model.acts_bytes),
-           mib(model.head.scratch_bytes + 2 * (size_t)model.head.cfg.max_n * sizeof(float)));
+           mib(fused_lce_memory_bytes(&model.head)));
 
     static Profile prof;  // big (an event per mark): not on the stack
     profile_build(&prof, cfg.profile);

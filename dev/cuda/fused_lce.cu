@@ -19,6 +19,8 @@
 // Columns: fwd = loss only; bwd = the recomputing backward with per-row upstream gradients; fwd+bwd =
 // the training path (gradients with the forward); TF/s = 3F / (fwd+bwd time), F = 2·N·C·V; x GEMMs =
 // fwd+bwd time over the three cuBLASLt GEMMs; scratch = device memory beyond inputs and gradients.
+// the head with its experiment hooks (FusedLceHooks), which the variants reach it through
+#define FUSED_LCE_DEV_HOOKS
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +42,10 @@ static size_t g_scratch = 0;                       // --scratch MiB: the scratch
 static int g_vocab_block = 0;                      // --vocab-block: variants 5 and 6's widest vocab block (0: default)
 static int g_profile = 0;                          // --profile: where the fwd+bwd time goes (variants 2, 5, 6)
 
-static void build_variant(FusedLce* h, FlceVariantState* st, const FlceVariant* v, int max_n, int C, int V, int Vp,
-                          FlceOptions opt) {
-    size_t scratch = g_scratch ? g_scratch : v->path == FLCE_PATH_STAGED ? STAGED_SCRATCH : FLCE_DEFAULT_SCRATCH;
-    flce_variant_build(h, st, v, max_n, C, V, Vp, opt, scratch, g_vocab_block);
+static void build_variant(FusedLce* h, FusedLceVariantState* st, const FusedLceVariant* v, int max_n, int C, int V, int Vp,
+                          FusedLceOptions opt) {
+    size_t scratch = g_scratch ? g_scratch : v->path == FUSED_LCE_PATH_STAGED ? STAGED_SCRATCH : FUSED_LCE_DEFAULT_SCRATCH;
+    fused_lce_variant_build(h, st, v, max_n, C, V, Vp, opt, scratch, g_vocab_block);
 }
 
 // --- inputs ------------------------------------------------------------------------------------
@@ -66,14 +68,14 @@ __global__ void fill_targets_kernel(int* t, int n, int V, uint64_t seed) {
 
 // --- correctness -------------------------------------------------------------------------------
 
-static int check_variant(const FlceVariant* v, const GpuContext* ctx) {
-    FlceOptions plain = flce_options_default();
-    FlceOptions all = plain;
+static int check_variant(const FusedLceVariant* v, const GpuContext* ctx) {
+    FusedLceOptions plain = fused_lce_options_default();
+    FusedLceOptions all = plain;
     all.z_loss = 1e-4f; all.softcap = 15.0f; all.label_smoothing = 0.1f;
-    FlceOptions capped = all, smoothed = all;
+    FusedLceOptions capped = all, smoothed = all;
     capped.label_smoothing = 0.0f;
     smoothed.softcap = 0.0f;
-    const FlceCase cases[] = {
+    const FusedLceCase cases[] = {
         {300, 256, 5000, 5120, plain, 0, "N=300 C=256 V=5000 Vp=5120"},
         {1, 128, 1000, 1024, plain, 0, "N=1 C=128 V=1000"},
         {64, 64, 777, 784, plain, 1, "all rows ignored, V=777"},
@@ -85,20 +87,20 @@ static int check_variant(const FlceVariant* v, const GpuContext* ctx) {
     int ok = 1;
     printf("variant %d (%s): checks against the fp64 reference\n", v->id, v->name);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const FlceCase* cs = &cases[i];
-        if (v->path == FLCE_PATH_STAGED && cs->opt.softcap > 0.0f && cs->opt.label_smoothing > 0.0f) {
+        const FusedLceCase* cs = &cases[i];
+        if (v->path == FUSED_LCE_PATH_STAGED && cs->opt.softcap > 0.0f && cs->opt.label_smoothing > 0.0f) {
             printf("%s: not a staged case (soft-capping with label smoothing runs on the blocks)\n", cs->what);
             continue;
         }
-        FlceInputs in = flce_inputs_make(cs, 1234 + i);
-        FlceDevice d = flce_device_make(cs, &in);
+        FusedLceInputs in = fused_lce_inputs_make(cs, 1234 + i);
+        FusedLceDevice d = fused_lce_device_make(cs, &in);
         FusedLce h;
-        FlceVariantState st;
+        FusedLceVariantState st;
         build_variant(&h, &st, v, cs->N, cs->C, cs->V, cs->Vp, cs->opt);
-        ok &= flce_check_mode(&h, FLCE_MODE_TRAIN, cs, &in, &d, ctx);
+        ok &= fused_lce_check_mode(&h, FUSED_LCE_MODE_TRAIN, cs, &in, &d, ctx);
         fused_lce_free(&h);
-        flce_device_free(&d);
-        flce_inputs_free(&in);
+        fused_lce_device_free(&d);
+        fused_lce_inputs_free(&in);
     }
     return ok;
 }
@@ -138,26 +140,26 @@ static void bench_shape(const Shape* s, int only_variant, const GpuContext* ctx)
     printf("%6d x %4d x %6d | %-34s |          |          | %8.2f | %6.0f |  1.00x |\n", N, C, V,
            "0 three cuBLASLt GEMMs", t_gemm, 3 * F / t_gemm * 1e-9);
 
-    for (int vi = 0; vi < FLCE_NUM_VARIANTS; vi++) {
-        const FlceVariant* v = &FLCE_VARIANTS[vi];
+    for (int vi = 0; vi < FUSED_LCE_NUM_VARIANTS; vi++) {
+        const FusedLceVariant* v = &FUSED_LCE_VARIANTS[vi];
         if (only_variant && v->id != only_variant) continue;
         size_t free_b, total_b;
         cuda_check(cudaMemGetInfo(&free_b, &total_b));
-        if (v->path == FLCE_PATH_UNFUSED && (size_t)N * Vp * sizeof(bf16) > free_b / 2) { printf("  variant %d: skipped, logits do not fit\n", v->id); continue; }
+        if (v->path == FUSED_LCE_PATH_UNFUSED && (size_t)N * Vp * sizeof(bf16) > free_b / 2) { printf("  variant %d: skipped, logits do not fit\n", v->id); continue; }
         FusedLce h;
-        FlceVariantState st;
-        build_variant(&h, &st, v, N, C, V, Vp, flce_options_default());
+        FusedLceVariantState st;
+        build_variant(&h, &st, v, N, C, V, Vp, fused_lce_options_default());
         float t_fwd = time_ms([&] { fused_lce_forward(&h, x, W, t, N, ctx); }, ctx->stream, reps);
         double scratch = (double)(h.scratch_bytes + 2 * (size_t)N * sizeof(float)) / (1 << 20);
         float t_bwd = time_ms([&] { fused_lce_backward(&h, dx, dW, dloss_rows, x, W, t, N, ctx); }, ctx->stream, reps);
         float t_fb = time_ms([&] { fused_lce_forward_backward(&h, dx, dW, 1.0f, x, W, t, N, ctx); }, ctx->stream, reps);
         printf("%6d x %4d x %6d | %d %-32s | %8.2f | %8.2f | %8.2f | %6.0f | %5.2fx | %9.1f MiB", N, C, V, v->id, v->name,
                t_fwd, t_bwd, t_fb, 3 * F / t_fb * 1e-9, t_fb / t_gemm, scratch);
-        int blocks = h.cfg.path == FLCE_PATH_BLOCKS;
+        int blocks = h.cfg.path == FUSED_LCE_PATH_BLOCKS;
         if (blocks) printf("  (blocks of %d rows x %d columns)", h.blk.nb, h.blk.vb);
         if (h.sm90 && (blocks || h.fused_forward)) printf(blocks ? "  (forward and gradient: wgmma)" : "  (forward: wgmma)");
         if (blocks && h.blk.gemms) printf("  (dx, dW: wgmma_gemm)");
-        if (h.cfg.path == FLCE_PATH_STAGED) printf("  (chunks of %d rows)", h.staged.rows);
+        if (h.cfg.path == FUSED_LCE_PATH_STAGED) printf("  (chunks of %d rows)", h.staged.rows);
         printf("\n");
         if (g_profile) {
             static Profile prof;  // big (an event per mark): not on the stack
@@ -189,16 +191,16 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--profile")) g_profile = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--vocab-block") && i + 1 < argc && atoi(argv[i + 1]) >= 16) g_vocab_block = atoi(argv[++i]);
-        else if (atoi(argv[i]) >= 1 && atoi(argv[i]) <= FLCE_NUM_VARIANTS) only = atoi(argv[i]);
+        else if (atoi(argv[i]) >= 1 && atoi(argv[i]) <= FUSED_LCE_NUM_VARIANTS) only = atoi(argv[i]);
         else { fprintf(stderr, "usage: %s [variant 1..%d] [--check-only | --bench-only] [--small] [--shape i] [--scratch MiB]\n"
-                        "          [--vocab-block N] [--profile]\n", argv[0], FLCE_NUM_VARIANTS); return 2; }
+                        "          [--vocab-block N] [--profile]\n", argv[0], FUSED_LCE_NUM_VARIANTS); return 2; }
     }
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     int ok = 1;
     if (check)
-        for (int vi = 0; vi < FLCE_NUM_VARIANTS; vi++)
-            if (!only || FLCE_VARIANTS[vi].id == only) ok &= check_variant(&FLCE_VARIANTS[vi], &ctx);
+        for (int vi = 0; vi < FUSED_LCE_NUM_VARIANTS; vi++)
+            if (!only || FUSED_LCE_VARIANTS[vi].id == only) ok &= check_variant(&FUSED_LCE_VARIANTS[vi], &ctx);
     if (bench) {
         printf("\n%-22s | %-34s | %8s | %8s | %8s | %6s | %6s | %s\n", "N x C x V", "variant", "fwd ms", "bwd ms",
                "f+b ms", "TF/s", "xGEMMs", "scratch");

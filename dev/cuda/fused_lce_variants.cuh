@@ -1,6 +1,6 @@
 // fused_lce_variants.cuh: the LM-head variants of the playground (fused_lce.cu) as head configurations:
 // the production paths of llmc/head/fused_lce.cuh, and the experiments that live only here, reached through
-// the head's hooks (FlceHooks):
+// the head's hooks (FusedLceHooks):
 //   1 unfused                path unfused: bf16 logits of all N rows
 //   2 chunks                 path chunks, loss-only calls through the chunks too
 //   3 fused mma.sync         path chunks + the fully fused backward of fused_lce_sm80_backward.cuh, fp32
@@ -10,6 +10,9 @@
 //   6 blocks, own GEMMs      path blocks + our own dx and dW GEMM (wgmma_gemm.cuh) on Hopper, the layout
 //                            counting its tiles (wgmma_gemm_plan.h); elsewhere it is variant 5
 #pragma once
+#ifndef FUSED_LCE_DEV_HOOKS
+#error "define FUSED_LCE_DEV_HOOKS before the first include of the head: the variants reach it through its hooks"
+#endif
 #include "../../llmc/head/fused_lce.cuh"
 #include "fused_lce_sm80_backward.cuh"
 #include "wgmma_gemm.cuh"
@@ -19,40 +22,36 @@
 
 // The fused forward of the head leaves lse; the backward recomputes each logit tile on the chip, with the
 // chunks' logits buffer as its fp32 dx accumulator.
-static void flce_variant_fused_backward(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss,
-                                        const bf16* x, const bf16* W, const int* targets, int N, int deterministic,
-                                        const GpuContext* ctx) {
+static void fused_lce_variant_fused_backward(FusedLce* h, const FusedLceRun* r, int deterministic,
+                                             const GpuContext* ctx) {
     if (!h->fused_forward) check_fail("the fused backward needs the head's fused forward", "C % 64 == 0, path chunks");
-    fused_lce_forward(h, x, W, targets, N, ctx);
-    flce_mma_backward(dx, dW, h->chunks.logits, h->chunks.bytes, h->lse, h->n_valid, dloss_rows, dloss, x, W,
-                      targets, N, h->cfg.C, h->cfg.V, h->cfg.opt, deterministic, ctx);
+    fused_lce_forward(h, r->x, r->W, r->targets, r->N, ctx);
+    fused_lce_mma_backward(r, h->chunks.logits, h->chunks.bytes, deterministic, ctx);
     profile_mark(ctx->prof, "head: fused backward", ctx->stream);
 }
-static void flce_variant_backward_atomic(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows, float dloss,
-                                         const bf16* x, const bf16* W, const int* targets, int N, const GpuContext* ctx) {
-    flce_variant_fused_backward(h, dx, dW, dloss_rows, dloss, x, W, targets, N, 0, ctx);
+static void fused_lce_variant_backward_atomic(FusedLce* h, const FusedLceRun* r, const GpuContext* ctx) {
+    fused_lce_variant_fused_backward(h, r, 0, ctx);
 }
-static void flce_variant_backward_deterministic(FusedLce* h, bf16* dx, float* dW, const float* dloss_rows,
-                                                float dloss, const bf16* x, const bf16* W, const int* targets, int N,
-                                                const GpuContext* ctx) {
-    flce_variant_fused_backward(h, dx, dW, dloss_rows, dloss, x, W, targets, N, 1, ctx);
+static void fused_lce_variant_backward_deterministic(FusedLce* h, const FusedLceRun* r, const GpuContext* ctx) {
+    fused_lce_variant_fused_backward(h, r, 1, ctx);
 }
 
 // --- variant 6: our own dx and dW GEMMs -----------------------------------------------------------
 
 typedef struct {
-    int C, sm_count;   // for the cost (FlceWgGemmCost's fields, in the same order)
+    int C, sm_count;   // for the cost (FusedLceWgGemmCost's fields, in the same order)
     int n, ncols;      // the last block shape, and the tile widths chosen for it: a row block has two
     int bn_dx, bn_dw;  // shapes (its last vocab block, the others), so the search runs twice a row block
-} FlceOwnGemms;
+} FusedLceOwnGemms;
 
-// One launch: dx's tiles, then dW's, in the widths the layout counted (flce_plan_pair_bn)
-static void flce_variant_own_gemms(void* arg, float* dxacc, float* dW_v, const bf16* G, int ldg, const bf16* W_v,
-                                   const bf16* x_r, int n, int ncols, int C, int accumulate_dx,
-                                   const GpuContext* ctx) {
-    FlceOwnGemms* o = (FlceOwnGemms*)arg;
+// One launch: dx's tiles, then dW's, in the widths the layout counted (fused_lce_plan_pair_bn)
+static void fused_lce_variant_own_gemms(void* arg, const FusedLceBlockGemmCall* g, const GpuContext* ctx) {
+    FusedLceOwnGemms* o = (FusedLceOwnGemms*)arg;
+    float *dxacc = g->dxacc, *dW_v = g->dW_v;
+    const bf16 *G = g->G, *W_v = g->W_v, *x_r = g->x_r;
+    int ldg = g->ldg, n = g->n, ncols = g->ncols, C = g->C, accumulate_dx = g->accumulate_dx;
     if (n != o->n || ncols != o->ncols) {
-        flce_plan_pair_bn(n, C, ncols, ctx->sm_count, &o->bn_dx, &o->bn_dw);
+        fused_lce_plan_pair_bn(n, C, ncols, ctx->sm_count, &o->bn_dx, &o->bn_dw);
         o->n = n;
         o->ncols = ncols;
     }
@@ -61,10 +60,10 @@ static void flce_variant_own_gemms(void* arg, float* dxacc, float* dW_v, const b
     wg_gemm_run_pair(&gx, accumulate_dx, &gw, 1, ctx);
 }
 
-static double flce_variant_own_gemms_cost(void* arg, int n, int ncols) {
-    FlceOwnGemms* o = (FlceOwnGemms*)arg;
-    FlceWgGemmCost c = {o->C, o->sm_count};
-    return flce_plan_wg_gemm_cost(&c, n, ncols);
+static double fused_lce_variant_own_gemms_cost(void* arg, int n, int ncols) {
+    FusedLceOwnGemms* o = (FusedLceOwnGemms*)arg;
+    FusedLceWgGemmCost c = {o->C, o->sm_count};
+    return fused_lce_plan_wg_gemm_cost(&c, n, ncols);
 }
 
 // --- the table ---------------------------------------------------------------------------------
@@ -72,40 +71,40 @@ static double flce_variant_own_gemms_cost(void* arg, int n, int ncols) {
 typedef struct {
     int id;
     const char* name;
-    FlcePath path;
+    FusedLcePath path;
     unsigned fallbacks;
     int hooks;  // 0: none; 3, 4: the fused backward; 6: own GEMMs
-} FlceVariant;
+} FusedLceVariant;
 
-static const FlceVariant FLCE_VARIANTS[] = {
-    {1, "unfused (bf16 logits, all rows)", FLCE_PATH_UNFUSED, 0, 0},
-    {2, "chunked fp32 logits (--scratch)", FLCE_PATH_CHUNKS, FLCE_NO_FUSED_FORWARD, 0},
-    {3, "fused mma.sync, atomic dx/dW", FLCE_PATH_CHUNKS, 0, 3},
-    {4, "fused mma.sync, deterministic", FLCE_PATH_CHUNKS, 0, 4},
-    {5, "2-D blocks (--vocab-block)", FLCE_PATH_BLOCKS, 0, 0},
-    {6, "2-D blocks, own dx/dW GEMMs", FLCE_PATH_BLOCKS, 0, 6},
-    {7, "staged bf16 exponentials (--scratch)", FLCE_PATH_STAGED, 0, 0},
+static const FusedLceVariant FUSED_LCE_VARIANTS[] = {
+    {1, "unfused (bf16 logits, all rows)", FUSED_LCE_PATH_UNFUSED, 0, 0},
+    {2, "chunked fp32 logits (--scratch)", FUSED_LCE_PATH_CHUNKS, FUSED_LCE_NO_FUSED_FORWARD, 0},
+    {3, "fused mma.sync, atomic dx/dW", FUSED_LCE_PATH_CHUNKS, 0, 3},
+    {4, "fused mma.sync, deterministic", FUSED_LCE_PATH_CHUNKS, 0, 4},
+    {5, "2-D blocks (--vocab-block)", FUSED_LCE_PATH_BLOCKS, 0, 0},
+    {6, "2-D blocks, own dx/dW GEMMs", FUSED_LCE_PATH_BLOCKS, 0, 6},
+    {7, "staged bf16 exponentials (--scratch)", FUSED_LCE_PATH_STAGED, 0, 0},
 };
-#define FLCE_NUM_VARIANTS ((int)(sizeof(FLCE_VARIANTS) / sizeof(FLCE_VARIANTS[0])))
+#define FUSED_LCE_NUM_VARIANTS ((int)(sizeof(FUSED_LCE_VARIANTS) / sizeof(FUSED_LCE_VARIANTS[0])))
 
-static inline const FlceVariant* flce_variant(int id) {
-    for (int i = 0; i < FLCE_NUM_VARIANTS; i++)
-        if (FLCE_VARIANTS[i].id == id) return &FLCE_VARIANTS[i];
-    check_fail("flce_variant: no such variant", "variants are 1..7");
+static inline const FusedLceVariant* fused_lce_variant(int id) {
+    for (int i = 0; i < FUSED_LCE_NUM_VARIANTS; i++)
+        if (FUSED_LCE_VARIANTS[i].id == id) return &FUSED_LCE_VARIANTS[i];
+    check_fail("fused_lce_variant: no such variant", "variants are 1..7");
     return NULL;
 }
 
 // What a built variant keeps beside the head: its hooks and their state
 typedef struct {
-    FlceHooks hooks;
-    FlceOwnGemms own;
-} FlceVariantState;
+    FusedLceHooks hooks;
+    FusedLceOwnGemms own;
+} FusedLceVariantState;
 
 // Builds variant v for the given sizes and options; scratch 0 is the head's default, vocab_block 0 too.
 // Variant 6 uses its hook only where our GEMM runs (Hopper kernels on): elsewhere it is variant 5.
-static inline void flce_variant_build(FusedLce* h, FlceVariantState* st, const FlceVariant* v, int max_n, int C, int V,
-                                      int Vp, FlceOptions opt, size_t scratch, int vocab_block) {
-    FlceConfig cfg = flce_config(max_n, C, V, Vp);
+static inline void fused_lce_variant_build(FusedLce* h, FusedLceVariantState* st, const FusedLceVariant* v, int max_n, int C, int V,
+                                           int Vp, FusedLceOptions opt, size_t scratch, int vocab_block) {
+    FusedLceConfig cfg = fused_lce_config(max_n, C, V, Vp);
     cfg.opt = opt;
     cfg.path = v->path;
     cfg.scratch = scratch;
@@ -113,18 +112,18 @@ static inline void flce_variant_build(FusedLce* h, FlceVariantState* st, const F
     cfg.fallbacks = v->fallbacks;
     memset(st, 0, sizeof(*st));
     if (v->hooks == 3 || v->hooks == 4) {
-        st->hooks.backward = v->hooks == 4 ? flce_variant_backward_deterministic : flce_variant_backward_atomic;
+        st->hooks.backward = v->hooks == 4 ? fused_lce_variant_backward_deterministic : fused_lce_variant_backward_atomic;
         cfg.hooks = &st->hooks;
     }
-    if (v->hooks == 6 && C % WG_BK == 0 && flce_wgmma_available()) {
+    if (v->hooks == 6 && C % WG_BK == 0 && fused_lce_wgmma_available()) {
         wg_gemm_setup();
         int dev = 0;
         cuda_check(cudaGetDevice(&dev));
         cuda_check(cudaDeviceGetAttribute(&st->own.sm_count, cudaDevAttrMultiProcessorCount, dev));
         st->own.C = C;
         st->own.n = st->own.ncols = -1;
-        st->hooks.block_gemms = flce_variant_own_gemms;
-        st->hooks.block_gemm_cost = flce_variant_own_gemms_cost;
+        st->hooks.block_gemms = fused_lce_variant_own_gemms;
+        st->hooks.block_gemm_cost = fused_lce_variant_own_gemms_cost;
         st->hooks.arg = &st->own;
         cfg.hooks = &st->hooks;
     }

@@ -209,10 +209,10 @@ static int check_acc(int M, int N, int K, int trans_a, int trans_b, int time_it,
 
 // The LM head's dx and dW GEMMs of a block in one launch (wg_gemm_run_pair): G (n, vb), W_v (vb, C),
 // x_r (n, C); dxacc (n, C) += G · W_v and dW_v (vb, C) += Gᵀ · x_r, against cuBLASLt from the same random
-// D's; bn_dx, bn_dw: the tiles' widths (0: the head's choice, flce_plan_pair_bn). time_it: the launch,
+// D's; bn_dx, bn_dw: the tiles' widths (0: the head's choice, fused_lce_plan_pair_bn). time_it: the launch,
 // the two GEMMs launched one after the other, and cuBLASLt's two.
 static int check_pair(int n, int C, int vb, int bn_dx, int bn_dw, int time_it, const GpuContext* ctx) {
-    if (!bn_dx) flce_plan_pair_bn(n, C, vb, ctx->sm_count, &bn_dx, &bn_dw);
+    if (!bn_dx) fused_lce_plan_pair_bn(n, C, vb, ctx->sm_count, &bn_dx, &bn_dw);
     bf16 *G, *Wv, *xr, *unused; float *dx, *rx, *dw, *rw;
     operands_alloc(&G, &Wv, &dx, &rx, n, C, vb, ctx);  // G (n, vb), W_v (vb, C), dx and its reference (n, C)
     operands_alloc(&unused, &xr, &dw, &rw, vb, C, n, ctx);  // x_r (n, C), dW and its reference (vb, C)

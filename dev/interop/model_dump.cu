@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     GpuContext ctx;
     gpu_context_build(&ctx, 0);
     Model m;
-    model_build(&m, &c, B, T, 0, FLCE_PATH_AUTO, FLCE_DEFAULT_SCRATCH, NULL);
+    model_build(&m, &c, B, T, 0, FUSED_LCE_PATH_AUTO, FUSED_LCE_DEFAULT_SCRATCH, NULL);
     checkpoint_check(ck.err, model_load_checkpoint(&m, &ck, &ctx));
     checkpoint_reader_close(&ck);
 

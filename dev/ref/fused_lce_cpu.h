@@ -22,12 +22,12 @@
 #include <string.h>
 #include "../../llmc/core/check.h"
 #include "../../llmc/head/fused_lce_options.h"
-#include "fused_lce_ref.h"  // bf16_round, flce_ref_row_counts
+#include "fused_lce_ref.h"  // bf16_round, fused_lce_ref_row_counts
 
 // The (BM, BN) fp32 logit tile of rows r0.. and vocab columns j0.. (before any cap or mask).
-static void flce_cpu_logit_tile(float* tile,                      // (BM, BN)
-                                const float* x, const float* W,   // (N, C), (Vp, C)
-                                int r0, int j0, int N, int C, int Vp, int BM, int BN, int BK) {
+static void fused_lce_cpu_logit_tile(float* tile,                      // (BM, BN)
+                                     const float* x, const float* W,   // (N, C), (Vp, C)
+                                     int r0, int j0, int N, int C, int Vp, int BM, int BN, int BK) {
     memset(tile, 0, (size_t)BM * BN * sizeof(float));
     for (int k0 = 0; k0 < C; k0 += BK) {
         int k1 = k0 + BK < C ? k0 + BK : C;
@@ -45,10 +45,10 @@ static void flce_cpu_logit_tile(float* tile,                      // (BM, BN)
 
 // Forward: writes loss_rows and lse (N), the only per-row state the fused kernel keeps, and returns the
 // mean loss over the valid rows (summed in row order, in fp32, as one block of the GPU does).
-static float flce_cpu_forward(float* loss_rows, float* lse,              // (N), (N)
-                              const float* x, const int* targets,        // (N, C), (N)
-                              const float* W,                            // (Vp, C)
-                              int N, int C, int V, int Vp, FlceOptions opt, int BM, int BN, int BK, int lazy) {
+static float fused_lce_cpu_forward(float* loss_rows, float* lse,              // (N), (N)
+                                   const float* x, const int* targets,        // (N, C), (N)
+                                   const float* W,                            // (Vp, C)
+                                   int N, int C, int V, int Vp, FusedLceOptions opt, int BM, int BN, int BK, int lazy) {
     float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f, eps = opt.label_smoothing;
     float* tile = (float*)malloc_check((size_t)BM * BN * sizeof(float));
     float* m = (float*)malloc_check((size_t)BM * sizeof(float));    // running max per row
@@ -58,7 +58,7 @@ static float flce_cpu_forward(float* loss_rows, float* lse,              // (N),
     for (int r0 = 0; r0 < N; r0 += BM) {
         for (int r = 0; r < BM; r++) { m[r] = -INFINITY; s[r] = 0.0f; sum[r] = 0.0f; st[r] = 0.0f; }
         for (int j0 = 0; j0 < V; j0 += BN) {  // every tile holds at least one column < V
-            flce_cpu_logit_tile(tile, x, W, r0, j0, N, C, Vp, BM, BN, BK);
+            fused_lce_cpu_logit_tile(tile, x, W, r0, j0, N, C, Vp, BM, BN, BK);
             int nc = V - j0 < BN ? V - j0 : BN;  // columns >= V: -inf, i.e. left out of max and sums
             for (int r = 0; r < BM && r0 + r < N; r++) {
                 float* v = tile + (size_t)r * BN;
@@ -87,39 +87,39 @@ static float flce_cpu_forward(float* loss_rows, float* lse,              // (N),
             int i = r0 + r;
             float l = m[r] + logf(s[r]);
             lse[i] = l;
-            loss_rows[i] = flce_ref_row_counts(targets[i], V, opt)
+            loss_rows[i] = fused_lce_ref_row_counts(targets[i], V, opt)
                 ? l - (1.0f - eps) * st[r] - (eps / V) * sum[r] + opt.z_loss * l * l : 0.0f;
         }
     }
     free(tile); free(m); free(s); free(sum); free(st);
     int n_valid = 0;
     float total = 0.0f;
-    for (int i = 0; i < N; i++) { n_valid += flce_ref_row_counts(targets[i], V, opt); total += loss_rows[i]; }
+    for (int i = 0; i < N; i++) { n_valid += fused_lce_ref_row_counts(targets[i], V, opt); total += loss_rows[i]; }
     return n_valid > 0 ? total / n_valid : 0.0f;
 }
 
 // Backward, recomputing the logits from lse (the forward's output). dloss_rows == NULL: the scalar form,
 // row scale dloss / N_valid; else row i's scale is dloss_rows[i]. dx is written (0 for ignored rows);
 // dW is ADDED to, rows >= V untouched.
-static void flce_cpu_backward(float* dx, float* dW,                        // (N, C), (Vp, C)
-                              const float* lse, const float* x,            // (N), (N, C)
-                              const int* targets, const float* dloss_rows, // (N), (N) or NULL
-                              float dloss, const float* W,                 // (Vp, C)
-                              int N, int C, int V, int Vp, FlceOptions opt, int BM, int BN, int BK) {
+static void fused_lce_cpu_backward(float* dx, float* dW,                        // (N, C), (Vp, C)
+                                   const float* lse, const float* x,            // (N), (N, C)
+                                   const int* targets, const float* dloss_rows, // (N), (N) or NULL
+                                   float dloss, const float* W,                 // (Vp, C)
+                                   int N, int C, int V, int Vp, FusedLceOptions opt, int BM, int BN, int BK) {
     float cap = opt.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f, eps = opt.label_smoothing;
     int n_valid = 0;
-    for (int i = 0; i < N; i++) n_valid += flce_ref_row_counts(targets[i], V, opt);
+    for (int i = 0; i < N; i++) n_valid += fused_lce_ref_row_counts(targets[i], V, opt);
     float* g = (float*)malloc_check((size_t)BM * BN * sizeof(float));   // logits, then the gradient, in place
     float* dxb = (float*)malloc_check((size_t)BM * C * sizeof(float));  // the block's dx accumulator
     for (int r0 = 0; r0 < N; r0 += BM) {
         int nr = N - r0 < BM ? N - r0 : BM;
         memset(dxb, 0, (size_t)BM * C * sizeof(float));
         for (int j0 = 0; j0 < V; j0 += BN) {
-            flce_cpu_logit_tile(g, x, W, r0, j0, N, C, Vp, BM, BN, BK);
+            fused_lce_cpu_logit_tile(g, x, W, r0, j0, N, C, Vp, BM, BN, BK);
             int nc = V - j0 < BN ? V - j0 : BN;  // columns >= V have gradient 0: left out below
             for (int r = 0; r < nr; r++) {
                 int i = r0 + r, t = targets[i];
-                float scale = !flce_ref_row_counts(t, V, opt) ? 0.0f : dloss_rows ? dloss_rows[i] : dloss / n_valid;
+                float scale = !fused_lce_ref_row_counts(t, V, opt) ? 0.0f : dloss_rows ? dloss_rows[i] : dloss / n_valid;
                 float pscale = scale * (1.0f + 2.0f * opt.z_loss * lse[i]), smooth = scale * eps / V;
                 float* v = g + (size_t)r * BN;
                 for (int c = 0; c < nc; c++) {

@@ -29,7 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "../../llmc/core/check.h"
-#include "../../llmc/head/fused_lce_options.h"  // FlceOptions, flce_options_default()
+#include "../../llmc/head/fused_lce_options.h"  // FusedLceOptions, fused_lce_options_default()
 #include "../../llmc/core/rand.h"               // rand_uniform, rand_normal (splitmix64)
 
 // --- bf16 and random numbers for test data ------------------------------------------------------
@@ -55,7 +55,7 @@ static inline float bf16_round(float f) { return bf16_bits_to_float(bf16_bits_fr
 // --- the reference ------------------------------------------------------------------------------
 
 // 1 when row i counts (enters N_valid, has a loss and a gradient)
-static inline int flce_ref_row_counts(int target, int V, FlceOptions opt) {
+static inline int fused_lce_ref_row_counts(int target, int V, FusedLceOptions opt) {
     return target != opt.ignore_index && target >= 0 && target < V;
 }
 
@@ -65,22 +65,22 @@ static inline int flce_ref_row_counts(int target, int V, FlceOptions opt) {
 // MMAs: not the exact gradient, but a model of the kernel's one deliberate rounding, so that a test can
 // check everything else to ~1e-5 (l2) instead of to the bf16 bound (rarely, the kernel's fp32 noise
 // flips one rounding by an ulp: compare with the l2 norm, not element by element).
-static double flce_ref_compute(double* loss_rows, double* lse,    // (N), (N)
-                               double* dx, double* dW,            // (N, C) written, (Vp, C) added to; or NULL
-                               const float* x, const int* targets, // (N, C), (N)
-                               const float* W,                    // (Vp, C), rows >= V never read
-                               int N, int C, int V, FlceOptions opt,
-                               double dloss, const double* dloss_rows,  // dloss_rows: (N) or NULL
-                               int round_g_bf16) {
+static double fused_lce_ref_compute(double* loss_rows, double* lse,    // (N), (N)
+                                    double* dx, double* dW,            // (N, C) written, (Vp, C) added to; or NULL
+                                    const float* x, const int* targets, // (N, C), (N)
+                                    const float* W,                    // (Vp, C), rows >= V never read
+                                    int N, int C, int V, FusedLceOptions opt,
+                                    double dloss, const double* dloss_rows,  // dloss_rows: (N) or NULL
+                                    int round_g_bf16) {
     double eps = opt.label_smoothing, cap = opt.softcap, zl = opt.z_loss;
     double* z = (double*)malloc_check((size_t)V * sizeof(double));  // raw logits of one row
     double* s = (double*)malloc_check((size_t)V * sizeof(double));  // after the soft cap
     int n_valid = 0, n_bad = 0;
     for (int i = 0; i < N; i++) {
-        n_valid += flce_ref_row_counts(targets[i], V, opt);
-        n_bad += targets[i] != opt.ignore_index && !flce_ref_row_counts(targets[i], V, opt);
+        n_valid += fused_lce_ref_row_counts(targets[i], V, opt);
+        n_bad += targets[i] != opt.ignore_index && !fused_lce_ref_row_counts(targets[i], V, opt);
     }
-    if (n_bad) fprintf(stderr, "warning: flce_ref: %d targets outside [0, %d), treated as ignored\n", n_bad, V);
+    if (n_bad) fprintf(stderr, "warning: fused_lce_ref: %d targets outside [0, %d), treated as ignored\n", n_bad, V);
     double total = 0.0;
     for (int i = 0; i < N; i++) {
         const float* xi = x + (size_t)i * C;
@@ -96,7 +96,7 @@ static double flce_ref_compute(double* loss_rows, double* lse,    // (N), (N)
         double se = 0.0, ssum = 0.0;  // relative to the max, so that exp cannot overflow
         for (int j = 0; j < V; j++) { se += exp(s[j] - mx); ssum += s[j]; }
         double l = mx + log(se);
-        int t = targets[i], counts = flce_ref_row_counts(t, V, opt);
+        int t = targets[i], counts = fused_lce_ref_row_counts(t, V, opt);
         lse[i] = l;
         loss_rows[i] = counts ? l - (1.0 - eps) * s[t] - eps / V * ssum + zl * l * l : 0.0;
         total += loss_rows[i];
@@ -124,31 +124,31 @@ typedef struct {
     double* lse;        // (N)
     double* dx;         // (N, C)
     double* dW;         // (Vp, C) dW0 + the gradient; rows >= V equal dW0
-} FlceRefResult;
+} FusedLceRefResult;
 
-// Everything at once, in freshly allocated arrays (free with flce_ref_result_free). dW0 (Vp, C) is the
-// gradient the head adds into (NULL: zeros). flce_ref_forward_backward is the exact one.
-static FlceRefResult flce_ref_forward_backward_g(const float* x, const float* W, const int* targets,  // (N, C), (Vp, C), (N)
-                                                 int N, int C, int V, int Vp, FlceOptions opt,
-                                                 double dloss, const double* dloss_rows,  // (N) or NULL
-                                                 const float* dW0, int round_g_bf16) {    // (Vp, C) or NULL
-    FlceRefResult r;
+// Everything at once, in freshly allocated arrays (free with fused_lce_ref_result_free). dW0 (Vp, C) is the
+// gradient the head adds into (NULL: zeros). fused_lce_ref_forward_backward is the exact one.
+static FusedLceRefResult fused_lce_ref_forward_backward_g(const float* x, const float* W, const int* targets,  // (N, C), (Vp, C), (N)
+                                                          int N, int C, int V, int Vp, FusedLceOptions opt,
+                                                          double dloss, const double* dloss_rows,  // (N) or NULL
+                                                          const float* dW0, int round_g_bf16) {    // (Vp, C) or NULL
+    FusedLceRefResult r;
     r.loss_rows = (double*)malloc_check((size_t)N * sizeof(double));
     r.lse = (double*)malloc_check((size_t)N * sizeof(double));
     r.dx = (double*)malloc_check((size_t)N * C * sizeof(double));
     r.dW = (double*)malloc_check((size_t)Vp * C * sizeof(double));
     for (size_t i = 0; i < (size_t)Vp * C; i++) r.dW[i] = dW0 ? (double)dW0[i] : 0.0;
     r.n_valid = 0;
-    for (int i = 0; i < N; i++) r.n_valid += flce_ref_row_counts(targets[i], V, opt);
-    r.loss = flce_ref_compute(r.loss_rows, r.lse, r.dx, r.dW, x, targets, W, N, C, V, opt, dloss, dloss_rows,
-                              round_g_bf16);
+    for (int i = 0; i < N; i++) r.n_valid += fused_lce_ref_row_counts(targets[i], V, opt);
+    r.loss = fused_lce_ref_compute(r.loss_rows, r.lse, r.dx, r.dW, x, targets, W, N, C, V, opt, dloss, dloss_rows,
+                                   round_g_bf16);
     return r;
 }
-static FlceRefResult flce_ref_forward_backward(const float* x, const float* W, const int* targets,  // (N, C), (Vp, C), (N)
-                                               int N, int C, int V, int Vp, FlceOptions opt,
-                                               double dloss, const double* dloss_rows,  // (N) or NULL
-                                               const float* dW0) {                      // (Vp, C) or NULL
-    return flce_ref_forward_backward_g(x, W, targets, N, C, V, Vp, opt, dloss, dloss_rows, dW0, 0);
+static FusedLceRefResult fused_lce_ref_forward_backward(const float* x, const float* W, const int* targets,  // (N, C), (Vp, C), (N)
+                                                        int N, int C, int V, int Vp, FusedLceOptions opt,
+                                                        double dloss, const double* dloss_rows,  // (N) or NULL
+                                                        const float* dW0) {                      // (Vp, C) or NULL
+    return fused_lce_ref_forward_backward_g(x, W, targets, N, C, V, Vp, opt, dloss, dloss_rows, dW0, 0);
 }
 
 // dW of the staged path (llmc/head/fused_lce_staged.cuh) with its exact roundings, for a sharp check of
@@ -156,12 +156,12 @@ static FlceRefResult flce_ref_forward_backward(const float* x, const float* W, c
 // W_j (soft-capped), E_rj = bf16(exp(s_rj − R_r)·c_j), α_r = scale_r·k_r·exp(R_r − lse_r), x'_r = bf16(α_r·x_r)
 // and E_rt = bf16((exp(s_rt − R_r) − (1−ε)·exp(lse_r − R_r)/k_r)·c_t). lse from a reference run (fp64).
 // Rows whose lse − R exceeds the restage gap are not modelled (the kernel stages them again): NULL then.
-static double* flce_ref_staged_dw(const float* x, const float* W, const int* targets, const double* lse,
-                                  int N, int C, int V, int Vp, FlceOptions opt, double dloss,
-                                  const double* dloss_rows, const float* dW0, double gap) {
+static double* fused_lce_ref_staged_dw(const float* x, const float* W, const int* targets, const double* lse,
+                                       int N, int C, int V, int Vp, FusedLceOptions opt, double dloss,
+                                       const double* dloss_rows, const float* dW0, double gap) {
     double eps = opt.label_smoothing, cap = opt.softcap, zl = opt.z_loss;
     int n_valid = 0;
-    for (int i = 0; i < N; i++) n_valid += flce_ref_row_counts(targets[i], V, opt);
+    for (int i = 0; i < N; i++) n_valid += fused_lce_ref_row_counts(targets[i], V, opt);
     double* dW = (double*)malloc_check((size_t)Vp * C * sizeof(double));
     for (size_t i = 0; i < (size_t)Vp * C; i++) dW[i] = dW0 ? (double)dW0[i] : 0.0;
     double* wmean = (double*)calloc(C, sizeof(double));
@@ -173,7 +173,7 @@ static double* flce_ref_staged_dw(const float* x, const float* W, const int* tar
     for (int k = 0; k < C; k++) wmean[k] /= V;
     for (int i = 0; i < N; i++) {
         const float* xi = x + (size_t)i * C;
-        int t = targets[i], counts = flce_ref_row_counts(t, V, opt);
+        int t = targets[i], counts = fused_lce_ref_row_counts(t, V, opt);
         double scale = !counts ? 0.0 : dloss_rows ? dloss_rows[i] : dloss / n_valid;
         double R = 0.0;
         for (int k = 0; k < C; k++) R += xi[k] * wmean[k];
@@ -202,17 +202,17 @@ static double* flce_ref_staged_dw(const float* x, const float* W, const int* tar
     return dW;
 }
 
-static void flce_ref_result_free(FlceRefResult* r) {
+static void fused_lce_ref_result_free(FusedLceRefResult* r) {
     free(r->loss_rows); free(r->lse); free(r->dx); free(r->dW);
     r->loss_rows = r->lse = r->dx = r->dW = NULL;
 }
 
 // --- error statistics ---------------------------------------------------------------------------
 
-// Relative error of element i: |got_i − ref_i| / (|ref_i| + FLCE_REL_FLOOR·max|ref|). The floor keeps
+// Relative error of element i: |got_i − ref_i| / (|ref_i| + FUSED_LCE_REL_FLOOR·max|ref|). The floor keeps
 // elements near zero (cancellation in a gradient) from dominating; where max|ref| = 0 any nonzero
 // difference is an infinite error. "Of max" tolerances compare max_abs against max_ref instead.
-#define FLCE_REL_FLOOR 1e-3
+#define FUSED_LCE_REL_FLOOR 1e-3
 
 typedef struct {
     double max_abs;  // max |got − ref|
@@ -220,12 +220,12 @@ typedef struct {
     double max_ref;  // max |ref|
     double l2_rel;   // ||got − ref||₂ / ||ref||₂: blind to one odd element, sensitive to a systematic error
     size_t worst;    // index of the element with the largest relative error
-} FlceErrStats;
+} FusedLceErrStats;
 
 // got and ref, each minus base (NULL: 0) when given: compares increments, e.g. of an accumulated dW.
 // A NaN in got counts as an infinite error.
-static FlceErrStats flce_ref_err_stats(const float* got, const double* ref, const float* base, size_t n) {
-    FlceErrStats e;
+static FusedLceErrStats fused_lce_ref_err_stats(const float* got, const double* ref, const float* base, size_t n) {
+    FusedLceErrStats e;
     e.max_abs = e.max_rel = e.max_ref = e.l2_rel = 0.0;
     e.worst = 0;
     double sd = 0.0, sr = 0.0;
@@ -237,7 +237,7 @@ static FlceErrStats flce_ref_err_stats(const float* got, const double* ref, cons
         double b = base ? (double)base[i] : 0.0;
         double r = ref[i] - b, d = fabs(((double)got[i] - b) - r);
         if (d != d) d = INFINITY;
-        double den = fabs(r) + FLCE_REL_FLOOR * e.max_ref;
+        double den = fabs(r) + FUSED_LCE_REL_FLOOR * e.max_ref;
         double rel = d == 0.0 ? 0.0 : den > 0.0 ? d / den : INFINITY;
         if (d > e.max_abs) e.max_abs = d;
         if (rel > e.max_rel) { e.max_rel = rel; e.worst = i; }
@@ -250,8 +250,8 @@ static FlceErrStats flce_ref_err_stats(const float* got, const double* ref, cons
 
 // Prints "name: max_abs=... (... of max|ref| ...) l2_rel=... max_rel=... at [i] (got ..., ref ...)" and
 // returns the stats.
-static FlceErrStats flce_ref_compare(const char* name, const float* got, const double* ref, const float* base, size_t n) {
-    FlceErrStats e = flce_ref_err_stats(got, ref, base, n);
+static FusedLceErrStats fused_lce_ref_compare(const char* name, const float* got, const double* ref, const float* base, size_t n) {
+    FusedLceErrStats e = fused_lce_ref_err_stats(got, ref, base, n);
     double b = (n && base) ? (double)base[e.worst] : 0.0;
     printf("  %-20s max_abs=%.2e (%.2e of max|ref| %.3g) l2_rel=%.2e max_rel=%.2e at [%zu] (got %.7g ref %.7g)\n",
            name, e.max_abs, e.max_ref > 0.0 ? e.max_abs / e.max_ref : 0.0, e.max_ref, e.l2_rel, e.max_rel, e.worst,
@@ -260,35 +260,35 @@ static FlceErrStats flce_ref_compare(const char* name, const float* got, const d
 }
 
 // The same for bf16 outputs (bits as uint16_t, e.g. a downloaded dx).
-static FlceErrStats flce_ref_compare_bf16(const char* name, const uint16_t* got, const double* ref, size_t n) {
+static FusedLceErrStats fused_lce_ref_compare_bf16(const char* name, const uint16_t* got, const double* ref, size_t n) {
     float* f = (float*)malloc_check(n * sizeof(float));
     for (size_t i = 0; i < n; i++) f[i] = bf16_bits_to_float(got[i]);
-    FlceErrStats e = flce_ref_compare(name, f, ref, NULL, n);
+    FusedLceErrStats e = fused_lce_ref_compare(name, f, ref, NULL, n);
     free(f);
     return e;
 }
 
-// Tolerances of flce_ref_check_outputs: lse and loss as max_rel; dx and the dW increment as max_abs over
+// Tolerances of fused_lce_ref_check_outputs: lse and loss as max_rel; dx and the dW increment as max_abs over
 // max|ref| (gradients cancel, so "of max" is the meaningful scale for bf16 rounding errors).
-typedef struct { double lse, loss, dx, dW; } FlceTolerance;
+typedef struct { double lse, loss, dx, dW; } FusedLceTolerance;
 
 // Compares every output of the head against the reference; prints one line per output and returns 1
 // when all pass. Rows of dW >= V must equal dW0 exactly (NULL: 0). dx and dW may be NULL (loss only).
-static int flce_ref_check_outputs(const char* name, const FlceRefResult* ref, FlceTolerance tol,
-                                  float loss, const float* loss_rows, const float* lse,  // (1), (N), (N)
-                                  const float* dx, const float* dW,                      // (N, C), (Vp, C)
-                                  const float* dW0, int N, int C, int V, int Vp) {       // (Vp, C) or NULL
+static int fused_lce_ref_check_outputs(const char* name, const FusedLceRefResult* ref, FusedLceTolerance tol,
+                                       float loss, const float* loss_rows, const float* lse,  // (1), (N), (N)
+                                       const float* dx, const float* dW,                      // (N, C), (Vp, C)
+                                       const float* dW0, int N, int C, int V, int Vp) {       // (Vp, C) or NULL
     int ok = 1;
     printf("%s\n", name);
-    ok &= flce_ref_compare("loss (mean)", &loss, &ref->loss, NULL, 1).max_rel <= tol.loss;
-    ok &= flce_ref_compare("loss (rows)", loss_rows, ref->loss_rows, NULL, (size_t)N).max_rel <= tol.loss;
-    ok &= flce_ref_compare("lse", lse, ref->lse, NULL, (size_t)N).max_rel <= tol.lse;
+    ok &= fused_lce_ref_compare("loss (mean)", &loss, &ref->loss, NULL, 1).max_rel <= tol.loss;
+    ok &= fused_lce_ref_compare("loss (rows)", loss_rows, ref->loss_rows, NULL, (size_t)N).max_rel <= tol.loss;
+    ok &= fused_lce_ref_compare("lse", lse, ref->lse, NULL, (size_t)N).max_rel <= tol.lse;
     if (dx) {
-        FlceErrStats e = flce_ref_compare("dx", dx, ref->dx, NULL, (size_t)N * C);
+        FusedLceErrStats e = fused_lce_ref_compare("dx", dx, ref->dx, NULL, (size_t)N * C);
         ok &= e.max_abs <= tol.dx * e.max_ref;
     }
     if (dW) {
-        FlceErrStats e = flce_ref_compare("dW - dW0 (rows < V)", dW, ref->dW, dW0, (size_t)V * C);
+        FusedLceErrStats e = fused_lce_ref_compare("dW - dW0 (rows < V)", dW, ref->dW, dW0, (size_t)V * C);
         ok &= e.max_abs <= tol.dW * e.max_ref;
         size_t changed = 0;  // padded rows: exactly the values that were there before
         for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++) changed += dW[i] != (dW0 ? dW0[i] : 0.0f);

@@ -64,7 +64,7 @@ static void rank_build(Model* m, GpuContext* ctx, Comm* comm, CommLocal* group, 
     gpu_context_build(ctx, 0);
     if (group) comm_local(comm, group, rank);
     comm->zero = zero;
-    model_build(m, &c, B_, T_, 0, FLCE_PATH_BLOCKS, FLCE_DEFAULT_SCRATCH, group ? comm : NULL);
+    model_build(m, &c, B_, T_, 0, FUSED_LCE_PATH_BLOCKS, FUSED_LCE_DEFAULT_SCRATCH, group ? comm : NULL);
 }
 
 // One rank's run of a job (dist_harness.cuh starts the ranks): build, init or load, the steps, save, outputs.

@@ -48,8 +48,8 @@ static Problem problem_make(int N, int C, int V, int Vp, float logit_std, int ig
 
 static void problem_free(Problem* p) { free(p->x); free(p->W); free(p->t); free(p->dW0); }
 
-static FlceOptions options(float z_loss, float softcap, float smoothing) {
-    FlceOptions o = flce_options_default();
+static FusedLceOptions options(float z_loss, float softcap, float smoothing) {
+    FusedLceOptions o = fused_lce_options_default();
     o.z_loss = z_loss; o.softcap = softcap; o.label_smoothing = smoothing;
     return o;
 }
@@ -57,11 +57,11 @@ static FlceOptions options(float z_loss, float softcap, float smoothing) {
 // --- (i) the reference -------------------------------------------------------------------------------
 
 // The objective whose gradient the reference returns: dloss·mean, or Σ dloss_rows[i]·loss_i.
-static double objective(const Problem* p, const float* x, const float* W, FlceOptions opt, double dloss,
+static double objective(const Problem* p, const float* x, const float* W, FusedLceOptions opt, double dloss,
                         const double* dloss_rows) {
     double* loss_rows = (double*)malloc_check((size_t)p->N * sizeof(double));
     double* lse = (double*)malloc_check((size_t)p->N * sizeof(double));
-    double f = flce_ref_compute(loss_rows, lse, NULL, NULL, x, p->t, W, p->N, p->C, p->V, opt, dloss, dloss_rows, 0);
+    double f = fused_lce_ref_compute(loss_rows, lse, NULL, NULL, x, p->t, W, p->N, p->C, p->V, opt, dloss, dloss_rows, 0);
     if (dloss_rows) { f = 0.0; for (int i = 0; i < p->N; i++) f += dloss_rows[i] * loss_rows[i]; }
     else f *= dloss;
     free(loss_rows); free(lse);
@@ -73,7 +73,7 @@ static double objective(const Problem* p, const float* x, const float* W, FlceOp
 // of the two floats anyway. The O(h²) truncation is ~1e-9 of the gradient, the loss's rounding ~1e-16/h
 // ~1e-11: measured ≤ 3e-9, against a tolerance of 1e-7 (a wrong term in a gradient gives ≥ 1e-3).
 static double fd_error(const Problem* p, float* v, size_t n, const double* analytic, const float* base,
-                       float* x, float* W, FlceOptions opt, double dloss, const double* dloss_rows) {
+                       float* x, float* W, FusedLceOptions opt, double dloss, const double* dloss_rows) {
     const float h = 0x1p-14f;
     double max_err = 0.0, max_an = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -92,7 +92,7 @@ static double fd_error(const Problem* p, float* v, size_t n, const double* analy
 
 // The textbook forward: p = softmax(s) without max subtraction (logits here are small), loss_i =
 // −Σ_j q_j log p_j + z·lse² with q = (1−ε)·onehot + ε/V. Independent of the reference's formula.
-static double textbook_error(const Problem* p, FlceOptions opt, const FlceRefResult* ref) {
+static double textbook_error(const Problem* p, FusedLceOptions opt, const FusedLceRefResult* ref) {
     double err = 0.0, total = 0.0, eps = opt.label_smoothing;
     int n_valid = 0;
     for (int i = 0; i < p->N; i++) {
@@ -114,13 +114,13 @@ static double textbook_error(const Problem* p, FlceOptions opt, const FlceRefRes
     return fmax(err, fabs(mean - ref->loss) / fmax(fabs(mean), 1e-300));
 }
 
-static void test_reference(const char* name, int ignore_every, FlceOptions opt, double dloss, int per_row) {
+static void test_reference(const char* name, int ignore_every, FusedLceOptions opt, double dloss, int per_row) {
     Problem p = problem_make(6, 5, 7, 8, 2.0f, ignore_every, opt.ignore_index, 11);
     double dloss_rows[6] = {0};
     uint64_t rng = 99;
     for (int i = 0; i < p.N; i++) dloss_rows[i] = 2.0 * rand_uniform(&rng) - 1.0;  // signs of both kinds
     const double* dlr = per_row ? dloss_rows : NULL;
-    FlceRefResult ref = flce_ref_forward_backward(p.x, p.W, p.t, p.N, p.C, p.V, p.Vp, opt, dloss, dlr, p.dW0);
+    FusedLceRefResult ref = fused_lce_ref_forward_backward(p.x, p.W, p.t, p.N, p.C, p.V, p.Vp, opt, dloss, dlr, p.dW0);
     double e_fwd = textbook_error(&p, opt, &ref);
     double e_dx = fd_error(&p, p.x, (size_t)p.N * p.C, ref.dx, NULL, p.x, p.W, opt, dloss, dlr);
     // all Vp rows: the padded ones must have a zero gradient, and finite differences agree
@@ -133,7 +133,7 @@ static void test_reference(const char* name, int ignore_every, FlceOptions opt, 
     for (int i = 0; i < p.N; i++)
         for (int k = 0; k < p.C && p.t[i] == opt.ignore_index; k++) zero &= ref.dx[i * p.C + k] == 0.0;
     EXPECT(zero, "%s: an ignored row has a non-zero dx", name);
-    flce_ref_result_free(&ref);
+    fused_lce_ref_result_free(&ref);
     problem_free(&p);
 }
 
@@ -148,8 +148,8 @@ static void test_reference(const char* name, int ignore_every, FlceOptions opt, 
 // 2^-8 of max by itself, and it is systematic, not random: g_t ≈ −scale in every row, so all rows round
 // alike, by the bf16 error of 1/N_valid (3.4e-3 for 240; 0 for 256). Even the l2 error then reaches ~2^-8
 // (measured here: up to 3.6e-3 of max, l2 3.2e-3). Nothing much tighter than the bound is safe.
-static const FlceTolerance TOL = {1e-5, 1e-5, 8e-3, 8e-3};
-// Against the reference with g rounded to bf16 too (flce_ref_forward_backward_g): what is left is fp32
+static const FusedLceTolerance TOL = {1e-5, 1e-5, 8e-3, 8e-3};
+// Against the reference with g rounded to bf16 too (fused_lce_ref_forward_backward_g): what is left is fp32
 // accumulation (~1e-6) and the few g whose rounding fp32 noise flips by one bf16 ulp (2^-7 of that g).
 // A flip of a large g moves one row of dx by up to 2^-7 of that row, so the max norm cannot be tight
 // here; the l2 norm can: a flip of the target's g in one of ≥ 100 valid rows moves it by ≤ 2^-7/√100
@@ -165,15 +165,15 @@ static const Blocking BLOCKINGS[] = {{64, 128, 32}, {128, 256, 64}, {16, 32, 16}
 #define NUM_BLOCKINGS ((int)(sizeof(BLOCKINGS) / sizeof(BLOCKINGS[0])))
 
 // One problem, checked at `nb` blockings (from the first). Returns nothing: every check is an EXPECT.
-static void test_tiled(const char* name, const Problem* p, FlceOptions opt, const float* dloss_rows, int nb) {
+static void test_tiled(const char* name, const Problem* p, FusedLceOptions opt, const float* dloss_rows, int nb) {
     int N = p->N, C = p->C, V = p->V, Vp = p->Vp;
     double* dlr = NULL;
     if (dloss_rows) {
         dlr = (double*)malloc_check((size_t)N * sizeof(double));
         for (int i = 0; i < N; i++) dlr[i] = dloss_rows[i];
     }
-    FlceRefResult ref = flce_ref_forward_backward(p->x, p->W, p->t, N, C, V, Vp, opt, 1.0, dlr, p->dW0);
-    FlceRefResult model = flce_ref_forward_backward_g(p->x, p->W, p->t, N, C, V, Vp, opt, 1.0, dlr, p->dW0, 1);
+    FusedLceRefResult ref = fused_lce_ref_forward_backward(p->x, p->W, p->t, N, C, V, Vp, opt, 1.0, dlr, p->dW0);
+    FusedLceRefResult model = fused_lce_ref_forward_backward_g(p->x, p->W, p->t, N, C, V, Vp, opt, 1.0, dlr, p->dW0, 1);
     float* loss_rows = (float*)malloc_check((size_t)N * sizeof(float));
     float* lse = (float*)malloc_check((size_t)N * sizeof(float));
     float* dx = (float*)malloc_check((size_t)N * C * sizeof(float));
@@ -183,16 +183,16 @@ static void test_tiled(const char* name, const Problem* p, FlceOptions opt, cons
         for (size_t i = 0; i < (size_t)N * C; i++) dx[i] = NAN;  // poison: every element must be written
         memcpy(dW, p->dW0, (size_t)Vp * C * sizeof(float));
         int lazy = b % 2;  // every other blocking with the wgmma forward's fold
-        float loss = flce_cpu_forward(loss_rows, lse, p->x, p->t, p->W, N, C, V, Vp, opt, bl.BM, bl.BN, bl.BK, lazy);
-        flce_cpu_backward(dx, dW, lse, p->x, p->t, dloss_rows, 1.0f, p->W, N, C, V, Vp, opt, bl.BM, bl.BN, bl.BK);
+        float loss = fused_lce_cpu_forward(loss_rows, lse, p->x, p->t, p->W, N, C, V, Vp, opt, bl.BM, bl.BN, bl.BK, lazy);
+        fused_lce_cpu_backward(dx, dW, lse, p->x, p->t, dloss_rows, 1.0f, p->W, N, C, V, Vp, opt, bl.BM, bl.BN, bl.BK);
         char title[160];
         snprintf(title, sizeof(title), "tiled %d/%d/%d%s, %s (N=%d C=%d V=%d Vp=%d, %d valid)", bl.BM, bl.BN, bl.BK,
                  lazy ? " lazy max" : "", name, N, C, V, Vp, ref.n_valid);
-        int ok = flce_ref_check_outputs(title, &ref, TOL, loss, loss_rows, lse, dx, dW, p->dW0, N, C, V, Vp);
+        int ok = fused_lce_ref_check_outputs(title, &ref, TOL, loss, loss_rows, lse, dx, dW, p->dW0, N, C, V, Vp);
         EXPECT(ok, "%s: outside the tolerances", title);
-        FlceErrStats e = flce_ref_compare("dx vs bf16-g model", dx, model.dx, NULL, (size_t)N * C);
+        FusedLceErrStats e = fused_lce_ref_compare("dx vs bf16-g model", dx, model.dx, NULL, (size_t)N * C);
         EXPECT(e.l2_rel <= TOL_MODEL, "%s: dx l2_rel %.2e from the bf16-g model", title, e.l2_rel);
-        e = flce_ref_compare("dW vs bf16-g model", dW, model.dW, p->dW0, (size_t)V * C);
+        e = fused_lce_ref_compare("dW vs bf16-g model", dW, model.dW, p->dW0, (size_t)V * C);
         EXPECT(e.l2_rel <= TOL_MODEL, "%s: dW l2_rel %.2e from the bf16-g model", title, e.l2_rel);
         if (ref.n_valid == 0) {  // nothing counts: exact zeros, dW bitwise as it was
             int zero = loss == 0.0f;
@@ -203,14 +203,14 @@ static void test_tiled(const char* name, const Problem* p, FlceOptions opt, cons
         }
     }
     free(loss_rows); free(lse); free(dx); free(dW); free(dlr);
-    flce_ref_result_free(&ref);
-    flce_ref_result_free(&model);
+    fused_lce_ref_result_free(&ref);
+    fused_lce_ref_result_free(&model);
 }
 
 int main(void) {
-    FlceOptions plain = flce_options_default();
-    FlceOptions all = options(0.05f, 2.5f, 0.2f);  // strong settings: each term visibly changes the gradient
-    FlceOptions odd_ignore = plain;
+    FusedLceOptions plain = fused_lce_options_default();
+    FusedLceOptions all = options(0.05f, 2.5f, 0.2f);  // strong settings: each term visibly changes the gradient
+    FusedLceOptions odd_ignore = plain;
     odd_ignore.ignore_index = -100;  // the option is honoured, not the trainer's constant
 
     test_reference("plain", 0, plain, 1.0, 0);
@@ -223,7 +223,7 @@ int main(void) {
     test_reference("all rows ignored", 1, all, 1.0, 0);
 
     // option values of a real run
-    FlceOptions lm = options(1e-4f, 15.0f, 0.1f);
+    FusedLceOptions lm = options(1e-4f, 15.0f, 0.1f);
     Problem p;
     p = problem_make(300, 96, 1000, 1024, 3.0f, 5, plain.ignore_index, 1);
     test_tiled("every 5th row ignored", &p, plain, NULL, NUM_BLOCKINGS);

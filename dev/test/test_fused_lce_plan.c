@@ -7,7 +7,7 @@
 #include "../cuda/wgmma_gemm_plan.h"
 #include "testing.h"
 
-static int round_up(int a, int b) { return flce_plan_ceil_div(a, b) * b; }
+static int round_up(int a, int b) { return fused_lce_plan_ceil_div(a, b) * b; }
 
 // The grid counts one check per property, which passes when it holds in every case; each failing case
 // is printed. The number of cases is printed apart, so that the total of checks is not read as coverage.
@@ -33,26 +33,43 @@ static void grid_summary(void) {
     printf("grid: %d properties (one check each) over %d case checks\n", G_PROPS, cases);
 }
 
+// The layout's question for the tests: tiles of 64 x 256 on 132 SMs (an H100's)
+static FusedLceBlockPlanSpec spec(int N, int C, int V, int vb_max, int wgmma, FusedLceGemmCost cost, void* arg) {
+    FusedLceBlockPlanSpec sp = {N, C, V, vb_max, wgmma, 64, 256, 132, cost, arg};
+    return sp;
+}
+
+// fused_lce_block_plan and fused_lce_plan_cost of spec(...)
+static FusedLceBlockPlan plan(size_t bytes, int N, int C, int V, int vb_max, int wgmma, FusedLceGemmCost cost, void* arg) {
+    FusedLceBlockPlanSpec sp = spec(N, C, V, vb_max, wgmma, cost, arg);
+    return fused_lce_block_plan(bytes, &sp);
+}
+
+static double plan_cost(int nb, int vb, int N, int C, int V, int wgmma, FusedLceGemmCost cost, void* arg) {
+    FusedLceBlockPlanSpec sp = spec(N, C, V, 0, wgmma, cost, arg);
+    return fused_lce_plan_cost(nb, vb, &sp);
+}
+
 static void check_plan(size_t bytes, int N, int C, int V, int vb_max, int wgmma) {
-    FlceBlockPlan p = flce_block_plan(bytes, N, C, V, vb_max, wgmma, 64, 256, 132, NULL, NULL);
+    FusedLceBlockPlan p = plan(bytes, N, C, V, vb_max, wgmma, NULL, NULL);
     int align = wgmma ? 256 : 16;
     // the fewest-blocks layout: what a plan without the search would take
-    int vb0 = round_up(flce_plan_ceil_div(V, flce_plan_ceil_div(V, vb_max)), align);
-    size_t nb0 = bytes / flce_plan_row_bytes(vb0, C, wgmma) / 16 * 16;
+    int vb0 = round_up(fused_lce_plan_ceil_div(V, fused_lce_plan_ceil_div(V, vb_max)), align);
+    size_t nb0 = bytes / fused_lce_plan_row_bytes(vb0, C, wgmma) / 16 * 16;
     if (nb0 > (size_t)round_up(N, 16)) nb0 = (size_t)round_up(N, 16);
     if (p.bytes == 0) {
         GRID_EXPECT(G_REFUSED, nb0 < 16, "N=%d C=%d V=%d budget %zu: refused, but %zu rows of %d columns fit", N, C, V, bytes, nb0, vb0);
         return;
     }
     GRID_EXPECT(G_BUDGET, p.bytes <= bytes, "N=%d C=%d V=%d: takes %zu bytes of a %zu budget", N, C, V, p.bytes, bytes);
-    GRID_EXPECT(G_BYTES, p.bytes == (size_t)p.nb * flce_plan_row_bytes(p.vb, C, wgmma), "N=%d C=%d V=%d: bytes %zu for %d x %d",
+    GRID_EXPECT(G_BYTES, p.bytes == (size_t)p.nb * fused_lce_plan_row_bytes(p.vb, C, wgmma), "N=%d C=%d V=%d: bytes %zu for %d x %d",
            N, C, V, p.bytes, p.nb, p.vb);
     GRID_EXPECT(G_ROWS, p.nb >= 16 && p.nb % 16 == 0 && p.nb <= round_up(N, 16), "N=%d C=%d V=%d: %d rows per block", N, C, V, p.nb);
     GRID_EXPECT(G_COLUMNS, p.vb % align == 0 && p.vb <= round_up(vb_max, align) && p.vb > 0, "N=%d C=%d V=%d vb_max %d: %d columns",
            N, C, V, vb_max, p.vb);
     if (wgmma && nb0 >= 16) {  // (more vocab blocks may fit where the fewest do not)
-        double c = flce_plan_cost(p.nb, p.vb, N, C, V, 64, 256, 132, NULL, NULL);
-        double c0 = flce_plan_cost((int)nb0, vb0, N, C, V, 64, 256, 132, NULL, NULL);
+        double c = plan_cost(p.nb, p.vb, N, C, V, 1, NULL, NULL);
+        double c0 = plan_cost((int)nb0, vb0, N, C, V, 1, NULL, NULL);
         GRID_EXPECT(G_COST, c <= c0, "N=%d C=%d V=%d: cost %.0f above the fewest blocks' %.0f", N, C, V, c, c0);
     }
 }
@@ -77,73 +94,73 @@ int main(void) {
 
     // quoted in llmc/head/fused_lce_blocks_plan.h: the trainer's d12 head (65536 x 768 x 50257, ~63 MiB left for it)
     size_t budget = ((size_t)64 << 20) - (2 * 65536 + 3 * 4 * (128 * 132 + 65536)) * 4;
-    FlceBlockPlan p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, NULL, NULL);
+    FusedLceBlockPlan p = plan(budget, 65536, 768, 50257, 4096, 1, NULL, NULL);
     EXPECT(p.vb == 3584 && p.nb == 6016, "65536 x 768: %d rows x %d columns, expected 6016 x 3584", p.nb, p.vb);
-    double waves = flce_plan_cost(p.nb, p.vb, 65536, 1, 50257, 64, 256, 132, NULL, NULL) - 256.0 * 11 * 15;
+    double waves = plan_cost(p.nb, p.vb, 65536, 1, 50257, 1, NULL, NULL) - 256.0 * 11 * 15;
     EXPECT(waves == 1537, "65536 x 768: %.0f waves", waves);
-    waves = flce_plan_cost(5552, 4096, 65536, 1, 50257, 64, 256, 132, NULL, NULL) - 256.0 * 12 * 13;
+    waves = plan_cost(5552, 4096, 65536, 1, 50257, 1, NULL, NULL) - 256.0 * 12 * 13;
     EXPECT(waves == 1607, "the fewest blocks: %.0f waves", waves);
     // the GEMMs' cost counted: every block once per layout, and it moves the choice
     double logits = 0.0;
-    flce_plan_cost(6016, 3584, 65536, 768, 50257, 64, 256, 132, count_logits, &logits);
+    plan_cost(6016, 3584, 65536, 768, 50257, 1, count_logits, &logits);
     EXPECT(logits == 65536.0 * 50257, "the GEMM cost was asked about %.0f logits, expected %.0f", logits,
            65536.0 * 50257);
-    p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, only_4096, NULL);
+    p = plan(budget, 65536, 768, 50257, 4096, 1, only_4096, NULL);
     EXPECT(p.vb == 4096, "65536 x 768 with a GEMM cost that wants 4096 columns: %d x %d", p.nb, p.vb);
     // the Hopper build's GEMMs (dev/cuda/wgmma_gemm.cuh) on a block of 5552 x 4096 at C = 768, 132 SMs, in one
     // launch: dx in 44 x 3 tiles of 256 columns (K = 4096) on SMs 0-131, then dW in 32 x 4 of 192 (K =
     // 5552) on SMs 0-127, in units of 64-row tiles, plus the launch; at C = 1600 dx in 44 x 9 tiles of 192
     // (three per SM), then dW in 32 x 7 of 256: two more on SMs 0-91, one on the others
     int bn_dx = 0, bn_dw = 0;
-    double gc = flce_plan_pair_bn(5552, 768, 4096, 132, &bn_dx, &bn_dw);
+    double gc = fused_lce_plan_pair_bn(5552, 768, 4096, 132, &bn_dx, &bn_dw);
     EXPECT(bn_dx == 256 && bn_dw == 192 && gc == 2.0 * 4096 + 2.0 * 5552 * 192 / 256,
            "dx and dW at 5552 x 4096, C = 768: %d and %d columns, cost %.0f", bn_dx, bn_dw, gc);
-    gc = flce_plan_pair_bn(5552, 1600, 4096, 132, &bn_dx, &bn_dw);
+    gc = fused_lce_plan_pair_bn(5552, 1600, 4096, 132, &bn_dx, &bn_dw);
     EXPECT(bn_dx == 192 && bn_dw == 256 && gc == 3 * 2.0 * 4096 * 192 / 256 + 2 * 2.0 * 5552,
            "dx and dW at 5552 x 4096, C = 1600: %d and %d columns, cost %.0f", bn_dx, bn_dw, gc);
     // tiles dealt in turn: on 3 SMs dx's 2 x 2 tiles (K = 128) are 0-3, dW's 1 x 2 (K = 256) 4 and 5, so
     // SM 0 takes two dx tiles and SMs 1 and 2 a dx and a dW tile each
-    gc = flce_plan_pair_cost(256, 512, 128, 256, 256, 3);
+    gc = fused_lce_plan_pair_cost(256, 512, 128, 256, 256, 3);
     EXPECT(gc == 2.0 * 128 + 2.0 * 256, "a dx tile and a dW tile on the busiest of 3 SMs: cost %.0f", gc);
-    FlceWgGemmCost hopper = {768, 132};
-    gc = flce_plan_wg_gemm_cost(&hopper, 5552, 4096);
+    FusedLceWgGemmCost hopper = {768, 132};
+    gc = fused_lce_plan_wg_gemm_cost(&hopper, 5552, 4096);
     EXPECT(gc == 2.0 * 4096 + 2.0 * 5552 * 192 / 256 + 256, "our GEMMs at 5552 x 4096, C = 768: cost %.0f", gc);
-    p = flce_block_plan(budget, 65536, 768, 50257, 4096, 1, 64, 256, 132, flce_plan_wg_gemm_cost, &hopper);
+    p = plan(budget, 65536, 768, 50257, 4096, 1, fused_lce_plan_wg_gemm_cost, &hopper);
     EXPECT(p.nb == 5552 && p.vb == 4096, "65536 x 768 counting our GEMMs: %d x %d, expected 5552 x 4096", p.nb, p.vb);
     // without wgmma: the plain layout, as before the search
-    p = flce_block_plan(budget, 65536, 768, 50257, 4096, 0, 64, 256, 132, NULL, NULL);
+    p = plan(budget, 65536, 768, 50257, 4096, 0, NULL, NULL);
     EXPECT(p.vb == 3872 && p.nb == (int)(budget / (3872 * 4 + 768 * 4 + 16) / 16 * 16),
            "65536 x 768 without wgmma: %d rows x %d columns", p.nb, p.vb);
     // the default widest vocab block: 4096; with wgmma wider for few rows, one block's bf16 gradient within
     // 20 MiB and all rows in one row block; never narrower than 4096, so wherever blocks of 4096 fit, it
     // does too
     size_t b64 = (size_t)64 << 20;
-    EXPECT(flce_plan_vocab_max(65536, b64, 768, 1) == 4096 && flce_plan_vocab_max(2560, b64, 768, 1) == 4096,
-           "the default for many rows: %d, %d", flce_plan_vocab_max(65536, b64, 768, 1),
-           flce_plan_vocab_max(2560, b64, 768, 1));
-    EXPECT(flce_plan_vocab_max(1024, b64, 4096, 1) == 10240 && flce_plan_vocab_max(2048, b64, 768, 1) == 5120,
-           "the default for few rows: %d, %d", flce_plan_vocab_max(1024, b64, 4096, 1),
-           flce_plan_vocab_max(2048, b64, 768, 1));
-    EXPECT(flce_plan_vocab_max(1024, b64, 768, 0) == 4096, "the default without wgmma: %d",
-           flce_plan_vocab_max(1024, b64, 768, 0));
-    EXPECT(flce_plan_vocab_max(300, (size_t)6 << 20, 768, 1) == (int)((((size_t)6 << 20) / 304 - 4 * 768 - 16) / 2),
-           "300 rows in 6 MiB: %d columns, expected all rows in one block", flce_plan_vocab_max(300, (size_t)6 << 20, 768, 1));
+    EXPECT(fused_lce_plan_vocab_max(65536, b64, 768, 1) == 4096 && fused_lce_plan_vocab_max(2560, b64, 768, 1) == 4096,
+           "the default for many rows: %d, %d", fused_lce_plan_vocab_max(65536, b64, 768, 1),
+           fused_lce_plan_vocab_max(2560, b64, 768, 1));
+    EXPECT(fused_lce_plan_vocab_max(1024, b64, 4096, 1) == 10240 && fused_lce_plan_vocab_max(2048, b64, 768, 1) == 5120,
+           "the default for few rows: %d, %d", fused_lce_plan_vocab_max(1024, b64, 4096, 1),
+           fused_lce_plan_vocab_max(2048, b64, 768, 1));
+    EXPECT(fused_lce_plan_vocab_max(1024, b64, 768, 0) == 4096, "the default without wgmma: %d",
+           fused_lce_plan_vocab_max(1024, b64, 768, 0));
+    EXPECT(fused_lce_plan_vocab_max(300, (size_t)6 << 20, 768, 1) == (int)((((size_t)6 << 20) / 304 - 4 * 768 - 16) / 2),
+           "300 rows in 6 MiB: %d columns, expected all rows in one block", fused_lce_plan_vocab_max(300, (size_t)6 << 20, 768, 1));
     for (int a = 0; a < 8; a++)
         for (int b = 0; b < 4; b++)
             for (int e = 0; e < 5; e++) {
-                int n = Ns[a], vb = flce_plan_vocab_max(n, budgets[e], Cs[b], 1);
+                int n = Ns[a], vb = fused_lce_plan_vocab_max(n, budgets[e], Cs[b], 1);
                 size_t rows = (size_t)round_up(n, 16);
-                GRID_EXPECT(G_WIDEST, vb == 4096 || (rows * vb * 2 <= (size_t)FLCE_BLOCK_G_FEW &&
-                                      rows * flce_plan_row_bytes(vb, Cs[b], 1) <= budgets[e]),
+                GRID_EXPECT(G_WIDEST, vb == 4096 || (rows * vb * 2 <= (size_t)FUSED_LCE_BLOCK_G_FEW &&
+                                      rows * fused_lce_plan_row_bytes(vb, Cs[b], 1) <= budgets[e]),
                        "max_n %d, C %d, %zu bytes: widest vocab block %d", n, Cs[b], budgets[e], vb);
                 for (int c = 0; c < 4; c++) {
-                    FlceBlockPlan narrow = flce_block_plan(budgets[e], n, Cs[b], Vs[c], 4096, 1, 64, 256, 132, NULL, NULL);
-                    FlceBlockPlan wide = flce_block_plan(budgets[e], n, Cs[b], Vs[c], vb, 1, 64, 256, 132, NULL, NULL);
+                    FusedLceBlockPlan narrow = plan(budgets[e], n, Cs[b], Vs[c], 4096, 1, NULL, NULL);
+                    FusedLceBlockPlan wide = plan(budgets[e], n, Cs[b], Vs[c], vb, 1, NULL, NULL);
                     GRID_EXPECT(G_DEFAULT_FITS, !narrow.bytes || wide.bytes, "N=%d C=%d V=%d, %zu bytes: no layout at the default width %d",
                            n, Cs[b], Vs[c], budgets[e], vb);
                 }
             }
-    p = flce_block_plan(budget, 1024, 768, 50257, flce_plan_vocab_max(1024, budget, 768, 1), 1, 64, 256, 132, NULL, NULL);
+    p = plan(budget, 1024, 768, 50257, fused_lce_plan_vocab_max(1024, budget, 768, 1), 1, NULL, NULL);
     EXPECT(p.nb == 1024 && p.vb == 8448, "1024 x 768 with the default: %d rows x %d columns, expected 1024 x 8448",
            p.nb, p.vb);
     grid_summary();

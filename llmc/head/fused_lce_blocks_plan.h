@@ -24,82 +24,91 @@
 typedef struct {
     int nb, vb;    // rows per row block (a multiple of 16), columns per vocab block (of 16, or of tile_cols)
     size_t bytes;  // the buffer the layout takes; 0: fewer than 16 rows fit
-} FlceBlockPlan;
+} FusedLceBlockPlan;
 
-static inline int flce_plan_ceil_div(int a, int b) { return (a + b - 1) / b; }
+static inline int fused_lce_plan_ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // bytes per row of a row block with vocab blocks of vb columns
-static inline size_t flce_plan_row_bytes(int vb, int C, int wgmma) {
+static inline size_t fused_lce_plan_row_bytes(int vb, int C, int wgmma) {
     return (size_t)vb * (wgmma ? 2 : 4) + (size_t)C * 4 + 16;
 }
 
 // The cost of a block's dx and dW GEMMs, n rows x ncols columns, in the units below (waves of
 // tile_rows x tile_cols x C of work on sm_count SMs); arg is the caller's
-typedef double (*FlceGemmCost)(void* arg, int n, int ncols);
+typedef double (*FusedLceGemmCost)(void* arg, int n, int ncols);
 
-// The cost of the layout (nb, vb) for max_n rows and V columns: the gradient's waves of tiles times C,
-// plus 256 a launch; plus gemm_cost of each block unless it is NULL
-static inline double flce_plan_cost(int nb, int vb, int max_n, int C, int V, int tile_rows, int tile_cols,
-                                    int sm_count, FlceGemmCost gemm_cost, void* gemm_arg) {
+// What a layout is planned for
+typedef struct {
+    int max_n, C, V;             // rows per call at most; channels; vocabulary
+    int vb_max;                  // the widest vocab block
+    int wgmma;                   // 1: the gradient by wgmma tiles (bf16 blocks, waves counted); 0: fp32 blocks
+    int tile_rows, tile_cols;    // with wgmma: the gradient kernel's tile (64 x 256)
+    int sm_count;                // SMs the waves fill
+    FusedLceGemmCost gemm_cost;  // NULL, or the cost of a block's dx and dW GEMMs (counted with wgmma)
+    void* gemm_arg;              // passed to gemm_cost
+} FusedLceBlockPlanSpec;
+
+// The cost of the layout (nb, vb) for sp->max_n rows and sp->V columns: the gradient's waves of tiles
+// times C, plus 256 a launch; plus gemm_cost of each block unless it is NULL
+static inline double fused_lce_plan_cost(int nb, int vb, const FusedLceBlockPlanSpec* sp) {
     double cost = 0.0;
-    for (int r0 = 0; r0 < max_n; r0 += nb)
-        for (int v0 = 0; v0 < V; v0 += vb) {
-            int n = max_n - r0 < nb ? max_n - r0 : nb, ncols = V - v0 < vb ? V - v0 : vb;
-            int tiles = flce_plan_ceil_div(n, tile_rows) * flce_plan_ceil_div(ncols, tile_cols);
-            cost += (double)C * flce_plan_ceil_div(tiles, sm_count) + 256.0;
-            if (gemm_cost) cost += gemm_cost(gemm_arg, n, ncols);
+    for (int r0 = 0; r0 < sp->max_n; r0 += nb)
+        for (int v0 = 0; v0 < sp->V; v0 += vb) {
+            int n = sp->max_n - r0 < nb ? sp->max_n - r0 : nb, ncols = sp->V - v0 < vb ? sp->V - v0 : vb;
+            int tiles = fused_lce_plan_ceil_div(n, sp->tile_rows) * fused_lce_plan_ceil_div(ncols, sp->tile_cols);
+            cost += (double)sp->C * fused_lce_plan_ceil_div(tiles, sp->sm_count) + 256.0;
+            if (sp->gemm_cost) cost += sp->gemm_cost(sp->gemm_arg, n, ncols);
         }
     return cost;
 }
 
-// The widest vocab block when the caller names none: FLCE_BLOCK_VOCAB, or with wgmma for few rows as wide
-// as keeps one block's bf16 gradient (max_n x vb) within FLCE_BLOCK_G_FEW and all max_n rows in one row
+// The widest vocab block when the caller names none: FUSED_LCE_BLOCK_VOCAB, or with wgmma for few rows as wide
+// as keeps one block's bf16 gradient (max_n x vb) within FUSED_LCE_BLOCK_G_FEW and all max_n rows in one row
 // block of `bytes` (max_n rounded up to 16): fewer, fuller launches, G still in the L2 (never narrower than
-// FLCE_BLOCK_VOCAB, so a budget that holds blocks of that width still holds the layout). At 1024 x 768 x
+// FUSED_LCE_BLOCK_VOCAB, so a budget that holds blocks of that width still holds the layout). At 1024 x 768 x
 // 50257 the layout then takes 6 blocks of 8448 columns (G 17 MB, within the 50 MB L2); wider blocks (2 of
 // 25k: G 52 MB) are slower, G no longer fitting the L2 (dev/cuda/fused_lce_log.md).
-#define FLCE_BLOCK_VOCAB 4096
-#define FLCE_BLOCK_G_FEW (20 << 20)
-static inline int flce_plan_vocab_max(int max_n, size_t bytes, int C, int wgmma) {
-    if (!wgmma || max_n <= 0) return FLCE_BLOCK_VOCAB;
+#define FUSED_LCE_BLOCK_VOCAB 4096
+#define FUSED_LCE_BLOCK_G_FEW (20 << 20)
+static inline int fused_lce_plan_vocab_max(int max_n, size_t bytes, int C, int wgmma) {
+    if (!wgmma || max_n <= 0) return FUSED_LCE_BLOCK_VOCAB;
     long long rows = ((long long)max_n + 15) / 16 * 16;  // a row block's rows: a multiple of 16
-    long long vb = FLCE_BLOCK_G_FEW / 2 / rows;
-    long long fit = ((long long)bytes / rows - (long long)flce_plan_row_bytes(0, C, 1)) / 2;  // 2 B a column
+    long long vb = FUSED_LCE_BLOCK_G_FEW / 2 / rows;
+    long long fit = ((long long)bytes / rows - (long long)fused_lce_plan_row_bytes(0, C, 1)) / 2;  // 2 B a column
     if (fit < vb) vb = fit;
-    return vb > FLCE_BLOCK_VOCAB ? (int)vb : FLCE_BLOCK_VOCAB;
+    return vb > FUSED_LCE_BLOCK_VOCAB ? (int)vb : FUSED_LCE_BLOCK_VOCAB;
 }
 
-// The layout within `bytes` for up to max_n rows: vocab blocks of equal width, at most vb_max (rounded
-// up to whole tiles with wgmma), then as many rows per block as fit (no more than max_n needs); with
-// wgmma (tile_rows x tile_cols tiles, sm_count SMs) the cheapest of the candidates above, the GEMMs
+// The layout within `bytes` for up to sp->max_n rows: vocab blocks of equal width, at most vb_max
+// (rounded up to whole tiles with wgmma), then as many rows per block as fit (no more than max_n needs);
+// with wgmma (tile_rows x tile_cols tiles, sm_count SMs) the cheapest of the candidates above, the GEMMs
 // counted when gemm_cost is not NULL.
-static inline FlceBlockPlan flce_block_plan(size_t bytes, int max_n, int C, int V, int vb_max, int wgmma,
-                                            int tile_rows, int tile_cols, int sm_count, FlceGemmCost gemm_cost,
-                                            void* gemm_arg) {
-    FlceBlockPlan best = {0, 0, 0};
+static inline FusedLceBlockPlan fused_lce_block_plan(size_t bytes, const FusedLceBlockPlanSpec* sp) {
+    int max_n = sp->max_n, C = sp->C, V = sp->V, wgmma = sp->wgmma, tile_rows = sp->tile_rows;
+    FusedLceBlockPlan best = {0, 0, 0};
     double best_cost = 0.0;
-    int nvb0 = flce_plan_ceil_div(V, vb_max), align = wgmma ? tile_cols : 16;  // 16: keeps W + v0·C 256-byte aligned
-    size_t rows = (size_t)flce_plan_ceil_div(max_n, 16) * 16;
+    int nvb0 = fused_lce_plan_ceil_div(V, sp->vb_max), align = wgmma ? sp->tile_cols : 16;  // 16: keeps W + v0·C 256-byte aligned
+    size_t rows = (size_t)fused_lce_plan_ceil_div(max_n, 16) * 16;
     for (int nvb = nvb0; nvb <= nvb0 + (wgmma ? 4 : 0); nvb++) {
-        int vb = flce_plan_ceil_div(flce_plan_ceil_div(V, nvb), align) * align;
-        size_t nb_max = bytes / flce_plan_row_bytes(vb, C, wgmma) / 16 * 16;
+        int vb = fused_lce_plan_ceil_div(fused_lce_plan_ceil_div(V, nvb), align) * align;
+        size_t nb_max = bytes / fused_lce_plan_row_bytes(vb, C, wgmma) / 16 * 16;
         if (nb_max < 16) continue;
         if (nb_max > rows) nb_max = rows;
-        int nr0 = flce_plan_ceil_div(max_n, (int)nb_max);
+        int nr0 = fused_lce_plan_ceil_div(max_n, (int)nb_max);
         for (int nr = nr0 - 1; nr <= nr0 + (wgmma ? 2 : -1); nr++) {  // nr0 - 1: as many rows as fit
             size_t nb = nb_max;
             double cost = 0.0;
             if (wgmma) {
                 if (nr >= nr0) {  // rows spread evenly over nr blocks, in whole tiles, where they fit
-                    size_t even = (size_t)flce_plan_ceil_div(flce_plan_ceil_div(max_n, nr), tile_rows) * tile_rows;
+                    size_t even = (size_t)fused_lce_plan_ceil_div(fused_lce_plan_ceil_div(max_n, nr), tile_rows) * tile_rows;
                     if (even < nb) nb = even;
                 }
-                cost = flce_plan_cost((int)nb, vb, max_n, C, V, tile_rows, tile_cols, sm_count, gemm_cost, gemm_arg);
+                cost = fused_lce_plan_cost((int)nb, vb, sp);
             }
             if (best.bytes && cost >= best_cost) continue;
             best.nb = (int)nb;
             best.vb = vb;
-            best.bytes = nb * flce_plan_row_bytes(vb, C, wgmma);
+            best.bytes = nb * fused_lce_plan_row_bytes(vb, C, wgmma);
             best_cost = cost;
         }
     }

@@ -15,7 +15,7 @@
 #include "../layers/matmul.cuh"
 #include "fused_lce_common.cuh"
 
-#define FLCE_ROW_THREADS 512
+#define FUSED_LCE_ROW_THREADS 512
 
 typedef struct {
     int rows;      // rows per chunk (a multiple of 16, or all max_n rows)
@@ -23,7 +23,7 @@ typedef struct {
     int staged;    // bytes of shared memory the row kernel stages an fp32 row in (0: the row is read twice)
     void* logits;  // (rows, Vp) fp32 or bf16, overwritten in place by the bf16 gradient
     size_t bytes;  // its size
-} FlceChunks;
+} FusedLceChunks;
 
 // --- kernels ---------------------------------------------------------------------------------
 
@@ -36,26 +36,26 @@ typedef struct {
 // of logits do not stay in the 50 MB L2 between the passes), and no barrier is needed per span. Every
 // thread reads back only the spans it wrote (same mapping in both passes).
 template <typename T>
-__global__ void __launch_bounds__(FLCE_ROW_THREADS)
-flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* targets, const int* n_valid,
-                 const float* dloss_rows, float dloss, int V, int Vp, FlceOptions opt, int grad, int staged) {
+__global__ void __launch_bounds__(FUSED_LCE_ROW_THREADS)
+fused_lce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* targets, const int* n_valid,
+                      const float* dloss_rows, float dloss, int V, int Vp, FusedLceOptions opt, int grad, int staged) {
     extern __shared__ __align__(16) float srow[];  // (Vp) when staged
     int row = blockIdx.x;
     T* z = (T*)logits_v + (size_t)row * Vp;
     bf16* g = (bf16*)logits_v + (size_t)row * (sizeof(T) / sizeof(bf16)) * Vp;  // in place, same row start
     int t = targets[row];
-    int ignored = flce_ignored(t, opt, V);
+    int ignored = fused_lce_ignored(t, opt, V);
     float cap = opt.softcap;
 
     float m = -INFINITY, s = 0.0f, sum = 0.0f;
-    flce_fold_row<FLCE_ROW_THREADS>(m, s, sum, z, V, cap, staged ? srow : NULL);
-    flce_block_reduce(&m, &s, &sum);
+    fused_lce_fold_row<FUSED_LCE_ROW_THREADS>(m, s, sum, z, V, cap, staged ? srow : NULL);
+    fused_lce_block_reduce(&m, &s, &sum);
     float lse = m + logf(s);
     float st = 0.0f;
-    if (!ignored) { st = flce_load(z + t); if (cap > 0.0f) st = cap * flce_tanh(st * (1.0f / cap)); }
+    if (!ignored) { st = fused_lce_load(z + t); if (cap > 0.0f) st = cap * fused_lce_tanh(st * (1.0f / cap)); }
     if (threadIdx.x == 0) {
         lse_out[row] = lse;
-        loss_rows[row] = ignored ? 0.0f : flce_row_loss(lse, st, sum, opt, V);
+        loss_rows[row] = ignored ? 0.0f : fused_lce_row_loss(lse, st, sum, opt, V);
     }
     if (!grad) return;
 
@@ -63,17 +63,17 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
     const int per = 8;
     int nv = *n_valid;
     float scale = ignored ? 0.0f : (dloss_rows ? dloss_rows[row] : (nv > 0 ? dloss / nv : 0.0f));
-    FlceRowGrad rg = flce_row_grad(lse, t, scale, opt, V);
+    FusedLceRowGrad rg = fused_lce_row_grad(lse, t, scale, opt, V);
     for (int j0 = 0; j0 < Vp; j0 += blockDim.x * per) {  // per elements per thread: one 16-byte bf16 store
         int j = j0 + threadIdx.x * per;
         float v[per];
         if (staged) {
             if (j < Vp) for (int k = 0; k < per; k++) v[k] = srow[j + k];  // entries >= V are never used
         } else {
-            if (j < Vp) flce_load8(v, z + j);
+            if (j < Vp) fused_lce_load8(v, z + j);
             if (sizeof(T) > sizeof(bf16)) __syncthreads();  // every read of this span precedes any write
         }
-        for (int k = 0; k < per; k++) v[k] = j + k < V ? flce_dlogit(rg, v[k], j + k) : 0.0f;
+        for (int k = 0; k < per; k++) v[k] = j + k < V ? fused_lce_dlogit(rg, v[k], j + k) : 0.0f;
         if (j + per <= Vp) {
             store128(g + j, bf16x8_from_floats(v));
         } else {
@@ -87,7 +87,7 @@ flce_rows_kernel(void* logits_v, float* loss_rows, float* lse_out, const int* ta
 // Sizes the chunks for max_n rows: fp32 logits within `budget` bytes (0 when fewer than 16 rows fit), or
 // bf16 logits of all rows (fp32 = 0). Allocates the buffer; staging as the GPU's shared memory allows,
 // unless no_staging (tests: the path of vocabularies wider than shared memory).
-static inline size_t flce_chunks_build(FlceChunks* c, int max_n, int Vp, int fp32, size_t budget, int no_staging) {
+static inline size_t fused_lce_chunks_build(FusedLceChunks* c, int max_n, int Vp, int fp32, size_t budget, int no_staging) {
     memset(c, 0, sizeof(*c));
     c->fp32 = fp32;
     if (fp32) {
@@ -104,19 +104,23 @@ static inline size_t flce_chunks_build(FlceChunks* c, int max_n, int Vp, int fp3
     size_t row_bytes = (size_t)Vp * sizeof(float) + 1024;  // + the block reduction's static arrays
     c->staged = fp32 && !no_staging && row_bytes <= (size_t)smem_optin ? (int)((size_t)Vp * sizeof(float)) : 0;
     if (c->staged)
-        cuda_check(cudaFuncSetAttribute(flce_rows_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, c->staged));
+        cuda_check(cudaFuncSetAttribute(fused_lce_rows_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, c->staged));
     c->bytes = (size_t)c->rows * Vp * (fp32 ? sizeof(float) : sizeof(bf16));
     cuda_check(cudaMalloc(&c->logits, c->bytes));
     return c->bytes;
 }
 
-static inline void flce_chunks_free(FlceChunks* c) { cuda_check(cudaFree(c->logits)); }
+static inline void fused_lce_chunks_free(FusedLceChunks* c) { cuda_check(cudaFree(c->logits)); }
 
-// loss_rows and lse (N) of every row; with dx != NULL also dx (N, C) bf16 written and dW (Vp, C) fp32
-// accumulated, for the upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL).
-static void flce_chunks_run(const FlceChunks* c, float* loss_rows, float* lse, bf16* dx, float* dW,
-                            const float* dloss_rows, float dloss, const int* n_valid, const bf16* x, const bf16* W,
-                            const int* targets, int N, int C, int V, int Vp, FlceOptions opt, const GpuContext* ctx) {
+// r's loss_rows and lse of every row; with r->dx != NULL also dx written and dW accumulated
+static void fused_lce_chunks_run(const FusedLceChunks* c, const FusedLceRun* r, const GpuContext* ctx) {
+    float *loss_rows = r->loss_rows, *lse = r->lse, *dW = r->dW, dloss = r->dloss;
+    bf16* dx = r->dx;
+    const float* dloss_rows = r->dloss_rows;
+    const int *n_valid = r->n_valid, *targets = r->targets;
+    const bf16 *x = r->x, *W = r->W;
+    int N = r->N, C = r->C, V = r->V, Vp = r->Vp;
+    FusedLceOptions opt = r->opt;
     int grad = dx != NULL;
     cudaDataType_t ltype = c->fp32 ? CUDA_R_32F : CUDA_R_16BF;
     int ldg = c->fp32 ? 2 * Vp : Vp;  // row stride of the in-place bf16 gradient
@@ -126,10 +130,10 @@ static void flce_chunks_run(const FlceChunks* c, float* loss_rows, float* lse, b
         profile_mark(ctx->prof, "head: logits GEMM", ctx->stream);
         const float* dlr = dloss_rows ? dloss_rows + r0 : NULL;
         if (c->fp32)
-            flce_rows_kernel<float><<<n, FLCE_ROW_THREADS, c->staged, ctx->stream>>>(c->logits, loss_rows + r0,
+            fused_lce_rows_kernel<float><<<n, FUSED_LCE_ROW_THREADS, c->staged, ctx->stream>>>(c->logits, loss_rows + r0,
                 lse + r0, targets + r0, n_valid, dlr, dloss, V, Vp, opt, grad, c->staged > 0);
         else
-            flce_rows_kernel<bf16><<<n, FLCE_ROW_THREADS, 0, ctx->stream>>>(c->logits, loss_rows + r0, lse + r0,
+            fused_lce_rows_kernel<bf16><<<n, FUSED_LCE_ROW_THREADS, 0, ctx->stream>>>(c->logits, loss_rows + r0, lse + r0,
                 targets + r0, n_valid, dlr, dloss, V, Vp, opt, grad, 0);
         cuda_check_launch();
         profile_mark(ctx->prof, "head: softmax rows", ctx->stream);

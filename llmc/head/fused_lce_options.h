@@ -7,13 +7,13 @@ typedef struct {
     float z_loss;           // weight of lse² added to each row's loss (0 = off)
     float softcap;          // logits soft-capped as softcap·tanh(z/softcap) (0 = off)
     float label_smoothing;  // ε: target distribution (1−ε)·onehot + ε/V (0 = off)
-} FlceOptions;
+} FusedLceOptions;
 
-#define FLCE_IGNORE_INDEX (-1)  // the trainer's convention, as in llm.c
+#define FUSED_LCE_IGNORE_INDEX (-1)  // the trainer's convention, as in llm.c
 
-static inline FlceOptions flce_options_default(void) {
-    FlceOptions o;
-    o.ignore_index = FLCE_IGNORE_INDEX;
+static inline FusedLceOptions fused_lce_options_default(void) {
+    FusedLceOptions o;
+    o.ignore_index = FUSED_LCE_IGNORE_INDEX;
     o.z_loss = 0.0f;
     o.softcap = 0.0f;
     o.label_smoothing = 0.0f;

@@ -35,8 +35,8 @@
 #include "fused_lce_common.cuh"
 #include "fused_lce_sm90.cuh"
 
-#define FLCE_STAGED_GAP 60.0f    // lse − R above which a row is staged again relative to its lse
-#define FLCE_STAGED_ROW_ALIGN 64  // chunk rows: a multiple of the stage's tile rows
+#define FUSED_LCE_STAGED_GAP 60.0f    // lse − R above which a row is staged again relative to its lse
+#define FUSED_LCE_STAGED_ROW_ALIGN 64  // chunk rows: a multiple of the stage's tile rows
 
 typedef struct {
     int rows;        // rows per chunk
@@ -49,12 +49,12 @@ typedef struct {
     float* alpha;    // (rows) α
     float* st;       // (rows) the target's s_t
     float* wmean;    // (C) mean of W's rows j < V; then, with label smoothing, Σ_r scale_r·x_r
-    float* wpart;    // (FLCE_WMEAN_SPLITS, C) partial sums of wmean
+    float* wpart;    // (FUSED_LCE_WMEAN_SPLITS, C) partial sums of wmean
     int* flag;       // (1) this chunk is staged again
     size_t bytes;    // all of the above
-} FlceStaged;
+} FusedLceStaged;
 
-#define FLCE_WMEAN_SPLITS 64
+#define FUSED_LCE_WMEAN_SPLITS 64
 
 // What the stage kernel needs beside its tensor maps
 typedef struct {
@@ -64,30 +64,30 @@ typedef struct {
     const int* flag;   // restage: does nothing unless *flag
     int r0, n, C, V, Vp;
     float softcap;
-} FlceStageArgs;
+} FusedLceStageArgs;
 
 // --- kernels ---------------------------------------------------------------------------------
 
 // What a launch of the stage kernel does:
-//   FLCE_STAGE_REF      E relative to each row's reference R, one exp per logit and no max: the
+//   FUSED_LCE_STAGE_REF      E relative to each row's reference R, one exp per logit and no max: the
 //                       statistics are (R, Σ exp(s − R), Σ s), exact unless a logit lies ~88 above R
 //                       (the sum overflows, lse is inf, and the finish flags the chunk)
-//   FLCE_STAGE_MAX      only when flagged: the statistics relative to each tile's max, exact whatever R
+//   FUSED_LCE_STAGE_MAX      only when flagged: the statistics relative to each tile's max, exact whatever R
 //                       is (E as REF's; the restage replaces it)
-//   FLCE_STAGE_RESTAGE  only when flagged: E relative to lse, no statistics
-enum { FLCE_STAGE_REF = 0, FLCE_STAGE_MAX, FLCE_STAGE_RESTAGE };
+//   FUSED_LCE_STAGE_RESTAGE  only when flagged: E relative to lse, no statistics
+enum { FUSED_LCE_STAGE_REF = 0, FUSED_LCE_STAGE_MAX, FUSED_LCE_STAGE_RESTAGE };
 
 #if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
 // One consumer's 64 x 256 tile: E of this warp's 16 rows into the staging buffer at `out` (stmatrix,
 // swizzled for the TMA store), and unless RESTAGE each row's statistics over the tile into part (Σ s
-// only with SUM: label smoothing's loss needs it). Register layout as in flce_wgmma_grad_tile
+// only with SUM: label smoothing's loss needs it). Register layout as in fused_lce_wgmma_grad_tile
 // (fused_lce_sm90.cuh): this thread's rows row0 and row0 + 8 (within the chunk), its columns c0 + 8j + e.
 // FULL: every column of the tile is < V. Per logit on the REF launch: an FMA, an exp, one or two adds and
 // half a conversion; the max and the rescaling of the MAX launch cost two more.
 template <bool CAP, bool FULL, int MODE, bool SUM>
-__device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int warp, int lane, int row0, int c0, int vt,
-                                                const FlceStageArgs& a) {
-    constexpr bool MAX = MODE == FLCE_STAGE_MAX, STATS = MODE != FLCE_STAGE_RESTAGE;
+__device__ __forceinline__ void fused_lce_stage_tile(float d[128], uint32_t out, int warp, int lane, int row0, int c0, int vt,
+                                                     const FusedLceStageArgs& a) {
+    constexpr bool MAX = MODE == FUSED_LCE_STAGE_MAX, STATS = MODE != FUSED_LCE_STAGE_RESTAGE;
     float cap = a.softcap, inv_cap = CAP ? 1.0f / cap : 0.0f;
     // MAX: s_j (soft-capped, over d) and each row's max over the tile (-inf where no column is < V)
     float mx[2] = {-INFINITY, -INFINITY};
@@ -99,7 +99,7 @@ __device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int 
                 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     float s = d[4 * j + 2 * h + e];
-                    if (CAP) { s = cap * flce_tanh(s * inv_cap); d[4 * j + 2 * h + e] = s; }
+                    if (CAP) { s = cap * fused_lce_tanh(s * inv_cap); d[4 * j + 2 * h + e] = s; }
                     if (FULL || c0 + 8 * j + e < a.V) mx[h] = fmaxf(mx[h], s);
                 }
     }
@@ -114,10 +114,10 @@ __device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int 
         float R = row0 + 8 * h < a.n ? a.ref[row0 + 8 * h] : 0.0f;
         float m = !MAX || mx[h] == -INFINITY ? R : mx[h];
         mx[h] = m;  // the statistics' reference
-        m2[h] = m * FLCE_LOG2E;
-        f[h] = MAX ? exp2f((m - R) * FLCE_LOG2E) : 1.0f;
+        m2[h] = m * FUSED_LCE_LOG2E;
+        f[h] = MAX ? exp2f((m - R) * FUSED_LCE_LOG2E) : 1.0f;
     }
-    int i = lane / 8, trow = warp * 16 + 8 * (i % 2) + lane % 8;  // as flce_wgmma_grad_tile's stmatrix
+    int i = lane / 8, trow = warp * 16 + 8 * (i % 2) + lane % 8;  // as fused_lce_wgmma_grad_tile's stmatrix
     #pragma unroll
     for (int j = 0; j < 32; j += 2) {
         uint32_t r[4];
@@ -128,8 +128,8 @@ __device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int 
             #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float s = d[4 * jj + 2 * h + e];
-                if (CAP && !MAX) s = cap * flce_tanh(s * inv_cap);
-                float p = exp2f(fmaf(s, FLCE_LOG2E, -m2[h]));
+                if (CAP && !MAX) s = cap * fused_lce_tanh(s * inv_cap);
+                float p = exp2f(fmaf(s, FUSED_LCE_LOG2E, -m2[h]));
                 if (!FULL && col + e >= a.V) { p = 0.0f; s = 0.0f; }
                 if (STATS) acc[h] += p;
                 if (STATS && SUM) su[h] += s;
@@ -140,7 +140,7 @@ __device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int 
             __nv_bfloat162 pr = __floats2bfloat162_rn(ev[0], ev[1]);
             r[q] = *(uint32_t*)&pr;
         }
-        stmatrix_x4(flce_stage_addr(out, trow, 8 * (j + i / 2)), r[0], r[1], r[2], r[3]);
+        stmatrix_x4(fused_lce_stage_addr(out, trow, 8 * (j + i / 2)), r[0], r[1], r[2], r[3]);
     }
     if constexpr (STATS) {
         #pragma unroll
@@ -160,105 +160,84 @@ __device__ __forceinline__ void flce_stage_tile(float d[128], uint32_t out, int 
 }
 #endif
 
-// E (n, Vp) bf16 of rows r0 .. r0+n-1 through te (boxes of 64 x 64, clipped to n x Vp), as the
-// gradient kernel of fused_lce_sm90.cuh walks its tiles (ping-pong, one consumer's epilogue beside the
-// other's K loop); columns V .. Vp-1 are written as zeros. MODE as above: the MAX and RESTAGE launches
-// do nothing unless *a.flag (launched after the finish, without PDL: the flag is read first).
+#if !defined(__CUDA_ARCH__) || defined(WG_DEVICE_CODE)
+// The stage kernel's epilogue for fused_lce_pingpong_tiles: fused_lce_stage_tile of the tile
+template <bool CAP, int MODE, bool SUM>
+struct FusedLceStageEpilogue {
+    const FusedLceStageArgs& a;
+    __device__ __forceinline__ void start() {}
+    __device__ __forceinline__ void operator()(float d[128], uint32_t out, int warp, int lane, int row0, int c0, int cb,
+                                               int vt) {
+        if (cb + WG_BN <= a.V) fused_lce_stage_tile<CAP, true, MODE, SUM>(d, out, warp, lane, row0, c0, vt, a);
+        else fused_lce_stage_tile<CAP, false, MODE, SUM>(d, out, warp, lane, row0, c0, vt, a);
+    }
+};
+#endif
+
+// E (n, Vp) bf16 of rows r0 .. r0+n-1 through te (boxes of 64 x 64, clipped to n x Vp), on the
+// ping-pong walk of the gradient kernel of fused_lce_sm90.cuh (fused_lce_pingpong_tiles: one
+// consumer's epilogue beside the other's K loop); columns V .. Vp-1 are written as zeros. MODE as
+// above: the MAX and RESTAGE launches do nothing unless *a.flag (launched after the finish, without
+// PDL: the flag is read first).
 template <bool CAP, int MODE, bool SUM>
 __global__ void __launch_bounds__(WG_THREADS, 1)
-flce_stage_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
-                  const __grid_constant__ CUtensorMap te, FlceStageArgs a) {
+fused_lce_stage_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
+                       const __grid_constant__ CUtensorMap te, FusedLceStageArgs a) {
 #if defined(WG_DEVICE_CODE)
-    if (MODE != FLCE_STAGE_REF && *a.flag == 0) return;
-    extern __shared__ unsigned char smem_raw[];
-    WgRing ring = wg_ring_init(smem_raw, WG_PP_STAGES, FLCE_GRAD_ROWS, 1);
-    int wg = threadIdx.x / 128, t = threadIdx.x % 128, it = 0;
-    int mtiles = ceil_div(a.n, FLCE_GRAD_ROWS), tiles = mtiles * ceil_div(a.Vp, WG_BN), kt_count = a.C / WG_BK;
-    pdl_launch_dependents();
-    if (wg == 0) {  // producer: x and W are never written by the kernels before it
-        regs_dec<40>();
-        if (t == 0)
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x)
-                wg_produce(ring, &tx, &tw, a.r0 + tile % mtiles * FLCE_GRAD_ROWS, tile / mtiles * WG_BN, kt_count, it);
-        return;
-    }
-    regs_inc<232>();
-    pdl_wait();  // the references come from an earlier kernel; E is still being read by the previous GEMMs
-    int c = wg - 1, lane = t % 32, warp = t / 32;
-    float d[128];
-    uint32_t out = ring.base + WG_PP_STAGES * WG_PP_STAGE_BYTES + 1024 + c * FLCE_GRAD_OUT_BYTES;  // past the barriers
-    it = c * kt_count;  // consumer 1 starts at the block's second tile
-    for (int k = c, tile = blockIdx.x + c * gridDim.x; tile < tiles; k += 2, tile += 2 * gridDim.x) {
-        if (k > 0) wg_turn_wait(c);
-        wg_consume(ring, d, 0, kt_count, it);
-        if (tile + gridDim.x < tiles) wg_turn_pass(c);
-        it += kt_count;  // past the other consumer's next tile
-        if (t == 0) bulk_wait_read();  // the previous tile's store has read the staging buffer
-        asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
-        int vt = tile / mtiles, cb = vt * WG_BN, c0 = cb + 2 * (lane % 4);
-        int rb = tile % mtiles * FLCE_GRAD_ROWS, row0 = rb + warp * 16 + lane / 4;
-        if (cb + WG_BN <= a.V) flce_stage_tile<CAP, true, MODE, SUM>(d, out, warp, lane, row0, c0, vt, a);
-        else flce_stage_tile<CAP, false, MODE, SUM>(d, out, warp, lane, row0, c0, vt, a);
-        fence_proxy_async();
-        asm volatile("bar.sync %0, 128;" :: "r"(3 + c) : "memory");
-        if (t == 0) {
-            for (int b = 0; b < WG_BN / 64 && cb + 64 * b < a.Vp; b++)
-                tma_store_2d(&te, cb + 64 * b, rb, out + b * 64 * 128);
-            bulk_commit();
-        }
-    }
-    if (t == 0) bulk_wait();
+    if (MODE != FUSED_LCE_STAGE_REF && *a.flag == 0) return;
+    FusedLceStageEpilogue<CAP, MODE, SUM> epi = {a};
+    fused_lce_pingpong_tiles(&tx, &tw, &te, a.r0, a.n, 0, a.Vp, a.C, epi);
 #endif
 }
 
 // Partial column sums over a split of the rows of A (rows, C) bf16, a fixed order: part[split][c] =
 // Σ_r w_r·A[r][c] over the split's rows. Weighted (the label-smoothing term of dW): w_r is row r's
 // upstream gradient, 0 where it does not count; else w_r = 1 (the mean of W's rows j < V).
-__global__ void flce_colsum_part_kernel(float* part, const bf16* A, int rows, int C, int weighted, const int* targets,
-                                        const int* n_valid, const float* dloss_rows, float dloss, int V,
-                                        FlceOptions opt) {
+__global__ void fused_lce_colsum_part_kernel(float* part, const bf16* A, int rows, int C, int weighted, const int* targets,
+                                             const int* n_valid, const float* dloss_rows, float dloss, int V,
+                                             FusedLceOptions opt) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, split = blockIdx.y;
     if (c >= C) return;
-    int per = ceil_div(rows, FLCE_WMEAN_SPLITS), r0 = split * per, r1 = min(rows, r0 + per);
+    int per = ceil_div(rows, FUSED_LCE_WMEAN_SPLITS), r0 = split * per, r1 = min(rows, r0 + per);
     float scale = 1.0f;
     if (weighted && !dloss_rows) { int nv = *n_valid; scale = nv > 0 ? dloss / nv : 0.0f; }
     float acc = 0.0f;
     for (int r = r0; r < r1; r++) {
         float w = 1.0f;
-        if (weighted) w = flce_ignored(targets[r], opt, V) ? 0.0f : (dloss_rows ? dloss_rows[r] : scale);
+        if (weighted) w = fused_lce_ignored(targets[r], opt, V) ? 0.0f : (dloss_rows ? dloss_rows[r] : scale);
         acc += w * __bfloat162float(A[(size_t)r * C + c]);
     }
     part[(size_t)split * C + c] = acc;
 }
 
 // out[c] = Σ_split part[split][c] · mul
-__global__ void flce_colsum_kernel(float* out, const float* part, int C, float mul) {
+__global__ void fused_lce_colsum_kernel(float* out, const float* part, int C, float mul) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float acc = 0.0f;
-    for (int s = 0; s < FLCE_WMEAN_SPLITS; s++) acc += part[(size_t)s * C + c];
+    for (int s = 0; s < FUSED_LCE_WMEAN_SPLITS; s++) acc += part[(size_t)s * C + c];
     out[c] = acc * mul;
 }
 
 // A warp per row: ref[row] = R = x_row · wmean (the mean logit), soft-capped like the logits
-__global__ void flce_ref_kernel(float* ref, const bf16* x, const float* wmean, int N, int C, float softcap) {
+__global__ void fused_lce_ref_kernel(float* ref, const bf16* x, const float* wmean, int N, int C, float softcap) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const bf16* xr = x + (size_t)row * C;
     float acc = 0.0f;
     for (int k = lane; k < C; k += 32) acc += __bfloat162float(xr[k]) * wmean[k];
     acc = warp_reduce_sum(acc);
-    if (softcap > 0.0f) acc = softcap * flce_tanh(acc / softcap);
+    if (softcap > 0.0f) acc = softcap * fused_lce_tanh(acc / softcap);
     if (lane == 0) ref[row] = acc;
 }
 
 // A warp per row of the chunk: the tiles' statistics merged (a fixed order) into lse; the target's s_t
-// by an fp32 dot product (as the fused forward); the loss; the flag when lse − R > FLCE_STAGED_GAP (or
+// by an fp32 dot product (as the fused forward); the loss; the flag when lse − R > FUSED_LCE_STAGED_GAP (or
 // is not finite), for every row, ignored ones too, whose E must stay finite. gate: NULL, or run only
 // when *gate (the second finish of a flagged chunk).
-__global__ void flce_staged_finish_kernel(float* loss_rows, float* lse_out, float* st_out, int* flag, const int* gate,
-                                          const float* part, const float* ref, const bf16* x, const bf16* W,
-                                          const int* targets, int n, int vtiles, int C, int V, FlceOptions opt) {
+__global__ void fused_lce_staged_finish_kernel(float* loss_rows, float* lse_out, float* st_out, int* flag, const int* gate,
+                                               const float* part, const float* ref, const bf16* x, const bf16* W,
+                                               const int* targets, int n, int vtiles, int C, int V, FusedLceOptions opt) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= n || (gate && *gate == 0)) return;
     float m = -INFINITY, s = 0.0f, sum = 0.0f;
@@ -273,32 +252,26 @@ __global__ void flce_staged_finish_kernel(float* loss_rows, float* lse_out, floa
         lse_merge(m, s, m2, s2);
     }
     float lse = m + logf(s);
-    int t = targets[row], ignored = flce_ignored(t, opt, V);
+    int t = targets[row], ignored = fused_lce_ignored(t, opt, V);
     float dot = 0.0f;
-    if (!ignored) {
-        const bf16* xr = x + (size_t)row * C;
-        const bf16* wr = W + (size_t)t * C;
-        for (int k = lane; k < C; k += 32) dot += __bfloat162float(xr[k]) * __bfloat162float(wr[k]);
-        dot = warp_reduce_sum(dot);
-        if (opt.softcap > 0.0f) dot = opt.softcap * flce_tanh(dot / opt.softcap);
-    }
+    if (!ignored) dot = fused_lce_target_logit(x, W, row, t, C, lane, opt);
     if (lane == 0) {
         lse_out[row] = lse;
         st_out[row] = dot;
-        loss_rows[row] = ignored ? 0.0f : flce_row_loss(lse, dot, sum, opt, V);
-        if (!(lse - ref[row] <= FLCE_STAGED_GAP)) atomicOr(flag, 1);
+        loss_rows[row] = ignored ? 0.0f : fused_lce_row_loss(lse, dot, sum, opt, V);
+        if (!(lse - ref[row] <= FUSED_LCE_STAGED_GAP)) atomicOr(flag, 1);
     }
 }
 
 // A warp per row of the chunk: α (0 for rows that do not count), x' = bf16(α·x), and E_t patched so that
 // α·E_t = scale·(k·p_t − (1−ε))·c_t. R is the row's reference, or its lse when the chunk was restaged.
-__global__ void flce_staged_prep_kernel(bf16* xs, float* alpha, bf16* E, int Vp, const float* lse, const float* st,
-                                        const float* ref, const int* flag, const bf16* x, const int* targets,
-                                        const int* n_valid, const float* dloss_rows, float dloss, int n, int C,
-                                        int V, FlceOptions opt) {
+__global__ void fused_lce_staged_prep_kernel(bf16* xs, float* alpha, bf16* E, int Vp, const float* lse, const float* st,
+                                             const float* ref, const int* flag, const bf16* x, const int* targets,
+                                             const int* n_valid, const float* dloss_rows, float dloss, int n, int C,
+                                             int V, FusedLceOptions opt) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= n) return;
-    int t = targets[row], ignored = flce_ignored(t, opt, V), nv = *n_valid;
+    int t = targets[row], ignored = fused_lce_ignored(t, opt, V), nv = *n_valid;
     float scale = ignored ? 0.0f : (dloss_rows ? dloss_rows[row] : (nv > 0 ? dloss / nv : 0.0f));
     float L = lse[row], R = *flag ? L : ref[row], k = 1.0f + 2.0f * opt.z_loss * L;
     float a = scale == 0.0f ? 0.0f : scale * k * expf(R - L);
@@ -320,14 +293,14 @@ __global__ void flce_staged_prep_kernel(bf16* xs, float* alpha, bf16* E, int Vp,
 }
 
 // dx (n, C) bf16 = α ⊙ dx32 − scale·(ε/V)·Σ_j W_j (wsum = V·wmean; label smoothing without soft-capping)
-__global__ void flce_staged_dx_kernel(bf16* dx, const float* dx32, const float* alpha, const float* wmean,
-                                      const int* targets, const int* n_valid, const float* dloss_rows, float dloss,
-                                      int n, int C, int V, FlceOptions opt) {
+__global__ void fused_lce_staged_dx_kernel(bf16* dx, const float* dx32, const float* alpha, const float* wmean,
+                                           const int* targets, const int* n_valid, const float* dloss_rows, float dloss,
+                                           int n, int C, int V, FusedLceOptions opt) {
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= (size_t)n * C) return;
     int row = (int)(i / C), c = (int)(i % C);
     float a = alpha[row], sm = 0.0f;
-    if (opt.label_smoothing > 0.0f && !flce_ignored(targets[row], opt, V)) {
+    if (opt.label_smoothing > 0.0f && !fused_lce_ignored(targets[row], opt, V)) {
         int nv = *n_valid;
         float scale = dloss_rows ? dloss_rows[row] : (nv > 0 ? dloss / nv : 0.0f);
         sm = scale * opt.label_smoothing;  // (ε/V)·Σ_j W_j = ε·wmean
@@ -338,7 +311,7 @@ __global__ void flce_staged_dx_kernel(bf16* dx, const float* dx32, const float* 
 }
 
 // Label smoothing: dW_j −= (ε/V)·u for every j < V
-__global__ void flce_staged_dw_smooth_kernel(float* dW, const float* u, int C, int V, float eps) {
+__global__ void fused_lce_staged_dw_smooth_kernel(float* dW, const float* u, int C, int V, float eps) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)V * C) return;
     dW[i] -= eps / V * u[i % C];
@@ -346,54 +319,65 @@ __global__ void flce_staged_dw_smooth_kernel(float* dW, const float* u, int C, i
 
 // --- launchers -------------------------------------------------------------------------------
 
-// Chunk rows for max_n rows within `budget` bytes: 0 when fewer than FLCE_STAGED_ROW_ALIGN fit. The
+// Chunk rows for max_n rows within `budget` bytes: 0 when fewer than FUSED_LCE_STAGED_ROW_ALIGN fit. The
 // per-row bytes: E (2·Vp), x' and dx32 (6·C), statistics (12 per 256 columns), α and s_t.
-static inline size_t flce_staged_row_bytes(int C, int Vp) {
+static inline size_t fused_lce_staged_row_bytes(int C, int Vp) {
     return (size_t)Vp * 2 + (size_t)C * 6 + (size_t)ceil_div(Vp, WG_BN) * 12 + 8;
 }
 
-static inline int flce_staged_rows(int max_n, int C, int Vp, size_t budget) {
-    size_t fixed = (size_t)max_n * 4 + (size_t)C * 4 * (FLCE_WMEAN_SPLITS + 1) + 256;
-    if (budget <= fixed) return 0;
-    size_t rows = (budget - fixed) / flce_staged_row_bytes(C, Vp);
-    size_t all = (size_t)ceil_div(max_n, FLCE_STAGED_ROW_ALIGN) * FLCE_STAGED_ROW_ALIGN;
-    if (rows >= all) return (int)all;
-    if (rows < FLCE_STAGED_ROW_ALIGN) return 0;
-    // equal chunks: as few as fit, each a multiple of the alignment
-    int chunks = (int)ceil_div((int)(all / FLCE_STAGED_ROW_ALIGN), (int)(rows / FLCE_STAGED_ROW_ALIGN));
-    return ceil_div(max_n, chunks * FLCE_STAGED_ROW_ALIGN) * FLCE_STAGED_ROW_ALIGN;
+// The bytes that do not grow with the chunk: each row's reference R (max_n floats), W's mean and its
+// partial sums ((FUSED_LCE_WMEAN_SPLITS + 1)·C floats), and 256 for the flag and the allocations' rounding.
+static inline size_t fused_lce_staged_fixed_bytes(int max_n, int C) {
+    return (size_t)max_n * 4 + (size_t)C * 4 * (FUSED_LCE_WMEAN_SPLITS + 1) + 256;
 }
 
-typedef void (*FlceStageKernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, FlceStageArgs);
+// The budget whose chunks hold `rows` rows (fused_lce_staged_rows gives them back)
+static inline size_t fused_lce_staged_budget(int rows, int max_n, int C, int Vp) {
+    return (size_t)rows * fused_lce_staged_row_bytes(C, Vp) + fused_lce_staged_fixed_bytes(max_n, C);
+}
+
+static inline int fused_lce_staged_rows(int max_n, int C, int Vp, size_t budget) {
+    size_t fixed = fused_lce_staged_fixed_bytes(max_n, C);
+    if (budget <= fixed) return 0;
+    size_t rows = (budget - fixed) / fused_lce_staged_row_bytes(C, Vp);
+    size_t all = (size_t)ceil_div(max_n, FUSED_LCE_STAGED_ROW_ALIGN) * FUSED_LCE_STAGED_ROW_ALIGN;
+    if (rows >= all) return (int)all;
+    if (rows < FUSED_LCE_STAGED_ROW_ALIGN) return 0;
+    // equal chunks: as few as fit, each a multiple of the alignment
+    int chunks = (int)ceil_div((int)(all / FUSED_LCE_STAGED_ROW_ALIGN), (int)(rows / FUSED_LCE_STAGED_ROW_ALIGN));
+    return ceil_div(max_n, chunks * FUSED_LCE_STAGED_ROW_ALIGN) * FUSED_LCE_STAGED_ROW_ALIGN;
+}
+
+typedef void (*FusedLceStageKernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, FusedLceStageArgs);
 
 // The stage kernel of a launch: soft-capping or not, Σ s (label smoothing) or not; never both, which the
 // blocks run
 template <int MODE>
-static inline FlceStageKernel flce_stage_kernel_for(int cap, int sum) {
-    return cap ? flce_stage_kernel<true, MODE, false>
-               : sum ? flce_stage_kernel<false, MODE, true> : flce_stage_kernel<false, MODE, false>;
+static inline FusedLceStageKernel fused_lce_stage_kernel_for(int cap, int sum) {
+    return cap ? fused_lce_stage_kernel<true, MODE, false>
+               : sum ? fused_lce_stage_kernel<false, MODE, true> : fused_lce_stage_kernel<false, MODE, false>;
 }
 
-// Once per process, as flce_wgmma_setup: the stage kernels' shared memory
-static inline void flce_staged_setup(void) {
+// Once per process, as fused_lce_wgmma_setup: the stage kernels' shared memory
+static inline void fused_lce_staged_setup(void) {
     for (int k = 0; k < 3; k++) {
         int cap = k == 1, sum = k == 2;
-        FlceStageKernel kernels[] = {flce_stage_kernel_for<FLCE_STAGE_REF>(cap, sum),
-                                     flce_stage_kernel_for<FLCE_STAGE_MAX>(cap, sum),
-                                     flce_stage_kernel_for<FLCE_STAGE_RESTAGE>(cap, 0)};
-        for (FlceStageKernel f : kernels)
-            cuda_check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, FLCE_GRAD_SMEM));
+        FusedLceStageKernel kernels[] = {fused_lce_stage_kernel_for<FUSED_LCE_STAGE_REF>(cap, sum),
+                                     fused_lce_stage_kernel_for<FUSED_LCE_STAGE_MAX>(cap, sum),
+                                     fused_lce_stage_kernel_for<FUSED_LCE_STAGE_RESTAGE>(cap, 0)};
+        for (FusedLceStageKernel f : kernels)
+            cuda_check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, FUSED_LCE_GRAD_SMEM));
     }
 }
 
-// Allocates the chunk buffers for `rows` rows per chunk (flce_staged_rows) and max_n rows per call
-static inline size_t flce_staged_build(FlceStaged* s, int rows, int max_n, int C, int Vp) {
+// Allocates the chunk buffers for `rows` rows per chunk (fused_lce_staged_rows) and max_n rows per call
+static inline size_t fused_lce_staged_build(FusedLceStaged* s, int rows, int max_n, int C, int Vp) {
     memset(s, 0, sizeof(*s));
     s->rows = rows;
     s->vtiles = ceil_div(Vp, WG_BN);
     size_t sizes[] = {(size_t)rows * Vp * 2, (size_t)rows * C * 2, (size_t)rows * C * 4,
                       (size_t)s->vtiles * rows * 12, (size_t)max_n * 4, (size_t)rows * 4, (size_t)rows * 4,
-                      (size_t)C * 4, (size_t)FLCE_WMEAN_SPLITS * C * 4, 16};
+                      (size_t)C * 4, (size_t)FUSED_LCE_WMEAN_SPLITS * C * 4, 16};
     void** ptrs[] = {(void**)&s->E, (void**)&s->xs, (void**)&s->dx32, (void**)&s->part, (void**)&s->ref,
                      (void**)&s->alpha, (void**)&s->st, (void**)&s->wmean, (void**)&s->wpart, (void**)&s->flag};
     for (int i = 0; i < 10; i++) {
@@ -402,62 +386,67 @@ static inline size_t flce_staged_build(FlceStaged* s, int rows, int max_n, int C
     }
     cuda_check(cudaMemset(s->flag, 0, sizeof(int)));
     cuda_check(cudaDeviceSynchronize());  // the memset ran on the legacy stream
-    flce_staged_setup();
+    fused_lce_staged_setup();
     return s->bytes;
 }
 
-static inline void flce_staged_free(FlceStaged* s) {
+static inline void fused_lce_staged_free(FusedLceStaged* s) {
     void* ptrs[] = {s->E, s->xs, s->dx32, s->part, s->ref, s->alpha, s->st, s->wmean, s->wpart, s->flag};
     for (int i = 0; i < 10; i++) cuda_check(cudaFree(ptrs[i]));
 }
 
-// loss_rows and lse (N) of every row, dx (N, C) bf16 written and dW (Vp, C) fp32 accumulated, for the
-// upstream gradient dloss / n_valid per row (or dloss_rows (N) when not NULL). Needs C % 64 == 0, an
-// sm_90a build on Hopper, and not soft-capping with label smoothing together.
-static void flce_staged_run(const FlceStaged* s, float* loss_rows, float* lse, bf16* dx, float* dW,
-                            const float* dloss_rows, float dloss, const int* n_valid, const bf16* x, const bf16* W,
-                            const int* targets, int N, int C, int V, int Vp, FlceOptions opt, const GpuContext* ctx) {
+// r's loss_rows and lse of every row, dx written and dW accumulated (r->dx is never NULL here: loss-only
+// calls take the fused forward). Needs C % 64 == 0, an sm_90a build on Hopper, and not soft-capping with
+// label smoothing together.
+static void fused_lce_staged_run(const FusedLceStaged* s, const FusedLceRun* r, const GpuContext* ctx) {
+    float *loss_rows = r->loss_rows, *lse = r->lse, *dW = r->dW, dloss = r->dloss;
+    bf16* dx = r->dx;
+    const float* dloss_rows = r->dloss_rows;
+    const int *n_valid = r->n_valid, *targets = r->targets;
+    const bf16 *x = r->x, *W = r->W;
+    int N = r->N, C = r->C, V = r->V, Vp = r->Vp;
+    FusedLceOptions opt = r->opt;
     cudaStream_t st = ctx->stream;
     int cap = opt.softcap > 0.0f, sum = opt.label_smoothing > 0.0f;
-    dim3 cgrid(ceil_div(C, 128), FLCE_WMEAN_SPLITS);
-    flce_colsum_part_kernel<<<cgrid, 128, 0, st>>>(s->wpart, W, V, C, 0, NULL, NULL, NULL, 0.0f, V, opt);
+    dim3 cgrid(ceil_div(C, 128), FUSED_LCE_WMEAN_SPLITS);
+    fused_lce_colsum_part_kernel<<<cgrid, 128, 0, st>>>(s->wpart, W, V, C, 0, NULL, NULL, NULL, 0.0f, V, opt);
     cuda_check_launch();
-    flce_colsum_kernel<<<ceil_div(C, 128), 128, 0, st>>>(s->wmean, s->wpart, C, 1.0f / V);
+    fused_lce_colsum_kernel<<<ceil_div(C, 128), 128, 0, st>>>(s->wmean, s->wpart, C, 1.0f / V);
     cuda_check_launch();
-    flce_ref_kernel<<<ceil_div(N, 8), 256, 0, st>>>(s->ref, x, s->wmean, N, C, opt.softcap);
+    fused_lce_ref_kernel<<<ceil_div(N, 8), 256, 0, st>>>(s->ref, x, s->wmean, N, C, opt.softcap);
     cuda_check_launch();
     profile_mark(ctx->prof, "head: other", st);
-    CUtensorMap tx = tma_map_bf16(x, N, C, C, FLCE_GRAD_ROWS), tw = tma_map_bf16(W, Vp, C, C, WG_BN);
+    CUtensorMap tx = tma_map_bf16(x, N, C, C, FUSED_LCE_GRAD_ROWS), tw = tma_map_bf16(W, Vp, C, C, WG_BN);
     for (int r0 = 0; r0 < N; r0 += s->rows) {
         int n = N - r0 < s->rows ? N - r0 : s->rows;
-        CUtensorMap te = tma_map_bf16(s->E, n, Vp, Vp, FLCE_GRAD_ROWS);
-        int tiles = ceil_div(n, FLCE_GRAD_ROWS) * s->vtiles, grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
-        FlceStageArgs a = {s->ref + r0, s->part, s->vtiles, s->flag, r0, n, C, V, Vp, opt.softcap};
-        launch_pdl(flce_stage_kernel_for<FLCE_STAGE_REF>(cap, sum), grid, WG_THREADS, FLCE_GRAD_SMEM, st, tx, tw, te, a);
+        CUtensorMap te = tma_map_bf16(s->E, n, Vp, Vp, FUSED_LCE_GRAD_ROWS);
+        int tiles = ceil_div(n, FUSED_LCE_GRAD_ROWS) * s->vtiles, grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
+        FusedLceStageArgs a = {s->ref + r0, s->part, s->vtiles, s->flag, r0, n, C, V, Vp, opt.softcap};
+        launch_pdl(fused_lce_stage_kernel_for<FUSED_LCE_STAGE_REF>(cap, sum), grid, WG_THREADS, FUSED_LCE_GRAD_SMEM, st, tx, tw, te, a);
         profile_mark(ctx->prof, "head: stage", st);
-        flce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, NULL,
+        fused_lce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, NULL,
                                                                  s->part, s->ref + r0, x + (size_t)r0 * C, W,
                                                                  targets + r0, n, s->vtiles, C, V, opt);
         cuda_check_launch();
         // a flagged chunk (launches that return at once otherwise): its statistics again, relative to
         // each tile's max; lse and the loss from them; E relative to lse
-        flce_stage_kernel_for<FLCE_STAGE_MAX>(cap, sum)<<<grid, WG_THREADS, FLCE_GRAD_SMEM, st>>>(tx, tw, te, a);
+        fused_lce_stage_kernel_for<FUSED_LCE_STAGE_MAX>(cap, sum)<<<grid, WG_THREADS, FUSED_LCE_GRAD_SMEM, st>>>(tx, tw, te, a);
         cuda_check_launch();
-        flce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, s->flag,
+        fused_lce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, s->flag,
                                                                  s->part, s->ref + r0, x + (size_t)r0 * C, W,
                                                                  targets + r0, n, s->vtiles, C, V, opt);
         cuda_check_launch();
-        FlceStageArgs ra = {lse + r0, NULL, s->vtiles, s->flag, r0, n, C, V, Vp, opt.softcap};
-        flce_stage_kernel_for<FLCE_STAGE_RESTAGE>(cap, 0)<<<grid, WG_THREADS, FLCE_GRAD_SMEM, st>>>(tx, tw, te, ra);
+        FusedLceStageArgs ra = {lse + r0, NULL, s->vtiles, s->flag, r0, n, C, V, Vp, opt.softcap};
+        fused_lce_stage_kernel_for<FUSED_LCE_STAGE_RESTAGE>(cap, 0)<<<grid, WG_THREADS, FUSED_LCE_GRAD_SMEM, st>>>(tx, tw, te, ra);
         cuda_check_launch();
-        flce_staged_prep_kernel<<<ceil_div(n, 8), 256, 0, st>>>(s->xs, s->alpha, s->E, Vp, lse + r0, s->st, s->ref + r0,
+        fused_lce_staged_prep_kernel<<<ceil_div(n, 8), 256, 0, st>>>(s->xs, s->alpha, s->E, Vp, lse + r0, s->st, s->ref + r0,
                                                                s->flag, x + (size_t)r0 * C, targets + r0, n_valid,
                                                                dloss_rows ? dloss_rows + r0 : NULL, dloss, n, C, V, opt);
         cuda_check_launch();
         cuda_check(cudaMemsetAsync(s->flag, 0, sizeof(int), st));  // for the next chunk (zero since the build)
         profile_mark(ctx->prof, "head: finish", st);
         matmul(ctx, s->dx32, CUDA_R_32F, C, s->E, Vp, 0, W, C, 0, n, C, Vp, 1.0f, 0.0f);
-        flce_staged_dx_kernel<<<ceil_div(n * C / 8, 256), 256, 0, st>>>(dx + (size_t)r0 * C, s->dx32, s->alpha, s->wmean,
+        fused_lce_staged_dx_kernel<<<ceil_div(n * C / 8, 256), 256, 0, st>>>(dx + (size_t)r0 * C, s->dx32, s->alpha, s->wmean,
                                                                        targets + r0, n_valid,
                                                                        dloss_rows ? dloss_rows + r0 : NULL, dloss, n,
                                                                        C, V, opt);
@@ -467,11 +456,11 @@ static void flce_staged_run(const FlceStaged* s, float* loss_rows, float* lse, b
         profile_mark(ctx->prof, "head: dW GEMM", st);
     }
     if (opt.label_smoothing > 0.0f) {  // wmean's buffer is free now: u
-        flce_colsum_part_kernel<<<cgrid, 128, 0, st>>>(s->wpart, x, N, C, 1, targets, n_valid, dloss_rows, dloss, V, opt);
+        fused_lce_colsum_part_kernel<<<cgrid, 128, 0, st>>>(s->wpart, x, N, C, 1, targets, n_valid, dloss_rows, dloss, V, opt);
         cuda_check_launch();
-        flce_colsum_kernel<<<ceil_div(C, 128), 128, 0, st>>>(s->wmean, s->wpart, C, 1.0f);
+        fused_lce_colsum_kernel<<<ceil_div(C, 128), 128, 0, st>>>(s->wmean, s->wpart, C, 1.0f);
         cuda_check_launch();
-        flce_staged_dw_smooth_kernel<<<(unsigned)ceil_div((size_t)V * C, (size_t)256), 256, 0, st>>>(
+        fused_lce_staged_dw_smooth_kernel<<<(unsigned)ceil_div((size_t)V * C, (size_t)256), 256, 0, st>>>(
             dW, s->wmean, C, V, opt.label_smoothing);
         cuda_check_launch();
         profile_mark(ctx->prof, "head: other", st);

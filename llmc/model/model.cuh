@@ -87,7 +87,7 @@ static inline void model_check_config(const ModelConfig* c, int B, int T, int re
 // ranks of a data-parallel run, or NULL for one GPU alone. With world > 1 this rank keeps its share of
 // the optimizer state (ZeRO-1, llmc/optim/zero.cuh); every slice must divide by the world size, else
 // this exits naming the tensor.
-static inline void model_build(Model* m, const ModelConfig* c, int B, int T, int recompute, FlcePath head,
+static inline void model_build(Model* m, const ModelConfig* c, int B, int T, int recompute, FusedLcePath head,
                                size_t head_scratch, Comm* comm) {
     model_check_config(c, B, T, recompute);
     memset(m, 0, sizeof(*m));
@@ -123,7 +123,7 @@ static inline void model_build(Model* m, const ModelConfig* c, int B, int T, int
     }
     cuda_check(cudaDeviceSynchronize());  // the legacy stream's work, which ctx's non-blocking one does not wait for
     // the LM head for batches of up to B x T tokens, the batch staging, the plan of the gradient reduce-scatters
-    FlceConfig hc = flce_config(B * T, c->channels, c->vocab_size, c->padded_vocab_size);
+    FusedLceConfig hc = fused_lce_config(B * T, c->channels, c->vocab_size, c->padded_vocab_size);
     hc.path = head;
     hc.scratch = head_scratch;
     fused_lce_build(&m->head, &hc);
