@@ -70,10 +70,10 @@ typedef struct {
 
 // What a launch of the stage kernel does:
 //   FUSED_LCE_STAGE_REF      E relative to each row's reference R, one exp per logit and no max: the
-//                       statistics are (R, Σ exp(s − R), Σ s), exact unless a logit lies ~88 above R
-//                       (the sum overflows, lse is inf, and the finish flags the chunk)
-//   FUSED_LCE_STAGE_MAX      only when flagged: the statistics relative to each tile's max, exact whatever R
-//                       is (E as REF's; the restage replaces it)
+//                            statistics are (R, Σ exp(s − R), Σ s), exact unless a logit lies ~88
+//                            above R (the sum overflows, lse is inf, and the finish flags the chunk)
+//   FUSED_LCE_STAGE_MAX      only when flagged: the statistics relative to each tile's max, exact
+//                            whatever R is (E as REF's; the restage replaces it)
 //   FUSED_LCE_STAGE_RESTAGE  only when flagged: E relative to lse, no statistics
 enum { FUSED_LCE_STAGE_REF = 0, FUSED_LCE_STAGE_MAX, FUSED_LCE_STAGE_RESTAGE };
 
