@@ -231,7 +231,7 @@ GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh dev/test/test_train_dist.sh de
                     dev/test/test_train_multi_gpu.sh
 CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
 # cJSON: safetensors and the tiktoken encoder files
-CJSON_TESTS := test_safetensors test_hf_weights test_gpt_hf test_llama_hf test_tokenizer test_make_shards
+CJSON_TESTS := test_safetensors test_hf_weights test_hf_model test_tokenizer test_make_shards
 $(addprefix build/,$(CJSON_TESTS)) $(addprefix build/asan/,$(CJSON_TESTS)): TEST_LIBS := $(CJSON)
 # -lpthread: the control channel's monitor thread (llmc/dist/dist_control.h); glibc 2.34+ has it in libc
 build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build deps
