@@ -219,16 +219,14 @@ build/dev/llama_ref_dump: dev/interop/llama_ref_dump.c $(LLMC) $(DEV_HEADERS) | 
 	$(CC) $(CFLAGS) -o $@ $< $(CJSON) -lm -lz
 
 # --- tests -------------------------------------------------------------------------------------
-# CPU tests: dev/test/test_<name>.c (also under the sanitizers, build/asan/), and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and
-# bad input, data/install_deps.sh's choices, two `make -j8 data` at once in a scratch copy (and
-# publish_shards on uint32 shards);
-# GPU tests: dev/test/test_<name>.cu (run only where a GPU exists). CPU_TESTS and GPU_TESTS are set
-# at the top.
-# dev/test/test_train_faults.sh, test_train_dist.sh, test_train_llama.sh and test_train_multi_gpu.sh train on
-# the GPU: they run with the GPU tests (test_train_llama.sh on the shards of data-starter-o200k;
-# test_train_multi_gpu.sh skips itself on fewer than 2 GPUs)
-GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh dev/test/test_train_dist.sh dev/test/test_train_llama.sh \
-                    dev/test/test_train_multi_gpu.sh
+# A test is CPU or GPU by its name. CPU tests: dev/test/test_<name>.c (also under the sanitizers,
+# build/asan/), and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and bad input,
+# data/install_deps.sh's choices, two `make -j8 data` at once in a scratch copy (and publish_shards on
+# uint32 shards). GPU tests (run only where a GPU exists): dev/test/test_<name>.cu (CUDA: a GPU test
+# by its extension), and the scripts named dev/test/test_<name>_gpu.sh, which train on the GPU
+# (test_train_llama_gpu.sh on the shards of data-starter-o200k; test_train_multi_gpu.sh skips itself
+# on fewer than 2 GPUs). CPU_TESTS and GPU_TESTS are set at the top.
+GPU_TEST_SCRIPTS := $(wildcard dev/test/test_*_gpu.sh)
 CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
 # cJSON: safetensors and the tiktoken encoder files
 CJSON_TESTS := test_safetensors test_hf_weights test_hf_model test_tokenizer test_make_shards

@@ -42,7 +42,7 @@ for goals in "data" "test" "train_gpt" "data train_gpt" "train_gpt test" \
         expect "make -n -j8 $goals failed: $plan" false; continue; }
     scripts=(data/install_deps.sh data/fetch_gpt2_bpe.sh data/fetch_starter.sh)
     case " $goals " in *" test "*|*" data-starter-"*) scripts+=(data/fetch_tiktoken.sh) ;; esac
-    # make test makes the o200k_base starter shards (dev/test/test_train_llama.sh trains on them)
+    # make test makes the o200k_base starter shards (dev/test/test_train_llama_gpu.sh trains on them)
     case " $goals " in *" data-starter-o200k "*|*" test "*) scripts+=("data/fetch_starter.sh --encoding o200k_base") ;; esac
     case " $goals " in *" data-starter-cl100k "*) scripts+=("data/fetch_starter.sh --encoding cl100k_base") ;; esac
     for script in "${scripts[@]}"; do

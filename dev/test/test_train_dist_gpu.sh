@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_train_dist.sh: ./train_gpt through its NCCL path on one GPU (d6, B 4, T 64, a few steps each):
+# test_train_dist_gpu.sh: ./train_gpt through its NCCL path on one GPU (d6, B 4, T 64, a few steps each):
 #   1. launched as rank 0 of 1 (torchrun-style variables, tcp rendezvous, NCCL with one rank): the log's
 #      losses, norms and val losses and the final checkpoint are bitwise those of the plain run;
 #   2. the same through the file rendezvous (-nccl_init file:PATH);
@@ -9,16 +9,16 @@
 #      within 120 s, never a hang, with an error naming a rank.
 # Several GPUs are needed for more (doc/multi_gpu.md); dev/test/test_dist.cu checks N ranks on one GPU
 # through the communicator's test double, and dev/test/test_dist_control.c the failure paths on the CPU.
-# Needs a GPU, the starter data and ./train_gpt built with NCCL. Prints `test_train_dist: N passed, M failed`.
+# Needs a GPU, the starter data and ./train_gpt built with NCCL. Prints `test_train_dist_gpu: N passed, M failed`.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    echo "SKIPPED test_train_dist: needs a GPU, and nvidia-smi finds none"
+    echo "SKIPPED test_train_dist_gpu: needs a GPU, and nvidia-smi finds none"
     exit 0
 fi
 bin=./train_gpt
 source dev/test/testing.sh
-test_begin test_train_dist  # $tmp: the runs' outputs
+test_begin test_train_dist_gpu  # $tmp: the runs' outputs
 # -warmup 10: the 4 steps are all warm-up, whose learning rate does not depend on -steps (3. resumes
 # a 2-step run to 4 steps)
 base=(-depth 6 -b 4 -t 64 -sample_tokens 0 -keep 1 -warmup 10)

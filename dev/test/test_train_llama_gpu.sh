@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_train_llama.sh: ./train_gpt -model llama on the GPU, llama-30m (235.0M parameters, 30.2M without
+# test_train_llama_gpu.sh: ./train_gpt -model llama on the GPU, llama-30m (235.0M parameters, 30.2M without
 # the embedding and LM head tables) on the starter shards in o200k_base, B 8, T 256:
 #   1. 30 steps: exit 0; the config table shows the family, the size, the encoding and the parameters;
 #      the first step's loss is near ln(200019) = 12.21 (the untrained model's), the mean of the last five
@@ -11,16 +11,16 @@
 #      the sample at the end and the final checkpoint are bitwise those of the uninterrupted run, and the
 #      checkpoint's settings name -model llama, -size llama-30m and -encoding o200k_base.
 # On failure the end of every run's output is printed. Needs a GPU, the shards of `make
-# data-starter-o200k` and ./train_gpt. Prints `test_train_llama: N passed, M failed`.
+# data-starter-o200k` and ./train_gpt. Prints `test_train_llama_gpu: N passed, M failed`.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    echo "SKIPPED test_train_llama: needs a GPU, and nvidia-smi finds none"
+    echo "SKIPPED test_train_llama_gpu: needs a GPU, and nvidia-smi finds none"
     exit 0
 fi
 bin=./train_gpt
 source dev/test/testing.sh
-test_begin test_train_llama  # $tmp: the runs' outputs
+test_begin test_train_llama_gpu  # $tmp: the runs' outputs
 same() { [ -n "$1" ] && [ "$1" = "$2" ]; }  # same A B: A is not empty and B is A
 all_in() { local f=$1; shift; for p in "$@"; do file_has "$f" "$p" || return 1; done; }  # all_in FILE PART...
 # the log's numbers without the timings: step, loss, norm, lr; val losses
@@ -28,7 +28,7 @@ numbers() { grep -E '^step [0-9]+ (train_loss|val_loss)' "$1" 2>/dev/null | sed 
 train_loss() { awk -v s="$2" '$1 == "step" && $2 == s && $3 == "train_loss" { print $4 }' "$1" 2>/dev/null; }
 if ! ls data/starter_o200k/starter_train_*.bin > /dev/null 2>&1; then
     echo "FAIL no shards in data/starter_o200k/: run make data-starter-o200k"
-    echo "test_train_llama: 0 passed, 1 failed"
+    echo "test_train_llama_gpu: 0 passed, 1 failed"
     exit 1
 fi
 base=(-model llama -b 8 -t 256 -val_batches 3)

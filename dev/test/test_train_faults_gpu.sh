@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_train_faults.sh: ./train_gpt meets faults on the GPU (a d6 model, B 4, T 64, a few steps each):
+# test_train_faults_gpu.sh: ./train_gpt meets faults on the GPU (a d6 model, B 4, T 64, a few steps each):
 #   1. a bad token id in the second train shard, met mid-run: exit 1 naming the shard, the token and its
 #      byte offset, a checkpoint of the last complete step; with the shard replaced, -resume latest
 #      finishes the run;
@@ -12,17 +12,17 @@
 #      `latest` still names the previous checkpoint, and -resume latest then writes the next one;
 #   6. a checkpoint with a NaN written into its tensors: -resume refuses it (checksum) naming the file.
 # Needs a GPU, the starter data (make data) and ./train_gpt; make test runs it only where nvidia-smi
-# finds a GPU. Prints `test_train_faults: N passed, M failed`.
+# finds a GPU. Prints `test_train_faults_gpu: N passed, M failed`.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 # shellcheck disable=SC2016  # the conditions given to all() are evaluated there, on purpose
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    echo "SKIPPED test_train_faults: needs a GPU, and nvidia-smi finds none"
+    echo "SKIPPED test_train_faults_gpu: needs a GPU, and nvidia-smi finds none"
     exit 0
 fi
 bin=./train_gpt
 source dev/test/testing.sh
-test_begin test_train_faults  # $tmp: the shards, runs and checkpoints
+test_begin test_train_faults_gpu  # $tmp: the shards, runs and checkpoints
 small=(-depth 6 -b 4 -t 64 -sample_tokens 0 -lr 1e-4)
 quiet=(-val_every 0 -val_batches 1)
 
