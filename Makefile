@@ -102,13 +102,22 @@ else
 endif
 # headers every target depends on: the library, and dev/'s references, checkers and experiments
 LLMC        := $(wildcard llmc/*/*.cuh llmc/*/*.h)
-DEV_HEADERS := $(wildcard dev/ref/*.h dev/ref/*.cuh dev/cuda/*.h dev/cuda/*.cuh dev/test/*.h dev/test/*.cuh)
+DEV_HEADERS := $(wildcard dev/ref/*.h dev/ref/*.cuh dev/cuda/*.h dev/cuda/*.cuh dev/test/*.h dev/test/*.cuh \
+                           dev/test/*/*.h dev/test/*/*.cuh)
 
 # the targets, named here because the trainer's rule (below) picks its data prerequisite by goal
-CPU_TESTS   := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c))
+# Each test sits in the folder of dev/test/ named as llmc/'s folder of what it tests (dev/test/io/,
+# dev/test/layers/, ...; the shared helpers and run_tests.sh in dev/test/ itself) and is built flat,
+# dev/test/<folder>/test_<name>.c -> build/test_<name>, so a test's name is unique across the folders.
+TEST_DIRS   := $(sort $(dir $(wildcard dev/test/*/test_*)))
+CPU_TESTS   := $(patsubst %.c,build/%,$(notdir $(wildcard dev/test/*/test_*.c)))
 # the same CPU tests built once more with AddressSanitizer and UndefinedBehaviorSanitizer
-ASAN_TESTS  := $(patsubst dev/test/%.c,build/asan/%,$(wildcard dev/test/test_*.c))
-GPU_TESTS   := $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*.cu))
+ASAN_TESTS  := $(patsubst %.c,build/asan/%,$(notdir $(wildcard dev/test/*/test_*.c)))
+GPU_TESTS   := $(patsubst %.cu,build/%,$(notdir $(wildcard dev/test/*/test_*.cu)))
+TEST_NAMES  := $(basename $(notdir $(wildcard dev/test/*/test_*.c dev/test/*/test_*.cu dev/test/*/test_*.sh)))
+ifneq ($(words $(TEST_NAMES)),$(words $(sort $(TEST_NAMES))))
+  $(error two tests in dev/test/*/ share a name (they build to one build/test_NAME): $(sort $(foreach t,$(TEST_NAMES),$(if $(filter-out 1,$(words $(filter $(t),$(TEST_NAMES)))),$(t)))))
+endif
 DEV_KERNELS := $(patsubst dev/cuda/%.cu,build/dev/%,$(wildcard dev/cuda/*.cu))
 INTEROP     := build/dev/model_dump build/dev/llama_ref_dump
 
@@ -155,7 +164,7 @@ build/export_hf: data/export_hf.c $(LLMC) | build deps-trainer
 # The GPT-2 BPE files and the starter shards (idempotent; see data/fetch_starter.sh). Each fetch has
 # exactly one target, and no recipe runs the scripts any other way, so one make runs each at most
 # once at any -j. The scripts also hold a lock and publish atomically (data/lock.sh), so two makes
-# at once are safe as well; dev/test/test_data_race.sh checks both.
+# at once are safe as well; dev/test/data/test_data_race.sh checks both.
 data: data/starter/.complete
 data/gpt2/vocab.bpe: | deps
 	bash data/fetch_gpt2_bpe.sh
@@ -219,26 +228,27 @@ build/dev/llama_ref_dump: dev/interop/llama_ref_dump.c $(LLMC) $(DEV_HEADERS) | 
 	$(CC) $(CFLAGS) -o $@ $< $(CJSON) -lm -lz
 
 # --- tests -------------------------------------------------------------------------------------
-# CPU tests: dev/test/test_<name>.c (also under the sanitizers, build/asan/), and the scripts dev/test/test_<name>.sh: ./train_gpt's flags and
-# bad input, data/install_deps.sh's choices, two `make -j8 data` at once in a scratch copy (and
-# publish_shards on uint32 shards);
-# GPU tests: dev/test/test_<name>.cu (run only where a GPU exists). CPU_TESTS and GPU_TESTS are set
-# at the top.
-# dev/test/test_train_faults.sh, test_train_dist.sh, test_train_llama.sh and test_train_multi_gpu.sh train on
-# the GPU: they run with the GPU tests (test_train_llama.sh on the shards of data-starter-o200k;
-# test_train_multi_gpu.sh skips itself on fewer than 2 GPUs)
-GPU_TEST_SCRIPTS := dev/test/test_train_faults.sh dev/test/test_train_dist.sh dev/test/test_train_llama.sh \
-                    dev/test/test_train_multi_gpu.sh
-CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/test_*.sh))
+# A test is CPU or GPU by its name, in its folder dev/test/<folder>/ (TEST_DIRS, set at the top with
+# CPU_TESTS and GPU_TESTS). CPU tests: test_<name>.c (also under the sanitizers, build/asan/), and the
+# scripts test_<name>.sh: ./train_gpt's flags and bad input, data/install_deps.sh's choices, two
+# `make -j8 data` at once in a scratch copy (and publish_shards on uint32 shards), ... GPU tests (run
+# only where a GPU exists): test_<name>.cu (CUDA: a GPU test by its extension), and the scripts named
+# test_<name>_gpu.sh, which train on the GPU (train/test_train_llama_gpu.sh on the shards of
+# data-starter-o200k; dist/test_train_multi_gpu.sh skips itself on fewer than 2 GPUs).
+GPU_TEST_SCRIPTS := $(wildcard dev/test/*/test_*_gpu.sh)
+CPU_TEST_SCRIPTS := $(filter-out $(GPU_TEST_SCRIPTS),$(wildcard dev/test/*/test_*.sh))
 # cJSON: safetensors and the tiktoken encoder files
-CJSON_TESTS := test_safetensors test_hf_weights test_gpt_hf test_llama_hf test_tokenizer test_make_shards
+CJSON_TESTS := test_safetensors test_hf_weights test_hf_model test_tokenizer test_make_shards
 $(addprefix build/,$(CJSON_TESTS)) $(addprefix build/asan/,$(CJSON_TESTS)): TEST_LIBS := $(CJSON)
 # -lpthread: the control channel's monitor thread (llmc/dist/dist_control.h); glibc 2.34+ has it in libc
-build/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build deps
+# a test's source is found in its folder by name (vpath): $< is its path
+vpath test_%.c $(TEST_DIRS)
+vpath test_%.cu $(TEST_DIRS)
+build/test_%: test_%.c $(LLMC) $(DEV_HEADERS) | build deps
 	$(CC) $(CFLAGS) -o $@ $< $(PCRE2) -lm -lz -lpthread $(TEST_LIBS)
-build/asan/test_%: dev/test/test_%.c $(LLMC) $(DEV_HEADERS) | build/asan deps
+build/asan/test_%: test_%.c $(LLMC) $(DEV_HEADERS) | build/asan deps
 	$(CC) $(ASAN_FLAGS) -o $@ $< $(PCRE2) -lm -lz -lpthread $(TEST_LIBS)
-build/test_%: dev/test/test_%.cu $(LLMC) $(DEV_HEADERS) | build deps-trainer
+build/test_%: test_%.cu $(LLMC) $(DEV_HEADERS) | build deps-trainer
 	$(NVCC) $(NVFLAGS) $(NVARCH) -o $@ $< $(CUDA_LIBS)
 
 # --- fuzzing: dev/fuzz/fuzz_<name>.c -> build/fuzz/fuzz_<name> (doc/reliability.md) ------------------
@@ -246,7 +256,7 @@ build/test_%: dev/test/test_%.cu $(LLMC) $(DEV_HEADERS) | build deps-trainer
 # the run); --wrap=exit brings a harness back from code that exits on bad input, --wrap of cJSON's parser
 # checks the buffers it is given (dev/fuzz/fuzz.h). The seeds are made by dev/fuzz/make_seeds.sh with the
 # project's tools; dev/fuzz/run.sh replays dev/fuzz/regressions/ and fuzzes, stepping around the defects
-# that dev/fuzz/known_defects lists. `make test` runs each harness FUZZ_CI_SECONDS (dev/test/test_fuzz.sh).
+# that dev/fuzz/known_defects lists. `make test` runs each harness FUZZ_CI_SECONDS (dev/test/io/test_fuzz.sh).
 FUZZ_CC    ?= clang
 FUZZ_FLAGS ?= -O1 -g -Wall -Wextra -Wno-unused-function -std=gnu11 -fsanitize=fuzzer,address,undefined \
               -fno-sanitize-recover=undefined -fno-omit-frame-pointer -Wl,--wrap=exit -Wl,--wrap=cJSON_ParseWithLength

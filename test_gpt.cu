@@ -17,7 +17,7 @@
 //      third with -gemm_tune's tuned GEMMs (llmc/layers/matmul.cuh), the head's included, bitwise the same
 //   6. resume: 2N steps in one run equal N steps, a checkpoint file (of the family, verified), a fresh
 //      model loaded from it and N more steps, bitwise (losses, master weights, AdamW m and v)
-// Data parallelism is dev/test/test_dist.cu. Both sides evaluate the same model: the reference's
+// Data parallelism is dev/test/dist/test_dist.cu. Both sides evaluate the same model: the reference's
 // parameters are rounded to bf16 first, since the GPU computes with bf16 parameters. Tolerances are
 // stated where they are checked.
 #include <math.h>

@@ -44,7 +44,7 @@ MAKE_SHARDS=${MAKE_SHARDS:-build/make_shards}
 BROWN_DETOK=${BROWN_DETOK:-build/brown_detok}
 # What a complete corpus holds. The documents are 500 Brown samples + 233 addresses + 138 parts of the
 # novel (135 chapters, etymology, extracts, epilogue). The packages are pinned by sha512 and the
-# tokenizer matches tiktoken id for id in every encoding (dev/test/test_tokenizer.c), so the token
+# tokenizer matches tiktoken id for id in every encoding (dev/test/data/test_tokenizer.c), so the token
 # counts are exact too (each includes one <|endoftext|> per document).
 EXPECT_DOCS=871
 case "$ENCODING" in

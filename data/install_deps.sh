@@ -18,7 +18,7 @@
 # When all are present it prints nothing. When some are missing:
 #   - as root with apt-get: installs them (apt-get update, then apt-get install), saying so in one line;
 #   - otherwise (or with DEPS_NO_INSTALL=1, which never installs): prints the one command to run, exit 1.
-# It uses only shell builtins and apt-get, so that dev/test/test_install_deps.sh can run it with a
+# It uses only shell builtins and apt-get, so that dev/test/data/test_install_deps.sh can run it with a
 # PATH of stubs, and headers named by CJSON_HEADER (default /usr/include/cjson/cJSON.h) and DEPS_ZLIB_H
 # (default /usr/include/zlib.h), and the libFuzzer runtime by DEPS_FUZZER_RT (a glob pattern).
 # usage: bash data/install_deps.sh [--trainer | --fuzz]

@@ -2,7 +2,7 @@
 // llmc/layers/rmsnorm.cuh timed at the trainer's shapes,
 // against the GPU's copy bandwidth: each time beside a device-to-device copy of as many bytes (half
 // read, half written), the floor for a kernel that moves them once. The kernels' correctness is tested
-// against the CPU references by dev/test/test_layers.cu and dev/test/test_llama_layers.cu.
+// against the CPU references by dev/test/layers/test_layers.cu.
 //   build/dev/layernorm          N = 65536, C = 768 (d12, B = 64) and N = 16384, C = 1600 (d48, B = 16)
 //   build/dev/layernorm N C      one shape
 // The LayerNorm backward runs twice: alone, and with the column sums of the rows it writes (the bias

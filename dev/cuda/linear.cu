@@ -5,7 +5,7 @@
 //   qkv     C -> 3C      attproj C -> C      fc  C -> 4C      fcproj 4C -> C (its dx through GELU')
 // Columns: forward (ours: y = x·Wᵀ + b; plain: y = x·Wᵀ), backward (ours: dx, dW += dyᵀ·x, db; plain: the
 // two GEMMs dx = dy·W, dW += dyᵀ·x), TF/s over the layer's 2·N·IC·OC (fwd) and 4·N·IC·OC (bwd) FLOPs.
-// The layers' correctness is tested against the CPU reference by dev/test/test_layers.cu.
+// The layers' correctness is tested against the CPU reference by dev/test/layers/test_layers.cu.
 // Only the fc layer's bias gradient is in its layer's backward here, as in the trainer (llmc/model/model.cuh):
 // the LayerNorm backward adds up the attention and fc projections' (timed by dev/cuda/layernorm.cu),
 // the attention backward the QKV layer's (dev/cuda/attention.cu).

@@ -1,6 +1,6 @@
 // wgmma_gemm_plan.h: the tile widths and the cost of the playground's own dx and dW GEMMs of an LM-head
 // block (wgmma_gemm.cuh, variant 6 of fused_lce.cu), in the units of the head's layout planner
-// (llmc/head/fused_lce_blocks_plan.h), in plain C so that the CPU tests check it (dev/test/test_fused_lce_plan.c).
+// (llmc/head/fused_lce_blocks_plan.h), in plain C so that the CPU tests check it (dev/test/head/test_fused_lce_plan.c).
 #pragma once
 #include "../../llmc/head/fused_lce_blocks_plan.h"
 

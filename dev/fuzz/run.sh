@@ -6,7 +6,7 @@
 # The known defects of dev/fuzz/known_defects are passed to the harnesses in LLMC_FUZZ_SKIP (fuzz.h).
 #   bash dev/fuzz/run.sh [-s SECONDS] [-j JOBS] [--ci] [HARNESS...]   (default: every harness, 30 s, 1 at once)
 # The corpus grows in build/fuzz/corpus/<name>/ from run to run; with --ci it starts empty in
-# build/fuzz/ci_corpus/<name>/ (dev/test/test_fuzz.sh, in `make test`). Scratch files go to /dev/shm.
+# build/fuzz/ci_corpus/<name>/ (dev/test/io/test_fuzz.sh, in `make test`). Scratch files go to /dev/shm.
 # A finding is saved under build/fuzz/findings/<name>/ and its reproducer printed:
 # `build/fuzz/<harness> FILE` runs it again; a small one belongs in dev/fuzz/regressions/<name>/,
 # replayed by every run.

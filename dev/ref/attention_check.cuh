@@ -3,7 +3,7 @@
 // attention (NKV == NH, GPT-2's qkv) and grouped-query attention (NKV < NH: qkv (B, T, (NH + 2·NKV)·hs)),
 // one reference function for both; with RoPE (att_check_rope) the reference rotates q and k first and
 // the gradients back last, as the CPU model does. Shared by dev/cuda/attention.cu (every variant) and
-// dev/test/test_attention{,_gqa}.cu. Outputs are poisoned (0xFF bytes: bf16/fp32 NaN) before each
+// dev/test/attention/test_attention{,_gqa}.cu. Outputs are poisoned (0xFF bytes: bf16/fp32 NaN) before each
 // run, so unwritten elements show up as non-finite; errors are relative L2 (‖x − ref‖ / ‖ref‖) and max
 // abs with its location.
 #pragma once

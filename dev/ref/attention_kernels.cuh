@@ -1,7 +1,7 @@
 // attention_kernels.cuh: the flash kernels behind attention_check.cuh's AttFwdFn / AttBwdFn, without
 // RoPE: the mma.sync ones (llmc/flash_attention{,_backward}.cuh) and the sm_90a ones
 // (llmc/flash_attention_sm90{,_backward}.cuh; call only where flash_sm90_available()). Shared by
-// dev/test/test_attention{,_gqa}.cu and dev/cuda/attention.cu.
+// dev/test/attention/test_attention{,_gqa}.cu and dev/cuda/attention.cu.
 #pragma once
 #include "../../llmc/attention/flash_attention_sm90_backward.cuh"  // and the forward
 #include "attention_check.cuh"

@@ -1,6 +1,6 @@
 // fused_lce_check.cuh: runs the LM head of llmc/head/fused_lce.cuh on one test case and compares every
 // output with the CPU fp64 reference (fused_lce_ref.h). Shared by the playground dev/cuda/fused_lce.cu
-// and the GPU test dev/test/test_fused_lce.cu, so both check the same way.
+// and the GPU test dev/test/head/test_fused_lce.cu, so both check the same way.
 #pragma once
 #include "../../llmc/head/fused_lce.cuh"
 #include "fused_lce_ref.h"

@@ -1,6 +1,6 @@
 // model_ref.h: the CPU reference of the model, either family, forward and backward, in plain
 // single-threaded C. It is the oracle for the CUDA model (test_gpt.cu compares every gradient against
-// it, in float) and is itself checked against finite differences (dev/test/test_model_ref.c, in double;
+// it, in float) and is itself checked against finite differences (dev/test/model/test_model_ref.c, in double;
 // test_model_ref_float compares the float build). The layers are dev/ref/ref_layers.h.
 //
 // The family is data (llmc/model/spec.h): the model walks its spec's block choices and its tensor table,

@@ -1,6 +1,6 @@
 // gpu_testing.cuh: the GPU test binaries' first step. dev/test/run_tests.sh alone decides whether a GPU
 // suite runs at all (when nvidia-smi finds a GPU), so a suite that then cannot start CUDA fails, with a
-// line that says so (dev/test/test_run_tests.sh looks for it).
+// line that says so (dev/test/core/test_run_tests.sh looks for it).
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-// hf_split.h: for the import tests (test_gpt_hf.c, test_llama_hf.c). The model of directory `from`
+// hf_split.h: for the import test (test_hf_model.c). The model of directory `from`
 // (its model.safetensors, and its config.json when there is one) written to directory `to` split into
 // `parts` files model-0000k-of-0000n.safetensors and a model.safetensors.index.json, as transformers'
 // save_pretrained writes a model larger than its max_shard_size: the tensors in the file's order, about as

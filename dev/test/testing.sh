@@ -1,4 +1,4 @@
-# testing.sh: the harness of the shell test scripts (dev/test/test_*.sh source it), as testing.h is the
+# testing.sh: the harness of the shell test scripts (dev/test/*/test_*.sh source it), as testing.h is the
 # C tests':
 #   test_begin NAME            the counters at zero; $tmp a scratch directory, removed when the script exits
 #   expect "what" COMMAND...   one check: passes when COMMAND exits 0, else prints `FAIL what` (and

@@ -3,7 +3,7 @@
 // of the elementwise kernels, and small device helpers shared by the kernels.
 // No mutable globals: everything a launcher needs or keeps travels in a GpuContext, so two contexts (two
 // GPUs, two threads, two tests) never share state. llmc/'s one global is the crash handlers' pointer in
-// llmc/dist/dist_report.h (a signal handler reaches nothing else); dev/test/test_llmc_globals.sh checks.
+// llmc/dist/dist_report.h (a signal handler reaches nothing else); dev/test/core/test_llmc_globals.sh checks.
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>

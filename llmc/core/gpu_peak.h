@@ -2,7 +2,7 @@
 // datasheet's figure for GPUs known by name, else SMs x clock x FLOP per clock per SM for the
 // architectures where that is known (A100-class 8.0: 2048, Hopper 9.0: 4096), else 0 (no MFU shown).
 // The clock estimate runs at the maximum clock the driver reports, above the datasheets' (1070 against
-// 989 TFLOP/s on an H200), so the datasheet wins where a name matches. Plain C: dev/test/test_gpu_peak.c
+// 989 TFLOP/s on an H200), so the datasheet wins where a name matches. Plain C: dev/test/core/test_gpu_peak.c
 // checks it without a GPU; under nvcc, gpu_peak_bf16_flops asks the device for its name and clock.
 #pragma once
 #include <string.h>

@@ -1,6 +1,6 @@
 // comm.cuh: the collectives of data-parallel training behind one small interface, so that the model's
 // code is the same on one GPU, across processes through NCCL (comm_nccl.cuh), and in the test double
-// that runs several ranks as threads of one process on one GPU (dev/test/comm_local.cuh).
+// that runs several ranks as threads of one process on one GPU (dev/test/dist/comm_local.cuh).
 // Both collectives work in place on a buffer of `world` equal parts, part r belonging to rank r:
 //   reduce_scatter: part r of rank r becomes the sum over ranks of their part r (fp32); the other parts
 //                   are left as they are or undefined (NCCL may use them).

@@ -12,7 +12,7 @@
 //   dist_leave(&d);
 // Not launched (no launcher variables): world 1, no sockets, no NCCL, dist_comm is NULL and the model
 // runs the single-GPU code. Launched, even with WORLD_SIZE=1: the NCCL path, which must give bitwise the
-// results of the single-GPU one (dev/test/test_train_dist.sh checks it).
+// results of the single-GPU one (dev/test/dist/test_train_dist_gpu.sh checks it).
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>

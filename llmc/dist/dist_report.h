@@ -36,7 +36,7 @@ typedef struct {
 } DistLink;
 
 // The crash handlers reach the link only through this: a signal handler takes no argument, so it can
-// reach nothing but a global. llmc/'s one mutable global (dev/test/test_llmc_globals.sh allows it alone).
+// reach nothing but a global. llmc/'s one mutable global (dev/test/core/test_llmc_globals.sh allows it alone).
 static DistLink* dist_crash_link = NULL;
 
 // Sends FAIL(rank, text) to rank 0, or from rank 0 to every rank except `skip` (-1: none). text is what

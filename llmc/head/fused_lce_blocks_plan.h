@@ -1,5 +1,5 @@
 // fused_lce_blocks_plan.h: how the LM head's blocks (fused_lce_blocks.cuh) cut a problem within a scratch
-// budget, in plain C so that the CPU tests check it (dev/test/test_fused_lce_plan.c): a layout never
+// budget, in plain C so that the CPU tests check it (dev/test/head/test_fused_lce_plan.c): a layout never
 // takes more than the budget, and with the Hopper kernels it wastes as little of the GPU as it can.
 //
 // The buffer holds, per row of a row block of nb rows: one vocab block of vb logits (fp32, or with the

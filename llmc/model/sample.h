@@ -1,6 +1,6 @@
 // sample.h: drawing the next token from a row of logits on the host, for the trainer's text samples
 // (llmc/train/evaluate.cuh): greedy at temperature 0, else softmax(logits / temperature) restricted to the
-// top_k largest logits. Plain C, so that dev/test/test_sample.c checks it without a GPU. The random
+// top_k largest logits. Plain C, so that dev/test/model/test_sample.c checks it without a GPU. The random
 // numbers come from the caller's rand.h state, which the trainer keeps in its checkpoints.
 #pragma once
 #include <math.h>

@@ -1,7 +1,7 @@
 // lr_schedule.h: the learning rate of each optimizer step: a linear warmup to the peak over `warmup`
 // steps, then a cosine (or linear) decay that reaches peak · final_frac at the last step. A pure function
 // of the step, so a resumed run follows the uninterrupted run's schedule without keeping any state.
-// Plain C: dev/test/test_lr_schedule.c checks it without a GPU.
+// Plain C: dev/test/optim/test_lr_schedule.c checks it without a GPU.
 #pragma once
 #include <math.h>
 

@@ -17,7 +17,7 @@
 // every place that derives parameters from master weights (AdamW, the init, a checkpoint's load) goes
 // through master_split, and a model computes with the same parameters however it got them.
 //
-// Host and device: dev/test/test_master_split.c checks every one of the 2^32 patterns on the CPU.
+// Host and device: dev/test/optim/test_master_split.c checks every one of the 2^32 patterns on the CPU.
 #pragma once
 #include <stdint.h>
 #include <string.h>
