@@ -213,7 +213,11 @@ static inline int hf_remove_dir(const char* path) {
     int rc = 0;
     while ((e = readdir(d)) != NULL)
         if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-            snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+            int k = snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+            if (k < 0 || (size_t)k >= sizeof(file)) {  // a name that does not fit is not guessed at
+                if (rc == 0) { rc = -1; errno = ENAMETOOLONG; }
+                continue;
+            }
             if (unlink(file) != 0 && rc == 0) rc = -1;
         }
     closedir(d);
