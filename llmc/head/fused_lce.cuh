@@ -344,6 +344,17 @@ static void fused_lce_run(FusedLce* h, const FusedLceRun* r, const GpuContext* c
     fused_lce_end(h, r->N, ctx);
 }
 
+// A call with a gradient: through the configured path, or a dev build's backward hook when one is set
+static inline void fused_lce_run_backward(FusedLce* h, const FusedLceRun* r, const GpuContext* ctx) {
+#ifdef FUSED_LCE_DEV_HOOKS
+    if (h->cfg.hooks && h->cfg.hooks->backward) {
+        h->cfg.hooks->backward(h, r, ctx);
+        return;
+    }
+#endif
+    fused_lce_run(h, r, ctx);
+}
+
 // Training: mean loss (h->loss), per-row loss and lse (h->loss_rows, h->lse), dx (N, C) bf16 written,
 // dW (Vp, C) fp32 accumulated, for the upstream gradient dloss of the mean (1 in training).
 static inline void fused_lce_forward_backward(FusedLce* h, bf16* dx, float* dW, float dloss, const bf16* x,
@@ -352,13 +363,7 @@ static inline void fused_lce_forward_backward(FusedLce* h, bf16* dx, float* dW, 
     r.dx = dx;
     r.dW = dW;
     r.dloss = dloss;
-#ifdef FUSED_LCE_DEV_HOOKS
-    if (h->cfg.hooks && h->cfg.hooks->backward) {
-        h->cfg.hooks->backward(h, &r, ctx);
-        return;
-    }
-#endif
-    fused_lce_run(h, &r, ctx);
+    fused_lce_run_backward(h, &r, ctx);
 }
 
 // Loss only (eval, or when the caller needs the loss before it knows the upstream gradient): F of work.
@@ -375,13 +380,7 @@ static inline void fused_lce_backward(FusedLce* h, bf16* dx, float* dW, const fl
     r.dx = dx;
     r.dW = dW;
     r.dloss_rows = dloss_rows;
-#ifdef FUSED_LCE_DEV_HOOKS
-    if (h->cfg.hooks && h->cfg.hooks->backward) {
-        h->cfg.hooks->backward(h, &r, ctx);
-        return;
-    }
-#endif
-    fused_lce_run(h, &r, ctx);
+    fused_lce_run_backward(h, &r, ctx);
 }
 
 // The GPU memory the head holds beyond its inputs and gradients: the path's scratch and statistics, and
