@@ -422,20 +422,20 @@ static void fused_lce_staged_run(const FusedLceStaged* s, const FusedLceRun* r, 
         CUtensorMap te = tma_map_bf16(s->E, n, Vp, Vp, FUSED_LCE_GRAD_ROWS);
         int tiles = ceil_div(n, FUSED_LCE_GRAD_ROWS) * s->vtiles, grid = tiles < ctx->sm_count ? tiles : ctx->sm_count;
         FusedLceStageArgs a = {s->ref + r0, s->part, s->vtiles, s->flag, r0, n, C, V, Vp, opt.softcap};
+        auto finish = [&](const int* gate) {  // the finish of the chunk; gate: run only when *gate
+            fused_lce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, gate,
+                                                                           s->part, s->ref + r0, x + (size_t)r0 * C, W,
+                                                                           targets + r0, n, s->vtiles, C, V, opt);
+            cuda_check_launch();
+        };
         launch_pdl(fused_lce_stage_kernel_for<FUSED_LCE_STAGE_REF>(cap, sum), grid, WG_THREADS, FUSED_LCE_GRAD_SMEM, st, tx, tw, te, a);
         profile_mark(ctx->prof, "head: stage", st);
-        fused_lce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, NULL,
-                                                                 s->part, s->ref + r0, x + (size_t)r0 * C, W,
-                                                                 targets + r0, n, s->vtiles, C, V, opt);
-        cuda_check_launch();
+        finish(NULL);
         // a flagged chunk (launches that return at once otherwise): its statistics again, relative to
         // each tile's max; lse and the loss from them; E relative to lse
         fused_lce_stage_kernel_for<FUSED_LCE_STAGE_MAX>(cap, sum)<<<grid, WG_THREADS, FUSED_LCE_GRAD_SMEM, st>>>(tx, tw, te, a);
         cuda_check_launch();
-        fused_lce_staged_finish_kernel<<<ceil_div(n, 8), 256, 0, st>>>(loss_rows + r0, lse + r0, s->st, s->flag, s->flag,
-                                                                 s->part, s->ref + r0, x + (size_t)r0 * C, W,
-                                                                 targets + r0, n, s->vtiles, C, V, opt);
-        cuda_check_launch();
+        finish(s->flag);
         FusedLceStageArgs ra = {lse + r0, NULL, s->vtiles, s->flag, r0, n, C, V, Vp, opt.softcap};
         fused_lce_stage_kernel_for<FUSED_LCE_STAGE_RESTAGE>(cap, 0)<<<grid, WG_THREADS, FUSED_LCE_GRAD_SMEM, st>>>(tx, tw, te, ra);
         cuda_check_launch();
