@@ -10,6 +10,7 @@
 // determinism and auto's choice.
 // the head with its experiment hooks (FusedLceHooks): the variants are tested too
 #define FUSED_LCE_DEV_HOOKS
+#include <vector>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../../llmc/head/fused_lce.cuh"
@@ -249,6 +250,27 @@ static void check_growing_logits(const GpuContext* ctx) {
     }
 }
 
+// The largest gap, over rows r0 .. r1-1, between a logit and its row's mean logit R (the staged path's
+// reference), in fp64 from the inputs as the head sees them
+static double max_gap_above_mean(const FusedLceCase* cs, const FusedLceInputs* in, int r0, int r1) {
+    std::vector<double> wmean(cs->C, 0.0);
+    for (int j = 0; j < cs->V; j++)
+        for (int c = 0; c < cs->C; c++) wmean[c] += in->W[(size_t)j * cs->C + c] / cs->V;
+    double gap = -INFINITY;
+    for (int r = r0; r < r1; r++) {
+        const float* x = in->x + (size_t)r * cs->C;
+        double R = 0.0, mx = -INFINITY;
+        for (int c = 0; c < cs->C; c++) R += x[c] * wmean[c];
+        for (int j = 0; j < cs->V; j++) {
+            double s = 0.0;
+            for (int c = 0; c < cs->C; c++) s += (double)x[c] * in->W[(size_t)j * cs->C + c];
+            mx = fmax(mx, s);
+        }
+        gap = fmax(gap, mx - R);
+    }
+    return gap;
+}
+
 // The staged path's fallback, chunk by chunk: the first of three 128-row chunks has its rows of x scaled
 // by 16 (logits ~150 above the rows' mean: the sums relative to R overflow, the chunk is flagged, its
 // statistics are taken again relative to each tile's max and E again relative to lse); the other two
@@ -258,6 +280,10 @@ static void check_staged_fallback(const GpuContext* ctx) {
     if (!staged_runs(&cs)) return;
     FusedLceInputs in = fused_lce_inputs_make(&cs, 23);
     for (size_t i = 0; i < (size_t)128 * cs.C; i++) in.x[i] = bf16_round(in.x[i] * 16.0f);
+    double gap = max_gap_above_mean(&cs, &in, 0, 128);
+    printf("  (first chunk: a logit %.1f above its row's mean)\n", gap);
+    EXPECT(gap > 89.0, "%s: the largest logit is %.1f above its row's mean, too little to overflow a sum (> 89)",
+           cs.what, gap);
     FusedLceDevice d = fused_lce_device_make(&cs, &in);
     FusedLce h;
     build(&h, &cs, FUSED_LCE_PATH_STAGED, staged_budget(&cs, 128), 0, 0);
