@@ -1,9 +1,10 @@
 // check.h: the one place that defines error checking.
 // Every failing call prints what failed, where (file:line) and a hint for the likely user error,
 // then exits non-zero: through check_fail / check_failf below, which llmc/ uses for every error exit
-// of its own (the CUDA, cuBLAS(Lt) and NCCL checks add the failing call's text as an "in" line).
-// Host-only code includes this file as it is; CUDA, cuBLAS(Lt) and NCCL checks appear only when their
-// headers are available (nvcc, and USE_NCCL for NCCL).
+// of its own (the CUDA and cuBLAS(Lt) checks add the failing call's text as an "in" line; NCCL's
+// failures are reported by llmc/dist/comm_nccl.cuh with the communicator's last error).
+// Host-only code includes this file as it is; the CUDA and cuBLAS(Lt) checks appear only when their
+// headers are available (nvcc).
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,16 +138,4 @@ static inline void cublas_check_(cublasStatus_t st, const char* call, const char
     }
 }
 #define cublas_check(call) cublas_check_((call), #call, __FILE__, __LINE__)
-#endif
-
-#ifdef USE_NCCL
-#include <nccl.h>
-static inline void nccl_check_(ncclResult_t r, const char* call, const char* file, int line) {
-    if (r != ncclSuccess) {
-        fprintf(stderr, "error: NCCL %s\n  in %s\n  at %s:%d\n", ncclGetErrorString(r), call, file, line);
-        fprintf(stderr, "  hint: check that every process sees the same world size and that the GPUs can reach each other (NCCL_DEBUG=INFO tells more)\n");
-        exit(EXIT_FAILURE);
-    }
-}
-#define nccl_check(call) nccl_check_((call), #call, __FILE__, __LINE__)
 #endif
