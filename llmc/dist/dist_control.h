@@ -66,6 +66,9 @@ static inline void* dist_abort_watchdog(void* arg) {
 static inline void dist_control_abort(DistControl* c, const char* text) {
     pthread_t watchdog;
     if (pthread_create(&watchdog, NULL, dist_abort_watchdog, NULL) == 0) pthread_detach(watchdog);
+    // this rank crashes: its handler has sent the crash and ends the process by the signal (or, should it
+    // not, the watchdog does); an _exit(1) here would hide the signal from whoever waits for this process
+    if (c->link && c->link->crashing) for (;;) dist_sleep(1.0);
     char out[2 * DIST_MSG_MAX + 64];
     size_t n = 0;
     dist_append_safe(out, sizeof(out), &n, "error: ");

@@ -29,6 +29,9 @@ typedef struct {
     int rank, world;
     int* fds;                    // (world,) rank 0: fds[k] the connection to rank k; others: fds[0] to rank 0; -1: none
     volatile sig_atomic_t done;  // 1 once closed, or once this rank's failure was sent: nothing more to send
+    volatile sig_atomic_t crashing;  // a crash handler runs: the process ends by its signal, not by an exit
+    long crash_delay_ns;         // test hook LLMC_TEST_CRASH_DELAY_MS: the handler waits between its message
+                                 // and the signal, as a descheduled thread may; 0 in normal use
     char tail[DIST_TAIL];        // a ring of the last DIST_TAIL bytes written to stderr
     size_t tail_total;           // bytes written to stderr in all
     int line_start;              // the next byte written to stderr begins a line (it gets the prefix)
@@ -148,6 +151,7 @@ static inline void dist_report_on_exit(int status, void* arg) {
 static inline void dist_report_crash(int sig) {
     int saved = errno;
     DistLink* l = dist_crash_link;
+    if (l) l->crashing = 1;  // before the message: once rank 0 has it, this rank's monitor may see rank 0 go
     if (l && !l->done) {
         char msg[1280], tail[1024];  // the last 1 KB of output: an assert's message, the last log lines
         size_t n = 0;
@@ -166,6 +170,10 @@ static inline void dist_report_crash(int sig) {
             dist_append_safe(msg, sizeof(msg), &n, tail);
         }
         dist_link_send_fail(l, l->rank, msg, -1);
+        if (l->crash_delay_ns > 0) {
+            struct timespec d = {l->crash_delay_ns / 1000000000L, l->crash_delay_ns % 1000000000L};
+            nanosleep(&d, NULL);
+        }
     }
     errno = saved;
     raise(sig);  // blocked until the handler returns, then the default action (SA_RESETHAND): core or kill
@@ -184,6 +192,8 @@ static inline void dist_report_install(DistLink* l) {
         stderr = f;
     }
     on_exit(dist_report_on_exit, l);
+    const char* delay = getenv("LLMC_TEST_CRASH_DELAY_MS");  // read here: a signal handler may not
+    l->crash_delay_ns = delay ? atol(delay) * 1000000L : 0;
     dist_crash_link = l;
     l->alt_stack = malloc(DIST_ALT_STACK);
     if (l->alt_stack) {
