@@ -5,7 +5,8 @@
 # memory run does above a batch size per head. Checks: one heads.tsv row per (head, B) that ran, with
 # memory, tok/s and MFU parsed from that run's lines; each head stops at its first failing B, the failure
 # named; the summary's largest batches; DEPTH, T, STEPS and the head reach the trainer; a trainer that
-# prints no MFU (a GPU without a known peak) gets '-' in that column.
+# prints no MFU (a GPU without a known peak) gets '-' in that column; the bisection between the list's
+# last B that ran and its first that did not (REFINE), its rows in order, and REFINE=0 and a bad REFINE.
 # Prints `test_compare_heads: N passed, M failed`.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -34,6 +35,7 @@ STUB
 chmod +x "$tmp/trainer"
 run() {
     : > "$tmp/args"
+    rm -rf "$tmp/out"
     out=$(TRAINER="$tmp/trainer" STUB_ARGS="$tmp/args" DEPTH=24 T=512 STEPS=3 BATCHES="16 32 64 128 256" \
           bash "$script" run "$tmp/out" 2>&1)
     rc=$?
@@ -58,6 +60,22 @@ expect "DEPTH, T, STEPS and the head reach the trainer ($args)" \
     has "$args" "-depth 24 -t 512 -b 16 -steps 3 -warmup 1 -val_every 0 -val_batches 1 -sample_tokens 0 -keep 0 -head fused"
 expect "the runs' logs stay in the folder given" test -s "$tmp/out/unfused_b64.log"
 expect "no temporary table left" test ! -e "$tmp/out/heads.tsv.tmp"
+
+# the bisection: fused fits 100 (the list stops at 64 < 100 < 128), unfused 40 (32 < 40 < 64)
+MAX_fused=100 MAX_unfused=40 run
+tsv=$(cat "$tmp/out/heads.tsv" 2>/dev/null)
+rows=$(printf '%s\n' "$tsv" | tail -n +2 | cut -f 1,2 | tr '\t\n' ': ')
+expect "bisected to within 8: fused 96, unfused 40, the rows in increasing B ($rows)" \
+    [ "$rows" = "fused:16 fused:32 fused:64 fused:96 unfused:16 unfused:32 unfused:40 " ]
+expect "the largest fused batch, bisected ($out)" has "$out" "largest batch that fits, fused head: B=96 (49152 tokens)"
+expect "the largest unfused batch, bisected ($out)" has "$out" "largest batch that fits, unfused head: B=40 (20480 tokens)"
+tried=$(grep -o -- '-b [0-9]* .*-head fused' "$tmp/args" | cut -d' ' -f2 | tr '\n' ' ')
+expect "fused tried the list to 128, then 96, 112, 104 ($tried)" [ "$tried" = "16 32 64 128 96 112 104 " ]
+expect "a bisected run's figures are its own ($tsv)" has "$tsv" "$(printf 'fused\t96\t9600.5\t96000\t24.0')"
+REFINE=0 MAX_fused=100 MAX_unfused=40 run
+expect "REFINE=0: the list alone, fused 64 ($out)" has "$out" "largest batch that fits, fused head: B=64 (32768 tokens)"
+REFINE=x run
+expect "a bad REFINE: exit 2, named (rc $rc; $out)" bash -c '[ "$1" = 2 ] && [[ "$2" == *"REFINE=x: expected a whole number"* ]]' _ "$rc" "$out"
 
 NO_MFU=1 MAX_fused=16 MAX_unfused=16 run
 tsv=$(cat "$tmp/out/heads.tsv" 2>/dev/null)
